@@ -1,0 +1,116 @@
+"""Every environment variable trainspect reads, declared once as a typed object.
+
+No other module reads ``os.environ``; a test greps for it. Each variable is a documented override of an
+explicit argument, never the only way to configure something.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+__all__ = [
+    "EnvVar",
+    "TRAINSPECT_DISABLE",
+    "TRAINSPECT_CONFIG",
+    "TRAINSPECT_OUT_DIR",
+    "TRAINSPECT_NODE_ID",
+    "TRAINSPECT_TESTING",
+    "TRAINSPECT_RUN_ACTIVE",
+    "TRAINSPECT_MLFLOW",
+    "CUDA_VISIBLE_DEVICES",
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "MLFLOW_RUN_ID",
+]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True)
+class EnvVar(Generic[T]):
+    """One environment variable: its name, type, default and meaning.
+
+    Example:
+        >>> EnvVar("TRAINSPECT_EXAMPLE_FLAG", bool, False, "an example").get()
+        False
+    """
+
+    name: str
+    type: type
+    default: T
+    doc: str
+
+    def is_set(self) -> bool:
+        """Return whether the variable is present in the environment."""
+        return self.name in os.environ
+
+    def get(self) -> T:
+        """Return the parsed value, or the default when unset.
+
+        Raises:
+            ValueError: the value cannot be parsed as the declared type.
+        """
+        raw = os.environ.get(self.name)
+        if raw is None:
+            return self.default
+        return self._parse(raw)
+
+    def _parse(self, raw: str) -> T:
+        if self.type is bool:
+            low = raw.strip().lower()
+            if low in _TRUE:
+                return True  # type: ignore[return-value]
+            if low in _FALSE:
+                return False  # type: ignore[return-value]
+            raise ValueError(f"{self.name}={raw!r}: expected one of 1/0, true/false, yes/no, on/off")
+        if self.type is int:
+            try:
+                return int(raw)  # type: ignore[return-value]
+            except ValueError:
+                raise ValueError(f"{self.name}={raw!r}: expected an integer") from None
+        return raw  # type: ignore[return-value]
+
+    def set(self, value: T | None) -> None:
+        """Set (or, with None, remove) the variable for this process and its children."""
+        if value is None:
+            os.environ.pop(self.name, None)
+        elif isinstance(value, bool):
+            os.environ[self.name] = "1" if value else "0"
+        else:
+            os.environ[self.name] = str(value)
+
+
+TRAINSPECT_DISABLE: EnvVar[bool] = EnvVar(
+    "TRAINSPECT_DISABLE", bool, False, "1 turns every hook, monitor and patch of trainspect off."
+)
+TRAINSPECT_CONFIG: EnvVar[str | None] = EnvVar(
+    "TRAINSPECT_CONFIG", str, None, "Path of the JSON hook config read by Hook.create_from_json_file()."
+)
+TRAINSPECT_OUT_DIR: EnvVar[str | None] = EnvVar(
+    "TRAINSPECT_OUT_DIR", str, None, "Run directory used by `trainspect run` and autolog() when none is given."
+)
+TRAINSPECT_NODE_ID: EnvVar[str | None] = EnvVar(
+    "TRAINSPECT_NODE_ID", str, None, "Name of this node in the run directory (default: the host name)."
+)
+TRAINSPECT_TESTING: EnvVar[bool] = EnvVar(
+    "TRAINSPECT_TESTING", bool, False, "1 makes the hook guard re-raise internal errors (used by the test suite)."
+)
+TRAINSPECT_RUN_ACTIVE: EnvVar[bool] = EnvVar(
+    "TRAINSPECT_RUN_ACTIVE", bool, False, "Set by `trainspect run` for the child process: instrument at start-up."
+)
+TRAINSPECT_MLFLOW: EnvVar[str | None] = EnvVar(
+    "TRAINSPECT_MLFLOW", str, None, "'1' forces MLflow logging on, '0' off; unset: on when a run is active."
+)
+CUDA_VISIBLE_DEVICES: EnvVar[str | None] = EnvVar(
+    "CUDA_VISIBLE_DEVICES", str, None, "GPUs visible to the job; the system monitor samples only these."
+)
+RANK: EnvVar[int] = EnvVar("RANK", int, 0, "Global rank (set by torchrun).")
+LOCAL_RANK: EnvVar[int] = EnvVar("LOCAL_RANK", int, 0, "Rank on this node (set by torchrun).")
+WORLD_SIZE: EnvVar[int] = EnvVar("WORLD_SIZE", int, 1, "Number of ranks (set by torchrun).")
+MLFLOW_RUN_ID: EnvVar[str | None] = EnvVar("MLFLOW_RUN_ID", str, None, "MLflow run to attach to.")

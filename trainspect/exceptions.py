@@ -1,0 +1,92 @@
+"""Errors trainspect raises, with smdebug's names where smdebug has one."""
+
+from __future__ import annotations
+
+__all__ = [
+    "TrainspectError",
+    "ConfigError",
+    "TrainingStopped",
+    "TensorUnavailable",
+    "TensorUnavailableForStep",
+    "StepUnavailable",
+    "StepNotYetAvailable",
+    "NoMoreData",
+    "RunDirectoryInUse",
+]
+
+
+class TrainspectError(Exception):
+    """Base class of trainspect's own errors."""
+
+
+class ConfigError(TrainspectError, ValueError):
+    """A configuration value is invalid; the message names the key, the value and what is allowed."""
+
+
+class TrainingStopped(TrainspectError):
+    """Raised into the training loop, at a step boundary, by a ``StopTraining`` action the user asked for."""
+
+    def __init__(self, rule: str, step: int | None, message: str = "") -> None:
+        self.rule = rule
+        self.step = step
+        text = f"training stopped by trainspect: rule {rule} found issues"
+        if step is not None:
+            text += f" at step {step}"
+        if message:
+            text += f": {message}"
+        super().__init__(text)
+
+
+class RunDirectoryInUse(TrainspectError):
+    """Another job already writes into this run directory."""
+
+
+class TensorUnavailable(TrainspectError, KeyError):
+    """The tensor was never saved."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"tensor {name!r} was never saved")
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class TensorUnavailableForStep(TrainspectError, KeyError):
+    """The tensor exists, but not at this step (and never will)."""
+
+    def __init__(self, name: str, step: int, mode: object = None, has_reductions: bool = False) -> None:
+        self.name, self.step, self.mode, self.has_reductions = name, step, mode, has_reductions
+        text = f"tensor {name!r} is not available at step {step}"
+        if mode is not None:
+            text += f" (mode {mode})"
+        if has_reductions:
+            text += "; only reductions were saved: use reduction_value()"
+        super().__init__(text)
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class StepUnavailable(TrainspectError):
+    """The step was skipped or not saved, and never will be."""
+
+    def __init__(self, step: int, mode: object = None) -> None:
+        self.step, self.mode = step, mode
+        super().__init__(f"step {step} is not available (mode {mode})")
+
+
+class StepNotYetAvailable(TrainspectError):
+    """The step has not been written yet; it may appear later."""
+
+    def __init__(self, step: int, mode: object = None) -> None:
+        self.step, self.mode = step, mode
+        super().__init__(f"step {step} is not yet available (mode {mode})")
+
+
+class NoMoreData(TrainspectError):
+    """The job ended and the step lies beyond its last step."""
+
+    def __init__(self, step: int, mode: object = None, last_step: int | None = None) -> None:
+        self.step, self.mode, self.last_step = step, mode, last_step
+        super().__init__(f"no more data: the job ended at step {last_step}, step {step} will never exist")

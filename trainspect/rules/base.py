@@ -1,0 +1,168 @@
+"""The rule contract: a rule declares its name, parameters and inputs, and judges data into a Verdict.
+
+A rule does no I/O. The engine gathers the inputs for all rules once, calls :meth:`Rule.evaluate`, and
+records the verdicts. Tensor rules (``kind = "tensor"``) receive a tensor view of a trial; profiler rules
+(``kind = "profiler"``) receive a profiler view of a run directory. Parameters arrive as Python values or,
+from JSON configs and the CLI, as strings; :class:`Param` parses both and validates type and range.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from trainspect.exceptions import ConfigError
+from trainspect.rules.verdict import Verdict
+
+__all__ = ["Param", "Rule"]
+
+_MISSING = object()
+
+
+@dataclass(frozen=True)
+class Param:
+    """One declared rule parameter.
+
+    Args:
+        name: the parameter's name, as in smdebug.
+        type: ``float``, ``int``, ``bool``, ``str`` or ``list`` (a list of strings; a comma-separated
+            string is split).
+        default: the default value (``None`` allowed).
+        doc: one line on what it means.
+        min: smallest allowed value (numbers), inclusive.
+        max: largest allowed value (numbers), inclusive.
+        choices: the allowed values, when the set is closed.
+
+    Example:
+        >>> Param("threshold", float, 1e-7, min=0).parse("0.5")
+        0.5
+    """
+
+    name: str
+    type: type
+    default: Any
+    doc: str = ""
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[Any, ...] | None = None
+
+    def parse(self, value: Any) -> Any:
+        """Convert and validate a value.
+
+        Raises:
+            ConfigError: the value has the wrong type or lies outside the allowed range.
+        """
+        if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
+            return None
+        try:
+            parsed = self._convert(value)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"parameter {self.name}={value!r}: expected {self.type.__name__}{self._allowed()}"
+            ) from None
+        self._check(parsed, value)
+        return parsed
+
+    def _convert(self, value: Any) -> Any:
+        if self.type is bool:
+            if isinstance(value, str):
+                low = value.strip().lower()
+                if low not in ("true", "false", "1", "0", "yes", "no"):
+                    raise ValueError(value)
+                return low in ("true", "1", "yes")
+            if not isinstance(value, (bool, int)):
+                raise TypeError(value)
+            return bool(value)
+        if self.type is list:
+            if isinstance(value, str):
+                return [v.strip() for v in value.split(",") if v.strip()]
+            if isinstance(value, Sequence):
+                return [str(v) for v in value]
+            raise TypeError(value)
+        if self.type in (int, float) and isinstance(value, bool):
+            raise TypeError(value)
+        if self.type is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            return int(float(value)) if isinstance(value, str) else int(value)
+        if self.type is float:
+            return float(value)
+        return self.type(value)
+
+    def _check(self, parsed: Any, raw: Any) -> None:
+        bad = False
+        if isinstance(parsed, (int, float)) and not isinstance(parsed, bool):
+            if isinstance(parsed, float) and math.isnan(parsed):
+                bad = True
+            if self.min is not None and parsed < self.min:
+                bad = True
+            if self.max is not None and parsed > self.max:
+                bad = True
+        if self.choices is not None and parsed not in self.choices:
+            bad = True
+        if bad:
+            raise ConfigError(f"parameter {self.name}={raw!r} is out of range; allowed: {self._allowed().strip()}")
+
+    def _allowed(self) -> str:
+        if self.choices is not None:
+            return " one of " + ", ".join(map(repr, self.choices))
+        parts = []
+        if self.min is not None:
+            parts.append(f">= {self.min}")
+        if self.max is not None:
+            parts.append(f"<= {self.max}")
+        return (" " + " and ".join(parts)) if parts else ""
+
+
+class Rule(abc.ABC):
+    """Base class of every rule.
+
+    Subclasses declare ``parameters`` (a tuple of :class:`Param`), a ``recommendation`` and their ``kind``,
+    and implement :meth:`evaluate`. Construction validates the parameters; unknown names raise
+    :class:`ConfigError` listing the valid ones. ``actions`` (names such as ``"StopTraining"`` or action
+    objects) are kept for the engine, which runs them when the verdict says ``IssuesFound``.
+    """
+
+    kind: ClassVar[str] = "tensor"
+    parameters: ClassVar[tuple[Param, ...]] = ()
+    recommendation: ClassVar[str] = ""
+    description: ClassVar[str] = ""
+
+    def __init__(self, actions: Any = None, **params: Any) -> None:
+        declared = {p.name: p for p in self.parameters}
+        unknown = sorted(set(params) - set(declared))
+        if unknown:
+            raise ConfigError(
+                f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
+                f"allowed: {', '.join(declared) or '(none)'}"
+            )
+        self.params: dict[str, Any] = {
+            name: p.parse(params[name]) if name in params else p.default for name, p in declared.items()
+        }
+        self.actions: Any = actions
+        self.validate()
+
+    @property
+    def name(self) -> str:
+        """The rule's name (its class name, as in smdebug)."""
+        return type(self).__name__
+
+    def validate(self) -> None:
+        """Check combinations of parameters; override to add checks (raise :class:`ConfigError`)."""
+
+    def __getattr__(self, item: str) -> Any:
+        params = self.__dict__.get("params")
+        if params is not None and item in params:
+            return params[item]
+        raise AttributeError(f"{type(self).__name__!s} has no attribute {item!r}")
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{self.name}({args})"
+
+    @abc.abstractmethod
+    def evaluate(self, data: Any) -> Verdict:
+        """Judge the data the engine gathered for this rule and return a verdict (no I/O)."""

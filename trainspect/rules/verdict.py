@@ -1,0 +1,146 @@
+"""Verdicts: what a rule concluded, as a frozen value that serialises to JSON."""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Status", "Verdict", "Series", "VERDICT_SCHEMA_VERSION", "write_verdicts", "read_verdicts"]
+
+VERDICT_SCHEMA_VERSION = 1
+
+
+class Status(str, enum.Enum):
+    """Outcome of a rule evaluation (DESIGN.md)."""
+
+    IN_PROGRESS = "InProgress"
+    NO_ISSUES_FOUND = "NoIssuesFound"
+    ISSUES_FOUND = "IssuesFound"
+    NO_DATA = "NoData"
+    ERROR = "Error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Series:
+    """The value a rule watched, for charts: ``x`` are steps (or epoch seconds), ``y`` the values."""
+
+    label: str
+    x: tuple[float, ...] = ()
+    y: tuple[float, ...] = ()
+    x_unit: str = "step"
+    trigger_x: tuple[float, ...] = ()
+    threshold: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one rule concluded over the data it examined.
+
+    Example:
+        >>> v = Verdict(rule="VanishingGradient", status=Status.NO_ISSUES_FOUND, datapoints=3)
+        >>> Verdict.from_dict(v.to_dict()) == v
+        True
+    """
+
+    rule: str
+    status: Status
+    message: str = ""
+    recommendation: str = ""
+    kind: str = "tensor"
+    datapoints: int = 0
+    triggers: int = 0
+    first_trigger_step: int | None = None
+    last_trigger_step: int | None = None
+    first_trigger_time: float | None = None
+    last_trigger_time: float | None = None
+    tensors: tuple[str, ...] = ()
+    workers: tuple[str, ...] = ()
+    parameters: dict[str, Any] = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
+    series: tuple[Series, ...] = ()
+    start_step: int | None = None
+    end_step: int | None = None
+
+    @property
+    def issues_found(self) -> bool:
+        """Whether the rule triggered."""
+        return self.status is Status.ISSUES_FOUND
+
+    def with_status(self, status: Status) -> Verdict:
+        """Return a copy with another status."""
+        return replace(self, status=status)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-ready dict (non-finite floats become strings)."""
+        data = asdict(self)
+        data["status"] = self.status.value
+        return _json_safe(data)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        """Rebuild a verdict from :meth:`to_dict`'s output; unknown keys are ignored."""
+        known = {f for f in cls.__dataclass_fields__}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        kwargs["status"] = Status(kwargs.get("status", Status.ERROR))
+        for key in ("tensors", "workers"):
+            kwargs[key] = tuple(kwargs.get(key) or ())
+        kwargs["series"] = tuple(
+            Series(**{**s, **{k: tuple(_unjson(v) for v in s.get(k, ())) for k in ("x", "y", "trigger_x")}})
+            for s in kwargs.get("series") or ()
+        )
+        return cls(**kwargs)
+
+
+def _json_safe(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
+    if isinstance(obj, dict):
+        return {str(k): _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, enum.Enum):
+        return obj.value
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        return _json_safe(obj.item())
+    return obj
+
+
+def _unjson(v: Any) -> Any:
+    if isinstance(v, str):
+        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(v, v)
+    return v
+
+
+def write_verdicts(path: str | os.PathLike[str], verdicts: list[Verdict], **meta: Any) -> None:
+    """Write verdicts atomically (a temporary file renamed over the old one), so readers never see half a file.
+
+    Args:
+        path: the verdict file, usually ``<run>/rules/verdicts.json``.
+        verdicts: the verdicts to write.
+        **meta: extra top-level keys (for example ``updated`` or ``final``).
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"schema_version": VERDICT_SCHEMA_VERSION, **meta, "verdicts": [v.to_dict() for v in verdicts]}
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".verdicts-", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(_json_safe(doc), fh, indent=1)
+    os.replace(tmp, target)
+
+
+def read_verdicts(path: str | os.PathLike[str]) -> list[Verdict]:
+    """Read a verdict file written by :func:`write_verdicts`; a missing file gives an empty list."""
+    target = Path(path)
+    if not target.exists():
+        return []
+    doc = json.loads(target.read_text(encoding="utf-8"))
+    return [Verdict.from_dict(v) for v in doc.get("verdicts", [])]
