@@ -68,20 +68,9 @@ class Param:
 
     def _convert(self, value: Any) -> Any:
         if self.type is bool:
-            if isinstance(value, str):
-                low = value.strip().lower()
-                if low not in ("true", "false", "1", "0", "yes", "no"):
-                    raise ValueError(value)
-                return low in ("true", "1", "yes")
-            if not isinstance(value, (bool, int)):
-                raise TypeError(value)
-            return bool(value)
+            return _to_bool(value)
         if self.type is list:
-            if isinstance(value, str):
-                return [v.strip() for v in value.split(",") if v.strip()]
-            if isinstance(value, Sequence):
-                return [str(v) for v in value]
-            raise TypeError(value)
+            return _to_list(value)
         if self.type in (int, float) and isinstance(value, bool):
             raise TypeError(value)
         if self.type is int:
@@ -117,6 +106,25 @@ class Param:
         return (" " + " and ".join(parts)) if parts else ""
 
 
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        low = value.strip().lower()
+        if low not in ("true", "false", "1", "0", "yes", "no"):
+            raise ValueError(value)
+        return low in ("true", "1", "yes")
+    if not isinstance(value, (bool, int)):
+        raise TypeError(value)
+    return bool(value)
+
+
+def _to_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [v.strip() for v in value.split(",") if v.strip()]
+    if isinstance(value, Sequence):
+        return [str(v) for v in value]
+    raise TypeError(value)
+
+
 class Rule(abc.ABC):
     """Base class of every rule.
 
@@ -136,8 +144,7 @@ class Rule(abc.ABC):
         unknown = sorted(set(params) - set(declared))
         if unknown:
             raise ConfigError(
-                f"{self.name}: unknown parameter(s) {', '.join(unknown)}; "
-                f"allowed: {', '.join(declared) or '(none)'}"
+                f"{self.name}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(declared) or '(none)'}"
             )
         self.params: dict[str, Any] = {
             name: p.parse(params[name]) if name in params else p.default for name, p in declared.items()
