@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 from trainspect.exceptions import ConfigError
 from trainspect.rules.verdict import Verdict
 
-__all__ = ["Param", "Rule"]
+__all__ = ["Param", "Requirement", "Rule"]
 
 _MISSING = object()
 
@@ -125,6 +125,34 @@ def _to_list(value: Any) -> list[str]:
     raise TypeError(value)
 
 
+@dataclass(frozen=True)
+class Requirement:
+    """What a rule needs recorded; a hook given the rule records it without further configuration.
+
+    Args:
+        collection: the collection to record (a built-in name, or a new one defined by the fields below).
+        include_regex: regexes of tensor names added to the collection.
+        module_types: class names of modules (``"ReLU"``, ``"Sigmoid"``) whose inputs/outputs join it.
+        module_inputs: with ``module_types``, record the modules' inputs.
+        module_outputs: with ``module_types``, record the modules' outputs.
+        save_interval: how often the rule needs the data (``None``: keep the collection's own setting).
+        modes: the modes it needs (``None``: every mode).
+        reductions: reductions the rule reads (``"mean"``, ``"abs_mean"``, ``"l2"``, ``"variance"``…); the
+            hook saves them even when the raw tensor is not saved.
+        raw: whether the rule needs the full tensor values.
+    """
+
+    collection: str
+    include_regex: tuple[str, ...] = ()
+    module_types: tuple[str, ...] = ()
+    module_inputs: bool = False
+    module_outputs: bool = False
+    save_interval: int | None = None
+    modes: tuple[str, ...] | None = None
+    reductions: tuple[str, ...] = ()
+    raw: bool = True
+
+
 class Rule(abc.ABC):
     """Base class of every rule.
 
@@ -156,6 +184,10 @@ class Rule(abc.ABC):
     def name(self) -> str:
         """The rule's name (its class name, as in smdebug)."""
         return type(self).__name__
+
+    def requirements(self) -> list[Requirement]:
+        """What this rule needs recorded (default: nothing beyond what the user records)."""
+        return []
 
     def validate(self) -> None:
         """Check combinations of parameters; override to add checks (raise :class:`ConfigError`)."""
