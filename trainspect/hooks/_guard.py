@@ -1,0 +1,62 @@
+"""The one guard every public hook entry goes through: trainspect's own failures never reach training."""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+from trainspect import env
+from trainspect.exceptions import TrainingStopped
+
+__all__ = ["guarded", "Guarded"]
+
+log = logging.getLogger(__name__)
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Guarded:
+    """Mixin with the state the guard uses: ``disabled`` and the first failure."""
+
+    disabled: bool = False
+    failure: BaseException | None = None
+
+    def _fail(self, where: str, exc: BaseException) -> None:
+        self.disabled = True
+        if self.failure is None:
+            self.failure = exc
+            log.warning(
+                "trainspect: internal error in %s.%s; this hook is disabled for the rest of the run, training goes on "
+                "and the data written so far stays readable",
+                type(self).__name__,
+                where,
+                exc_info=exc,
+            )
+
+
+def guarded(default: Any = None) -> Callable[[F], F]:
+    """Wrap a hook entry: on an internal error, warn once, disable the hook, return ``default``.
+
+    ``TrainingStopped`` (asked for by the user) passes through. With ``TRAINSPECT_TESTING=1`` errors re-raise so
+    that the test suite sees them.
+    """
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(self: Guarded, *args: Any, **kwargs: Any) -> Any:
+            if self.disabled:
+                return default
+            try:
+                return fn(self, *args, **kwargs)
+            except TrainingStopped:
+                raise
+            except Exception as exc:
+                if env.TRAINSPECT_TESTING.get():
+                    raise
+                self._fail(fn.__name__, exc)
+                return default
+
+        return cast(F, wrapper)
+
+    return decorate

@@ -1,0 +1,254 @@
+"""The framework-neutral collector: steps and modes, save decisions, step records, writers, live rules.
+
+Framework adapters (``hooks/torch.py``, ``hooks/keras.py``) translate framework events into calls on this class and
+hand it host-side NumPy values and reductions; everything else happens here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import trainspect
+from trainspect import env
+from trainspect.collections import Collection, CollectionManager
+from trainspect.config import ReductionConfig, SaveConfig
+from trainspect.exceptions import ConfigError
+from trainspect.hooks._guard import Guarded, guarded
+from trainspect.hooks.save_plan import SavePlanner, TensorPlan
+from trainspect.modes import ModeKeys, parse_mode
+from trainspect.step import ReductionKey, StepRecord, TensorRecord
+from trainspect.store.layout import RunLayout
+from trainspect.store.manifest import claim_run_directory
+from trainspect.store.run_writer import RunWriter
+
+__all__ = ["Collector"]
+
+log = logging.getLogger(__name__)
+
+
+def _check_out_dir(out_dir: str | os.PathLike[str]) -> Path:
+    path = Path(out_dir).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"out_dir={str(out_dir)!r} cannot be created: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK):
+        raise ConfigError(f"out_dir={str(out_dir)!r} is not writable")
+    return path
+
+
+class Collector(Guarded):
+    """Step bookkeeping and writing shared by every framework hook.
+
+    Args:
+        out_dir: the run directory (created if missing; refused if another job's run is there).
+        framework: ``"pytorch"`` or ``"tensorflow"`` (recorded in the manifest).
+        save_config: when to save collections that have no save config of their own (default every 500 steps).
+        include_collections: collections to record (names or ``Collection`` objects); default: losses only.
+        include_regex: regexes of tensor names added to collection ``default``.
+        reduction_config: reductions to save instead of raw tensors, for collections without their own.
+        save_all: record every tensor (collection ``all``).
+        export_tensorboard: write TensorBoard summaries (on by default).
+        tensorboard_dir: where event files go (default: the run directory itself).
+        dry_run: decide everything but write nothing.
+        include_workers: ``"one"`` (only the chief records tensors) or ``"all"``.
+        rules: rules evaluated live while training (their needs are recorded automatically).
+        worker: this worker's name (default ``worker_<rank>``).
+        job_id: identifies the job that owns ``out_dir`` (default: a fresh id).
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        framework: str,
+        save_config: SaveConfig | None = None,
+        include_collections: Iterable[str | Collection] | None = None,
+        include_regex: Iterable[str] | str | None = None,
+        reduction_config: ReductionConfig | None = None,
+        save_all: bool = False,
+        export_tensorboard: bool = True,
+        tensorboard_dir: str | os.PathLike[str] | None = None,
+        dry_run: bool = False,
+        include_workers: str = "one",
+        rules: Iterable[Any] | None = None,
+        worker: str | None = None,
+        job_id: str | None = None,
+    ) -> None:
+        if include_workers not in ("one", "all"):
+            raise ConfigError(f"include_workers={include_workers!r}: allowed: 'one', 'all'")
+        if save_config is not None and not isinstance(save_config, SaveConfig):
+            raise ConfigError(f"save_config: expected a SaveConfig, got {type(save_config).__name__}")
+        if isinstance(include_regex, str):
+            include_regex = [include_regex]
+        self.out_dir = _check_out_dir(out_dir)
+        self.layout = RunLayout(self.out_dir)
+        self.framework = framework
+        self.rank = env.RANK.get()
+        self.worker = worker or f"worker_{self.rank}"
+        self.include_workers = include_workers
+        self.dry_run = dry_run
+        self.collections = CollectionManager()
+        self.planner = SavePlanner(
+            self.collections,
+            include_collections if include_collections is not None else SavePlanner.default_collections(),
+            save_config or SaveConfig(),
+            reduction_config,
+            include_regex,
+            save_all,
+        )
+        self.rules = list(rules or [])
+        for rule in self.rules:
+            for req in rule.requirements():
+                self.planner.add_requirement(req)
+        self._tensorboard = export_tensorboard
+        self._tb_dir = Path(tensorboard_dir) if tensorboard_dir else None
+        self._job_id = job_id or uuid.uuid4().hex
+        self._config_doc = {
+            "save_config": (save_config or SaveConfig()).to_dict(),
+            "include_collections": sorted(self.planner.included),
+            "reduction_config": reduction_config.to_dict() if reduction_config else None,
+            "save_all": save_all,
+            "include_workers": include_workers,
+            "rules": [repr(r) for r in self.rules],
+        }
+        self.mode = ModeKeys.GLOBAL
+        self.mode_steps: dict[ModeKeys, int] = {}
+        self.global_step = -1
+        self._record: dict[str, TensorRecord] | None = None
+        self._record_step: tuple[ModeKeys, int, int, float] | None = None
+        self._writer: RunWriter | None = None
+        self._known_names: set[str] = set()
+        self._members: dict[str, set[str]] = {}
+        self._started = False
+        self._closed = False
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+    @property
+    def records_tensors(self) -> bool:
+        """Whether this worker writes tensors (``include_workers="one"`` keeps only the chief's)."""
+        return not self.dry_run and (self.include_workers == "all" or self.rank == 0)
+
+    @guarded()
+    def start(self) -> None:
+        """Claim the run directory and start the writers (idempotent)."""
+        if self._started or self._closed:
+            return
+        self._started = True
+        if self.dry_run:
+            return
+        claim_run_directory(
+            self.layout,
+            self._job_id,
+            {"framework": self.framework, "trainspect_version": trainspect.__version__, "config": self._config_doc},
+        )
+        if self.records_tensors:
+            self._writer = RunWriter(
+                self.layout,
+                self.worker,
+                tensorboard=self._tensorboard,
+                tensorboard_dir=self._tb_dir,
+                chief=self.rank == 0,
+            )
+            self._writer.start()
+            self._writer.write_collections(self.collections.to_dict())
+
+    @guarded()
+    def close(self) -> None:
+        """Finish the open step, flush everything and write the end marker."""
+        if self._closed:
+            return
+        self.end_step()
+        self._closed = True
+        if self._writer is not None:
+            self._writer.write_collections(self._collections_doc())
+            self._writer.close()
+
+    # --- steps ---------------------------------------------------------------------------------------------
+    def set_mode(self, mode: ModeKeys | str) -> None:
+        """Switch mode; the open step ends."""
+        new = parse_mode(mode)
+        if new is not self.mode:
+            self.end_step()
+            self.mode = new
+
+    @guarded(False)
+    def begin_step(self) -> bool:
+        """Open the next step; return whether anything is saved at it."""
+        self.end_step()
+        if not self._started:
+            self.start()
+        self.global_step += 1
+        mode_step = self.mode_steps.get(self.mode, -1) + 1
+        self.mode_steps[self.mode] = mode_step
+        self._record_step = (self.mode, mode_step, self.global_step, time.time())
+        self._record = {}
+        return self.planner.begin_step(self.mode, mode_step) and not self.writer_failed
+
+    @property
+    def step_open(self) -> bool:
+        """Whether a step is open."""
+        return self._record is not None
+
+    @property
+    def writer_failed(self) -> bool:
+        """Whether the writer disabled itself (disk full, …)."""
+        return self._writer is not None and self._writer.failed
+
+    @guarded()
+    def end_step(self) -> StepRecord | None:
+        """Close the open step and hand its record to the writer; return the record (None if nothing)."""
+        if self._record is None or self._record_step is None:
+            return None
+        tensors, (mode, mode_step, gs, wall) = self._record, self._record_step
+        self._record = self._record_step = None
+        if not tensors and not self.planner.any_active:
+            return None
+        record = StepRecord(mode, mode_step, gs, wall, self.worker, tensors)
+        if self._writer is not None and tensors:
+            hist = frozenset(n for n, t in tensors.items() if t.value is not None and t.value.size > 1)
+            self._writer.submit(record, hist if self._tensorboard else frozenset())
+            if not self._known_names.issuperset(tensors):
+                self._known_names.update(tensors)
+                for t in tensors.values():
+                    for cname in t.collections:
+                        self._members.setdefault(cname, set()).add(t.name)
+                self._writer.write_collections(self._collections_doc())
+        return record
+
+    # --- tensors -------------------------------------------------------------------------------------------
+    def plan(self, name: str, extra: Iterable[str] = ()) -> TensorPlan:
+        """Return what to save of a tensor at the open step."""
+        if self._record is None:
+            return _EMPTY
+        return self.planner.plan(name, extra)
+
+    def add(
+        self,
+        name: str,
+        plan: TensorPlan,
+        value: np.ndarray | None,
+        reductions: dict[ReductionKey, float] | None = None,
+        shape: tuple[int, ...] | None = None,
+    ) -> None:
+        """Add a host-side tensor (raw value and/or reductions) to the open step."""
+        if self._record is None:
+            return
+        self._record[name] = TensorRecord(name, value, reductions or {}, plan.collections, shape)
+
+    def _collections_doc(self) -> dict[str, Any]:
+        doc = self.collections.to_dict()
+        for cname, members in self._members.items():
+            if cname in doc:
+                doc[cname]["tensor_names"] = sorted(set(doc[cname]["tensor_names"]) | members)
+        return doc
+
+
+_EMPTY = TensorPlan(False, (), False, frozenset())

@@ -1,0 +1,152 @@
+"""What a hook runs beside tensor capture: live rules, the profiler, MLflow logging and the closing report.
+
+Each part is optional and framework-neutral; a part that fails is disabled with one warning and the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from trainspect.exceptions import TrainingStopped
+from trainspect.hooks.collector import Collector
+from trainspect.step import StepRecord
+
+__all__ = ["HookExtras"]
+
+log = logging.getLogger(__name__)
+
+
+def _resolve_rules(rules: Any) -> list[Any]:
+    if rules is None:
+        return []
+    if isinstance(rules, str):
+        from trainspect.rules import default_rules
+
+        if rules.strip().lower() != "default":
+            raise ValueError(f"rules={rules!r}: pass a list of rules or 'default'")
+        return list(default_rules())
+    return list(rules)
+
+
+class HookExtras:
+    """Live rules, profiler and MLflow parts of one hook, driven by the framework adapter.
+
+    Args:
+        rules: rules to evaluate live (or ``"default"``).
+        profiler_config: a ``ProfilerConfig`` turning on system and framework profiling.
+        mlflow_run: an MLflow run (or run id) to log to; ``None`` logs to the active run if any.
+    """
+
+    def __init__(self, rules: Any = None, profiler_config: Any = None, mlflow_run: Any = None) -> None:
+        self.rules = _resolve_rules(rules)
+        self.profiler_config = profiler_config
+        self.mlflow_run = mlflow_run
+        self._live: Any = None
+        self._framework: Any = None
+        self._monitor: Any = None
+        self._window: Any = None
+        self._spans: dict[str, float] = {}
+        self._started = False
+
+    def start(self, collector: Collector) -> None:
+        """Start the parts (idempotent)."""
+        if self._started or collector.dry_run:
+            return
+        self._started = True
+        if self.rules:
+            from trainspect.rules.live import LiveRuleRunner
+
+            self._live = LiveRuleRunner(self.rules, collector.out_dir, worker=collector.worker)
+            self._live.start()
+        if self.profiler_config is not None:
+            self._start_profiler(collector)
+
+    def _start_profiler(self, collector: Collector) -> None:
+        from trainspect.hooks.framework_metrics import FrameworkRecorder
+        from trainspect.hooks.system_monitor import SystemMonitor
+
+        self._framework = FrameworkRecorder(collector.out_dir, collector.worker, self.profiler_config)
+        self._framework.start()
+        self._monitor = SystemMonitor.for_run(collector.out_dir, self.profiler_config)
+        if self._monitor is not None:
+            self._monitor.start()
+
+    def set_window(self, window: Any) -> None:
+        """Attach a framework-specific detailed-profiling window (``on_step_start/on_step_end/close``)."""
+        self._window = window
+
+    # --- steps and spans -----------------------------------------------------------------------------------
+    def check_stop(self, collector: Collector) -> None:
+        """Raise ``TrainingStopped`` at a step boundary when a StopTraining action asked for it."""
+        if self._live is None:
+            return
+        stop: TrainingStopped | None = self._live.pending_stop()
+        if stop is not None:
+            collector.end_step()
+            self._live.close(final=False)
+            self._live = None
+            raise stop
+
+    def on_step_start(self, collector: Collector) -> None:
+        """A step began."""
+        if self._framework is not None:
+            self._framework.on_step_start(collector.mode, collector.mode_steps[collector.mode], collector.global_step)
+        if self._window is not None:
+            self._window.on_step_start(collector.global_step)
+
+    def on_step_end(self, collector: Collector, record: StepRecord | None) -> None:
+        """A step ended; ``record`` is what was saved at it."""
+        if self._framework is not None and collector.global_step >= 0:
+            self._framework.on_step_end(collector.mode, collector.mode_steps[collector.mode], collector.global_step)
+        if self._window is not None:
+            self._window.on_step_end(collector.global_step)
+        if self._live is not None and record is not None:
+            self._live.submit(record)
+
+    def _span_start(self, kind: str) -> None:
+        if self._framework is not None:
+            self._spans[kind] = time.time()
+
+    def _span_end(self, kind: str, step: int | None = None) -> None:
+        start = self._spans.pop(kind, None)
+        if self._framework is not None and start is not None:
+            self._framework.record_span(kind, start, time.time(), step)
+
+    def on_forward_start(self) -> None:
+        """The model's forward pass began."""
+        self._span_start("forward")
+
+    def on_forward_end(self) -> None:
+        """The model's forward pass ended; the backward pass is timed from here to the optimizer step."""
+        self._span_end("forward")
+        self._span_start("backward")
+
+    def on_optimizer_start(self) -> None:
+        """``optimizer.step()`` began."""
+        self._span_end("backward")
+        self._span_start("optimizer")
+
+    def on_optimizer_end(self) -> None:
+        """``optimizer.step()`` ended."""
+        self._span_end("optimizer")
+
+    # --- closing -------------------------------------------------------------------------------------------
+    def before_close(self, collector: Collector) -> None:
+        """Called before the collector closes (the last step is already ended)."""
+        if self._window is not None:
+            self._window.close()
+            self._window = None
+
+    def close(self, collector: Collector) -> None:
+        """Stop every part; write final verdicts."""
+        if self._live is not None:
+            self._live.close()
+            self._live = None
+        if self._framework is not None:
+            self._framework.close()
+            self._framework = None
+        if self._monitor is not None:
+            self._monitor.close()
+            self._monitor = None

@@ -1,0 +1,203 @@
+"""Which collections are recorded, and for one step which tensors are saved raw, as reductions, or as histograms."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from trainspect.collections import ALWAYS_SAVED, DEFAULT_COLLECTIONS, Collection, CollectionManager
+from trainspect.config import ReductionConfig, SaveConfig
+from trainspect.exceptions import ConfigError
+from trainspect.modes import ModeKeys
+from trainspect.rules.base import Requirement
+
+__all__ = ["TensorPlan", "SavePlanner"]
+
+KNOWN_COLLECTIONS = (
+    "all",
+    "default",
+    "weights",
+    "biases",
+    "gradients",
+    "losses",
+    "inputs",
+    "outputs",
+    "optimizer_variables",
+    "scalars",
+)
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """What to save of one tensor at the current step."""
+
+    raw: bool
+    reductions: tuple[tuple[str, bool], ...]
+    histogram: bool
+    collections: frozenset[str]
+
+
+_NOTHING = TensorPlan(False, (), False, frozenset())
+
+
+class SavePlanner:
+    """Resolves the hook's configuration into per-step, per-tensor save decisions (cached per name and step)."""
+
+    def __init__(
+        self,
+        manager: CollectionManager,
+        include: Iterable[str | Collection],
+        save_config: SaveConfig,
+        reduction_config: ReductionConfig | None,
+        include_regex: Iterable[str] | None,
+        save_all: bool,
+    ) -> None:
+        self.manager = manager
+        self.save_config = save_config
+        self.reduction_config = reduction_config
+        self.included: set[str] = set()
+        self._user_configured: set[str] = set()
+        for item in include:
+            self._include(item)
+        for name in ALWAYS_SAVED:
+            self.included.add(name)
+        if include_regex:
+            self.manager.get("default").include(list(include_regex))
+            self.included.add("default")
+        if save_all:
+            self.included.add("all")
+        losses = self.manager.get("losses")
+        if losses.save_config is None:
+            losses.save_config = SaveConfig(save_interval=1)
+        self._membership: dict[str, frozenset[str]] = {}
+        self._active: set[str] = set()
+        self._plans: dict[str, TensorPlan] = {}
+
+    def _include(self, item: str | Collection) -> None:
+        if isinstance(item, Collection):
+            self.manager.add(item)
+            name = item.name
+        else:
+            name = str(item)
+            if name not in KNOWN_COLLECTIONS and name not in self.manager:
+                raise ConfigError(
+                    f"include_collections: unknown collection {name!r}; built-in: {', '.join(KNOWN_COLLECTIONS)}, "
+                    "or define it first with hook.get_collection(name).include(regex)"
+                )
+            self.manager.get(name)
+        coll = self.manager.get(name)
+        if coll.save_config is not None or coll.reduction_config is not None:
+            self._user_configured.add(name)
+        self.included.add(name)
+
+    @staticmethod
+    def default_collections() -> tuple[str, ...]:
+        """Collections recorded when the user names none: losses only."""
+        return DEFAULT_COLLECTIONS
+
+    def add_requirement(self, req: Requirement) -> None:
+        """Record what a rule needs, keeping the user's own settings of that collection."""
+        coll = self.manager.get(req.collection)
+        if req.include_regex:
+            coll.include([r for r in req.include_regex if r not in coll.include_regex])
+        coll.module_types |= set(req.module_types)
+        coll.module_inputs = coll.module_inputs or req.module_inputs
+        coll.module_outputs = coll.module_outputs or req.module_outputs
+        if req.collection not in self._user_configured:
+            self._apply_rule_settings(coll, req)
+        self.included.add(req.collection)
+
+    def _apply_rule_settings(self, coll: Collection, req: Requirement) -> None:
+        if req.save_interval is not None:
+            current = coll.save_config.get_save_config(ModeKeys.TRAIN).save_interval if coll.save_config else None
+            interval = req.save_interval if current is None else min(current, req.save_interval)
+            coll.save_config = SaveConfig(save_interval=interval)
+        wanted = ReductionConfig.from_string(",".join(req.reductions)) if req.reductions else None
+        if req.raw:
+            if coll.reduction_config is not None:
+                coll.reduction_config = replace(coll.reduction_config, save_raw_tensor=True)
+            elif wanted is not None:
+                coll.reduction_config = replace(wanted, save_raw_tensor=True)
+        elif wanted is not None:
+            base = coll.reduction_config
+            if base is None and self.reduction_config is None:
+                coll.reduction_config = wanted
+            else:
+                merged = sorted(set((base or self.reduction_config or wanted).names()) | set(wanted.names()))
+                text = ",".join(("abs_" if a else "") + n for n, a in merged)
+                raw = (base or self.reduction_config or wanted).save_raw_tensor
+                coll.reduction_config = ReductionConfig.from_string(text, save_raw_tensor=raw)
+
+    # --- per step ------------------------------------------------------------------------------------------
+    def begin_step(self, mode: ModeKeys, mode_step: int) -> bool:
+        """Decide which included collections save at this step; return whether any does."""
+        active = set()
+        for name in self.included:
+            coll = self.manager.get(name)
+            cfg = coll.save_config or self.save_config
+            if cfg.should_save_step(mode, mode_step):
+                active.add(name)
+        if active != self._active:
+            self._active = active
+            self._plans.clear()
+        return bool(active)
+
+    def is_active(self, collection: str) -> bool:
+        """Whether a collection saves at the current step."""
+        return collection in self._active
+
+    @property
+    def any_active(self) -> bool:
+        """Whether anything saves at the current step."""
+        return bool(self._active)
+
+    def membership(self, name: str, extra: Iterable[str] = ()) -> frozenset[str]:
+        """Return the included collections a tensor belongs to (cached)."""
+        cached = self._membership.get(name)
+        if cached is None:
+            cached = frozenset(c for c in self.included if self.manager.get(c).matches(name))
+            self._membership[name] = cached
+        return cached | frozenset(extra) if extra else cached
+
+    def plan(self, name: str, extra: Iterable[str] = ()) -> TensorPlan:
+        """Return what to save of a tensor at this step (``extra``: collections it joins by module)."""
+        extra = tuple(extra)
+        if not extra and name in self._plans:
+            return self._plans[name]
+        colls = [c for c in self.membership(name, extra) if c in self._active]
+        plan = self._make_plan(colls) if colls else _NOTHING
+        if not extra:
+            self._plans[name] = plan
+        return plan
+
+    def _make_plan(self, names: list[str]) -> TensorPlan:
+        raw, hist, reductions = False, False, set()
+        for cname in names:
+            coll = self.manager.get(cname)
+            if coll.is_scalar:
+                raw = True
+                continue
+            rc = coll.reduction_config or self.reduction_config
+            if rc is None or not rc.has_reductions:
+                raw = True
+            else:
+                reductions |= set(rc.names())
+                raw = raw or rc.save_raw_tensor
+            hist = hist or coll.save_histogram
+        return TensorPlan(raw, tuple(sorted(reductions)), hist and raw, frozenset(names))
+
+    def forced_plan(self, name: str, collections: Iterable[str]) -> TensorPlan:
+        """Return the plan of a tensor the user saves explicitly (saved whatever the step's schedule)."""
+        names = sorted(set(collections) | set(self.membership(name)))
+        return self._make_plan(names)
+
+    def module_collections(self, path: str, type_name: str) -> tuple[frozenset[str], frozenset[str]]:
+        """Return the included collections that take this module's (inputs, outputs)."""
+        ins, outs = set(), set()
+        for cname in self.included:
+            wants_in, wants_out = self.manager.get(cname).wants_module(path, type_name)
+            if wants_in:
+                ins.add(cname)
+            if wants_out:
+                outs.add(cname)
+        return frozenset(ins), frozenset(outs)

@@ -1,0 +1,319 @@
+"""The PyTorch hook: translates module, autograd and optimizer events into calls on the neutral collector."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+from torch import nn
+
+from trainspect.collections import Collection
+from trainspect.config import ReductionConfig, SaveConfig
+from trainspect.hooks._guard import Guarded, guarded
+from trainspect.hooks.collector import Collector
+from trainspect.hooks.hook_extras import HookExtras
+from trainspect.hooks.torch_tensors import Staged, materialize, stage
+from trainspect.modes import ModeKeys, parse_mode
+
+__all__ = ["Hook"]
+
+
+def _outputs(value: Any) -> list[Any]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, torch.Tensor)]
+    if isinstance(value, dict):
+        return [v for v in value.values() if isinstance(v, torch.Tensor)]
+    return []
+
+
+class Hook(Guarded):
+    """Records losses, weights, gradients, module inputs/outputs and optimizer variables of a PyTorch model.
+
+    Steps begin at the registered model's forward pass; a training step ends at ``optimizer.step()``. A weight at
+    step N is the value used in step N's forward pass, a gradient at step N the one computed in its backward pass.
+    Parameters are those of :class:`~trainspect.hooks.collector.Collector`, plus ``profiler_config`` and
+    ``mlflow_run``.
+
+    Example:
+        >>> import tempfile, torch, trainspect as ts
+        >>> model, out = torch.nn.Linear(2, 1), tempfile.mkdtemp()
+        >>> with ts.torch.Hook(out) as hook:
+        ...     hook.register_module(model)
+        ...     loss = model(torch.ones(1, 2)).sum()
+        ...     hook.save_scalar("my_loss", float(loss))
+        >>> ts.create_trial(out).tensor_names()
+        ['scalar/my_loss']
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        export_tensorboard: bool = True,
+        tensorboard_dir: str | None = None,
+        dry_run: bool = False,
+        reduction_config: ReductionConfig | None = None,
+        save_config: SaveConfig | None = None,
+        include_regex: Iterable[str] | str | None = None,
+        include_collections: Iterable[str | Collection] | None = None,
+        save_all: bool = False,
+        include_workers: str = "one",
+        rules: Iterable[Any] | str | None = None,
+        profiler_config: Any = None,
+        mlflow_run: Any = None,
+    ) -> None:
+        self._extras = HookExtras(rules=rules, profiler_config=profiler_config, mlflow_run=mlflow_run)
+        self.collector = Collector(
+            out_dir, "pytorch", save_config=save_config, include_collections=include_collections,
+            include_regex=include_regex, reduction_config=reduction_config, save_all=save_all,
+            export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir, dry_run=dry_run,
+            include_workers=include_workers, rules=self._extras.rules,
+        )  # fmt: skip
+        self._handles: list[Any] = []
+        self._top: set[int] = set()
+        self._params: list[tuple[str, nn.Parameter]] = []
+        self._staged: list[Staged] = []
+        self._grads: dict[str, Staged] = {}
+        self._depth = 0
+        self._loss_depth = 0
+        self._optimizer_seen = False
+        self._optimizer_stepped = False
+        self._saving = False
+        self._globals_installed = False
+
+    # --- configuration API ---------------------------------------------------------------------------------
+    @property
+    def out_dir(self) -> str:
+        """The run directory."""
+        return str(self.collector.out_dir)
+
+    def get_collection(self, name: str) -> Collection:
+        """Return a collection, creating it when missing."""
+        return self.collector.collections.get(name)
+
+    def get_collections(self) -> dict[str, Collection]:
+        """Return every collection by name."""
+        return {c.name: c for c in self.collector.collections}
+
+    def add_collection(self, collection: Collection) -> None:
+        """Add a collection and record it."""
+        self.collector.collections.add(collection)
+        self.collector.planner.included.add(collection.name)
+
+    @classmethod
+    def create_from_json_file(cls, path: str | os.PathLike[str] | None = None) -> Hook:
+        """Build a hook from a JSON config (spec 5.2); the path defaults to ``TRAINSPECT_CONFIG``."""
+        from trainspect.hook_config import hook_kwargs_from_json
+
+        return cls(**hook_kwargs_from_json(path))
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+    @guarded()
+    def start(self) -> None:
+        """Start writing (called by ``register_module`` and ``__enter__``)."""
+        self.collector.start()
+        self._extras.start(self.collector)
+        if not self._globals_installed:
+            self._globals_installed = True
+            self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_pre))
+            self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_post))
+
+    def __enter__(self) -> Hook:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @guarded()
+    def close(self) -> None:
+        """Finish the open step, remove every hook, flush, write verdicts, the report and the end marker."""
+        self._end_step()
+        for handle in self._handles:
+            handle.remove()
+        self._handles.clear()
+        self._extras.before_close(self.collector)
+        self.collector.close()
+        self._extras.close(self.collector)
+
+    # --- registration --------------------------------------------------------------------------------------
+    @guarded()
+    def register_module(self, module: nn.Module) -> None:
+        """Hook a model: its forward pass marks the steps; its parameters and submodules are recorded."""
+        self.start()
+        if id(module) in self._top:
+            return
+        self._top.add(id(module))
+        prefix = type(module).__name__
+        self._handles.append(module.register_forward_pre_hook(self._on_top_forward_pre))
+        self._handles.append(module.register_forward_hook(self._on_top_forward))
+        for pname, param in module.named_parameters():
+            name = f"{prefix}_{pname}"
+            self._params.append((name, param))
+            if param.requires_grad:
+                self._handles.append(param.register_post_accumulate_grad_hook(self._grad_hook(f"gradient/{name}")))
+        for path, sub in module.named_modules():
+            self._register_io(path or prefix, sub)
+
+    register_hook = register_module
+
+    def _register_io(self, path: str, module: nn.Module) -> None:
+        ins, outs = self.collector.planner.module_collections(path, type(module).__name__)
+        object.__setattr__(module, "_trainspect_name", path)
+        if ins or outs:
+            self._handles.append(module.register_forward_hook(self._io_hook(path, ins, outs)))
+
+    @guarded()
+    def register_loss(self, loss_module: nn.Module) -> None:
+        """Record a loss module's output every step (collection ``losses``)."""
+        self.start()
+        name = f"{type(loss_module).__name__}_output_0"
+        self._handles.append(loss_module.register_forward_pre_hook(self._on_loss_pre))
+        self._handles.append(loss_module.register_forward_hook(self._loss_hook(name)))
+
+    # --- user API ------------------------------------------------------------------------------------------
+    @guarded()
+    def set_mode(self, mode: ModeKeys | str) -> None:
+        """Switch between TRAIN, EVAL, PREDICT and GLOBAL; each mode counts its own steps."""
+        if parse_mode(mode) is not self.collector.mode:
+            self._end_step()
+        self.collector.set_mode(mode)
+
+    @guarded()
+    def save_scalar(self, name: str, value: float, timestamp: float | None = None) -> None:
+        """Save a scalar at the current step as ``scalar/<name>`` (collection ``scalars``)."""
+        self._save_now(f"scalar/{name}", torch.as_tensor(float(value), dtype=torch.float64), ("scalars",))
+
+    @guarded()
+    def save_tensor(
+        self, tensor_name: str, tensor_value: Any, collections_to_write: str | list[str] = "default"
+    ) -> None:
+        """Save any array-like at the current step into the given collections."""
+        colls = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
+        for cname in colls:
+            self.collector.collections.get(cname).add_tensor_name(tensor_name)
+            self.collector.planner.included.add(cname)
+        value = tensor_value if isinstance(tensor_value, torch.Tensor) else torch.as_tensor(tensor_value)
+        self._save_now(tensor_name, value, tuple(colls))
+
+    def _save_now(self, name: str, value: torch.Tensor, colls: tuple[str, ...]) -> None:
+        self.start()
+        if not self.collector.step_open:
+            self._begin_step()
+        plan = self.collector.planner.forced_plan(name, colls)
+        staged = stage(name, value, plan)
+        if staged is not None:
+            self._staged.append(staged)
+
+    # --- step boundaries -----------------------------------------------------------------------------------
+    def _begin_step(self) -> None:
+        self._end_step()
+        self._extras.check_stop(self.collector)
+        self._saving = self.collector.begin_step()
+        self._optimizer_stepped = False
+        self._extras.on_step_start(self.collector)
+        if self._saving:
+            for name, param in self._params:
+                self._stage(name, param)
+
+    def _end_step(self) -> None:
+        if not self.collector.step_open:
+            return
+        staged = self._staged + list(self._grads.values())
+        self._staged, self._grads = [], {}
+        for s, value, reds in materialize(staged):
+            self.collector.add(s.name, s.plan, value, reds, s.shape)
+        self._extras.on_step_end(self.collector, self.collector.end_step())
+
+    def _stage(self, name: str, tensor: Any, extra: Iterable[str] = ()) -> None:
+        plan = self.collector.plan(name, extra)
+        if plan.raw or plan.reductions:
+            staged = stage(name, tensor, plan)
+            if staged is not None:
+                self._staged.append(staged)
+
+    # --- torch callbacks -----------------------------------------------------------------------------------
+    @guarded()
+    def _on_top_forward_pre(self, module: nn.Module, args: Any) -> None:
+        self._depth += 1
+        if self._depth > 1:
+            return
+        train = self.collector.mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL)
+        if not self.collector.step_open or not train or not self._optimizer_seen or self._optimizer_stepped:
+            self._begin_step()
+        self._extras.on_forward_start()
+
+    @guarded()
+    def _on_top_forward(self, module: nn.Module, args: Any, output: Any) -> None:
+        self._depth = max(0, self._depth - 1)
+        if self._depth == 0:
+            self._extras.on_forward_end()
+
+    def _io_hook(self, path: str, ins: frozenset[str], outs: frozenset[str]) -> Any:
+        @guarded()
+        def hook(hook_self: Hook, module: nn.Module, args: Any, output: Any) -> None:
+            if not self._saving:
+                return
+            for i, t in enumerate(_outputs(args)) if ins else ():
+                self._stage(f"{path}_input_{i}", t, ins)
+            for i, t in enumerate(_outputs(output)) if outs else ():
+                self._stage(f"{path}_output_{i}", t, outs)
+
+        return lambda module, args, output: hook(self, module, args, output)
+
+    def _grad_hook(self, name: str) -> Any:
+        @guarded()
+        def hook(hook_self: Hook, param: torch.Tensor) -> None:
+            if self._saving and param.grad is not None:
+                plan = self.collector.plan(name)
+                if plan.raw or plan.reductions:
+                    staged = stage(name, param.grad, plan)
+                    if staged is not None:
+                        self._grads[name] = staged
+
+        return lambda param: hook(self, param)
+
+    @guarded()
+    def _on_loss_pre(self, module: nn.Module, args: Any) -> None:
+        self._loss_depth += 1
+
+    def _loss_hook(self, name: str) -> Any:
+        @guarded()
+        def hook(hook_self: Hook, module: nn.Module, args: Any, output: Any) -> None:
+            self._loss_depth = max(0, self._loss_depth - 1)
+            self.record_loss(name, output)
+
+        return lambda module, args, output: hook(self, module, args, output)
+
+    @guarded()
+    def record_loss(self, name: str, value: Any) -> None:
+        """Record a loss value computed outside a registered loss module (used by zero-script-change)."""
+        if not isinstance(value, torch.Tensor):
+            return
+        if not self.collector.step_open:
+            self._begin_step()
+        self.collector.collections.get("losses").add_tensor_name(name)
+        self._stage(name, value, ("losses",))
+
+    @guarded()
+    def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._optimizer_seen = True
+        self._extras.on_optimizer_start()
+
+    @guarded()
+    def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        self._extras.on_optimizer_end()
+        if not self.collector.step_open:
+            return
+        if self._saving:
+            for i, group in enumerate(optimizer.param_groups):
+                for key in ("lr", "momentum"):
+                    if isinstance(group.get(key), (int, float)):
+                        self._stage(f"optimizer/{key}_group_{i}", torch.tensor(float(group[key]), dtype=torch.float64))
+        self._optimizer_stepped = True
+        if self.collector.mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL):
+            self._end_step()

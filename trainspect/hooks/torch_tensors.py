@@ -1,0 +1,87 @@
+"""Moving PyTorch tensors to the host: reductions on the device, one copy per saved tensor, one sync per step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainspect.hooks.save_plan import TensorPlan
+from trainspect.step import ReductionKey
+
+__all__ = ["Staged", "stage", "materialize"]
+
+
+@dataclass
+class Staged:
+    """A tensor's pending host copy and device-side reductions."""
+
+    name: str
+    plan: TensorPlan
+    raw: torch.Tensor | None
+    reductions: torch.Tensor | None
+    shape: tuple[int, ...]
+
+
+_OPS: dict[str, Any] = {
+    "min": lambda x: x.min(),
+    "max": lambda x: x.max(),
+    "mean": lambda x: x.mean(),
+    "std": lambda x: x.std(unbiased=False),
+    "variance": lambda x: x.var(unbiased=False),
+    "sum": lambda x: x.sum(),
+    "prod": lambda x: x.prod(),
+    "l1": lambda x: x.abs().sum(),
+    "l2": lambda x: torch.linalg.vector_norm(x.reshape(-1), 2),
+}
+
+
+def _reduce(t: torch.Tensor, name: str, absolute: bool) -> torch.Tensor:
+    x = t.detach()
+    if not x.is_floating_point():
+        x = x.double()
+    if absolute:
+        x = x.abs()
+    return _OPS[name](x)
+
+
+def _host_copy(t: torch.Tensor) -> torch.Tensor:
+    x = t.detach()
+    if x.dtype == torch.bfloat16:
+        x = x.float()
+    if x.device.type == "cpu":
+        return x.clone()
+    out = torch.empty(x.shape, dtype=x.dtype, pin_memory=torch.cuda.is_available())
+    out.copy_(x, non_blocking=True)
+    return out
+
+
+def stage(name: str, tensor: Any, plan: TensorPlan) -> Staged | None:
+    """Start copying what ``plan`` asks of ``tensor`` to the host (non-blocking on CUDA); None if not a tensor."""
+    if not isinstance(tensor, torch.Tensor):
+        return None
+    reds = None
+    if plan.reductions and tensor.numel() > 0:
+        vals = [_reduce(tensor, n, a).to(torch.float64) for n, a in plan.reductions]
+        reds = _host_copy(torch.stack(vals))
+    raw = _host_copy(tensor) if plan.raw else None
+    return Staged(name, plan, raw, reds, tuple(tensor.shape))
+
+
+def materialize(staged: list[Staged]) -> list[tuple[Staged, np.ndarray | None, dict[ReductionKey, float]]]:
+    """Wait once for pending device copies, then return NumPy values and reductions."""
+    if torch.cuda.is_available() and any(
+        (s.raw is not None and s.raw.is_pinned()) or (s.reductions is not None and s.reductions.is_pinned())
+        for s in staged
+    ):
+        torch.cuda.synchronize()
+    out = []
+    for s in staged:
+        value = s.raw.numpy() if s.raw is not None else None
+        reds: dict[ReductionKey, float] = {}
+        if s.reductions is not None:
+            reds = dict(zip(s.plan.reductions, s.reductions.tolist(), strict=True))
+        out.append((s, value, reds))
+    return out

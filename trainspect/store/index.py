@@ -1,0 +1,63 @@
+"""The in-memory index a Trial keeps: steps, modes and where each (tensor, step, worker) lives."""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainspect.modes import ModeKeys
+
+__all__ = ["Entry", "StepInfo", "TrialIndex"]
+
+
+@dataclass(slots=True)
+class Entry:
+    """Where one tensor of one step of one worker is stored, and its saved reductions."""
+
+    file: str | None
+    offset: int
+    length: int
+    dtype: str | None
+    shape: tuple[int, ...] | None
+    reductions: dict[str, Any] | None
+    codec: int = 0  # 0: trainspect raw record, 1: smdebug TFRecord event
+
+
+@dataclass(slots=True)
+class StepInfo:
+    """One global step: its mode, mode step, wall time and the workers that wrote it."""
+
+    mode: ModeKeys
+    mode_step: int
+    wall_time: float
+    workers: set[str] = field(default_factory=set)
+
+
+class TrialIndex:
+    """Steps and tensor locations, filled incrementally by a source."""
+
+    def __init__(self) -> None:
+        self.steps: dict[int, StepInfo] = {}
+        self.sorted_steps: list[int] = []
+        self.tensors: dict[str, dict[int, dict[str, Entry]]] = {}
+        self.by_mode: dict[ModeKeys, dict[int, int]] = {}
+        self.workers: set[str] = set()
+
+    def add_step(self, worker: str, global_step: int, mode: ModeKeys, mode_step: int, wall_time: float) -> None:
+        """Record that ``worker`` wrote ``global_step``."""
+        info = self.steps.get(global_step)
+        if info is None:
+            info = StepInfo(mode, mode_step, wall_time)
+            self.steps[global_step] = info
+            if not self.sorted_steps or global_step > self.sorted_steps[-1]:
+                self.sorted_steps.append(global_step)
+            else:
+                bisect.insort(self.sorted_steps, global_step)
+            self.by_mode.setdefault(mode, {})[mode_step] = global_step
+        info.workers.add(worker)
+        self.workers.add(worker)
+
+    def add_tensor(self, name: str, global_step: int, worker: str, entry: Entry) -> None:
+        """Record where a tensor of a step is."""
+        self.tensors.setdefault(name, {}).setdefault(global_step, {})[worker] = entry

@@ -1,0 +1,77 @@
+"""The job manifest, the per-worker manifests and the end marker."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from trainspect.exceptions import RunDirectoryInUse
+from trainspect.store.layout import FORMAT_VERSION, RunLayout
+
+__all__ = ["claim_run_directory", "write_worker_manifest", "mark_job_end", "read_manifest", "write_json_atomic"]
+
+
+def write_json_atomic(path: Path, doc: Any) -> None:
+    """Write JSON through a temporary file renamed into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, default=str)
+    os.replace(tmp, path)
+
+
+def read_manifest(layout: RunLayout) -> dict[str, Any] | None:
+    """Return the job manifest, or None when the directory has none (or it is unreadable)."""
+    try:
+        return json.loads(layout.manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def claim_run_directory(layout: RunLayout, job_id: str, manifest: dict[str, Any]) -> None:
+    """Create the job manifest, or join it when it belongs to the same job.
+
+    Raises:
+        RunDirectoryInUse: the directory holds another job's data; nothing is overwritten.
+    """
+    layout.root.mkdir(parents=True, exist_ok=True)
+    doc = {"format_version": FORMAT_VERSION, "job_id": job_id, "created": time.time(), **manifest}
+    try:
+        fd = os.open(layout.manifest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        existing = read_manifest(layout) or {}
+        if existing.get("job_id") != job_id:
+            raise RunDirectoryInUse(
+                f"{layout.root} already holds the run of another job (job_id {existing.get('job_id')!r}, "
+                f"created {time.ctime(existing.get('created', 0))}); trainspect never merges or overwrites runs: "
+                "choose a new out_dir"
+            ) from None
+        return
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1, default=str)
+
+
+def write_worker_manifest(layout: RunLayout, worker: str, **fields: Any) -> None:
+    """Write (or update) one worker's manifest: host, node, pid, rank, start and end times."""
+    path = layout.worker_manifest(worker)
+    doc: dict[str, Any] = {}
+    if path.exists():
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except ValueError:
+            doc = {}
+    doc.setdefault("worker", worker)
+    doc.setdefault("host", socket.gethostname())
+    doc.setdefault("pid", os.getpid())
+    doc.update(fields)
+    write_json_atomic(path, doc)
+
+
+def mark_job_end(layout: RunLayout) -> None:
+    """Write the end marker: readers then know the job is over."""
+    layout.end_marker.write_text(f"{time.time():.6f}\n", encoding="utf-8")

@@ -1,0 +1,120 @@
+"""One worker's writer of a run directory: tensors, TensorBoard summaries and collections, off the training thread."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from trainspect.step import StepRecord
+from trainspect.store.background import BackgroundWriter
+from trainspect.store.layout import RunLayout
+from trainspect.store.manifest import mark_job_end, write_json_atomic, write_worker_manifest
+from trainspect.store.tb_writer import TensorBoardWriter, tb_tag
+from trainspect.store.tensor_file import TensorFileWriter, reduction_key
+
+__all__ = ["RunWriter", "COLLECTIONS_FILE"]
+
+log = logging.getLogger(__name__)
+COLLECTIONS_FILE = "collections.json"
+
+
+class RunWriter:
+    """Writes the steps of one worker through a :class:`BackgroundWriter`.
+
+    Args:
+        layout: the run directory.
+        worker: this worker's name (``worker_0``).
+        tensorboard: also write TensorBoard summaries.
+        tensorboard_dir: where the event files go (default: the run root, so the run is named after it).
+        chief: this worker writes the end marker at close.
+    """
+
+    def __init__(
+        self,
+        layout: RunLayout,
+        worker: str,
+        tensorboard: bool = True,
+        tensorboard_dir: Path | None = None,
+        chief: bool = True,
+    ) -> None:
+        self.layout = layout
+        self.worker = worker
+        self.chief = chief
+        self._tensor_dir = layout.tensor_dir(worker)
+        self._files: TensorFileWriter | None = None
+        self._tb: TensorBoardWriter | None = None
+        self._tb_dir = (tensorboard_dir or layout.tensorboard_dir(worker)) if tensorboard else None
+        self._bg = BackgroundWriter("tensor capture", self._handle, self._flush)
+
+    def start(self) -> None:
+        """Open the files and start the writer thread."""
+        self._files = TensorFileWriter(self._tensor_dir)
+        if self._tb_dir is not None:
+            self._tb = TensorBoardWriter(self._tb_dir, filename_suffix=f".{self.worker}")
+        write_worker_manifest(self.layout, self.worker, start_time=time.time())
+        self._bg.start()
+
+    @property
+    def failed(self) -> bool:
+        """Whether the writer disabled itself after an error."""
+        return self._bg.failed is not None
+
+    def submit(self, record: StepRecord, histograms: frozenset[str] = frozenset()) -> bool:
+        """Queue one step; ``histograms`` names the tensors that also get a TensorBoard histogram."""
+        nbytes = sum(t.value.nbytes for t in record.tensors.values() if t.value is not None)
+        return self._bg.submit(("step", record, histograms), nbytes)
+
+    def write_collections(self, collections: dict[str, Any]) -> None:
+        """Queue a rewrite of the collections file (names, regexes and members of every collection)."""
+        self._bg.submit(("collections", collections, None), 0)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until everything queued is on disk."""
+        return self._bg.wait_idle(timeout)
+
+    def _handle(self, batch: list[Any]) -> None:
+        assert self._files is not None
+        for kind, payload, extra in batch:
+            if kind == "collections":
+                write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, {"schema_version": 1, "collections": payload})
+                continue
+            self._files.write(payload)
+            if self._tb is not None:
+                self._write_tb(payload, extra)
+
+    def _write_tb(self, record: StepRecord, histograms: frozenset[str]) -> None:
+        assert self._tb is not None
+        step, wall = record.global_step, record.wall_time
+        for t in record.tensors.values():
+            tag = tb_tag(t.name, record.mode)
+            if t.value is not None and t.value.size == 1 and t.value.dtype.kind in "fiub":
+                self._tb.scalar(tag, float(t.value.reshape(-1)[0]), step, wall)
+            elif t.value is not None and t.name in histograms and t.value.dtype.kind in "fiu":
+                self._tb.histogram(tag, t.value, step, wall)
+            for (name, absolute), value in t.reductions.items():
+                self._tb.scalar(f"{tag}/{reduction_key(name, absolute)}", value, step, wall)
+
+    def _flush(self) -> None:
+        if self._files is not None:
+            self._files.flush()
+        if self._tb is not None:
+            self._tb.flush()
+
+    def close(self, end_job: bool | None = None) -> None:
+        """Drain the queue, close the files, record the worker's end, and (chief) write the end marker."""
+        self._bg.close()
+        for closer in (self._files, self._tb):
+            if closer is not None:
+                try:
+                    closer.close()
+                except OSError as exc:
+                    log.warning("trainspect: closing %s failed: %s", self._tensor_dir, exc)
+        self._files = self._tb = None
+        try:
+            write_worker_manifest(self.layout, self.worker, end_time=time.time())
+            if self.chief if end_job is None else end_job:
+                mark_job_end(self.layout)
+        except OSError as exc:
+            log.warning("trainspect: could not record the end of the job in %s: %s", self.layout.root, exc)

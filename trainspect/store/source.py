@@ -1,0 +1,155 @@
+"""Reads a trainspect run directory into a :class:`TrialIndex`, incrementally, while the job may still write."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainspect.collections import Collection
+from trainspect.modes import ModeKeys
+from trainspect.store.framing import CorruptRecord, read_frame_at, scan_frames
+from trainspect.store.index import Entry, TrialIndex
+from trainspect.store.layout import RunLayout
+from trainspect.store.run_writer import COLLECTIONS_FILE
+from trainspect.store.tensor_file import INDEX_PREFIX, KIND_INDEX
+
+__all__ = ["TrainspectSource"]
+
+log = logging.getLogger(__name__)
+_NONFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
+class TrainspectSource:
+    """Tails the index files of every worker; remembers where it stopped in each."""
+
+    def __init__(self, root: Path) -> None:
+        self.layout = RunLayout(root)
+        self._offsets: dict[Path, int] = {}
+        self._fds: dict[str, int] = {}
+        self.corrupt_records = 0
+        self._warned: set[str] = set()
+
+    @staticmethod
+    def detect(root: Path) -> bool:
+        """Return whether ``root`` looks like a trainspect run directory."""
+        layout = RunLayout(root)
+        return layout.manifest.exists() or layout.tensors_dir.is_dir()
+
+    def ended(self) -> bool:
+        """Whether the job wrote its end marker."""
+        return self.layout.end_marker.exists()
+
+    def refresh(self, index: TrialIndex) -> int:
+        """Read every complete index record written since the last call; return how many steps were read."""
+        new = 0
+        if not self.layout.tensors_dir.is_dir():
+            return 0
+        for worker_dir in sorted(p for p in self.layout.tensors_dir.iterdir() if p.is_dir()):
+            for idx_file in sorted(worker_dir.glob(f"{INDEX_PREFIX}*.idx")):
+                new += self._read_index(index, worker_dir.name, idx_file)
+        return new
+
+    def _read_index(self, index: TrialIndex, worker: str, path: Path) -> int:
+        start = self._offsets.get(path, 0)
+        try:
+            size = path.stat().st_size
+            if size <= start:
+                return 0
+            with open(path, "rb") as fh:
+                fh.seek(start)
+                buf = fh.read(size - start)
+        except OSError as exc:
+            self._warn(str(path), f"cannot read {path}: {exc}")
+            return 0
+        scan = scan_frames(buf, start)
+        self._offsets[path] = scan.resume_at
+        if scan.corrupt:
+            self.corrupt_records += scan.corrupt
+            self._warn(str(path), f"{path}: skipped {scan.corrupt} corrupt index record(s)")
+        for _offset, kind, payload in scan.records:
+            if kind == KIND_INDEX:
+                self._add(index, worker, path.parent, payload)
+        return len(scan.records)
+
+    def _add(self, index: TrialIndex, worker: str, folder: Path, payload: bytes) -> None:
+        try:
+            doc = json.loads(payload)
+            gs, mode = int(doc["g"]), ModeKeys(int(doc["m"]))
+        except (ValueError, KeyError, TypeError):
+            self.corrupt_records += 1
+            return
+        index.add_step(worker, gs, mode, int(doc["ms"]), float(doc.get("t", 0.0)))
+        data_file = str(folder / doc["f"])
+        for e in doc.get("e", ()):
+            red = e.get("r")
+            if red:
+                red = {k: _NONFINITE.get(v, v) if isinstance(v, str) else v for k, v in red.items()}
+            shape = tuple(e["s"]) if "s" in e else None
+            if "o" in e:
+                entry = Entry(data_file, int(e["o"]), int(e["l"]), e["d"], shape, red)
+            else:
+                entry = Entry(None, 0, 0, None, shape, red)
+            index.add_tensor(e["n"], gs, worker, entry)
+
+    def read(self, entry: Entry) -> np.ndarray:
+        """Read one stored array (checksum verified).
+
+        Raises:
+            CorruptRecord: the record is truncated or fails its checksum.
+        """
+        assert entry.file is not None and entry.dtype is not None and entry.shape is not None
+        fd = self._fds.get(entry.file)
+        if fd is None:
+            fd = os.open(entry.file, os.O_RDONLY)
+            self._fds[entry.file] = fd
+        payload = read_frame_at(fd, entry.offset, entry.length)
+        return np.frombuffer(payload, dtype=np.dtype(entry.dtype)).reshape(entry.shape)
+
+    def collections(self) -> dict[str, Collection]:
+        """Return the collections the workers recorded (merged across workers)."""
+        out: dict[str, Collection] = {}
+        if not self.layout.tensors_dir.is_dir():
+            return out
+        for path in sorted(self.layout.tensors_dir.glob(f"*/{COLLECTIONS_FILE}")):
+            try:
+                doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                self._warn(str(path), f"cannot read {path}: {exc}")
+                continue
+            for name, data in doc.get("collections", {}).items():
+                coll = Collection.from_dict(data)
+                if name in out:
+                    out[name].tensor_names |= coll.tensor_names
+                else:
+                    out[name] = coll
+        return out
+
+    def worker_names(self) -> list[str]:
+        """Return the workers that have a tensor folder or a worker manifest."""
+        names = (
+            {p.name for p in self.layout.tensors_dir.iterdir() if p.is_dir()}
+            if self.layout.tensors_dir.is_dir()
+            else set()
+        )
+        return sorted(names)
+
+    def close(self) -> None:
+        """Close the file descriptors kept open for reading."""
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def _warn(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning("trainspect: %s", message)
+
+
+def is_corrupt(exc: BaseException) -> bool:
+    """Return whether an exception is a corrupt-record error."""
+    return isinstance(exc, CorruptRecord)

@@ -1,0 +1,160 @@
+"""One saved tensor across steps, modes and workers (spec 5.6 ``Tensor``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from trainspect.exceptions import TensorUnavailableForStep
+from trainspect.modes import ModeKeys, parse_mode
+from trainspect.reductions import reduce
+from trainspect.store.framing import CorruptRecord
+from trainspect.store.index import Entry, TrialIndex
+from trainspect.store.tensor_file import reduction_key
+
+if TYPE_CHECKING:
+    from trainspect.store.trial import Source, Trial
+
+__all__ = ["Tensor"]
+
+log = logging.getLogger(__name__)
+
+
+class Tensor:
+    """A tensor of a :class:`~trainspect.store.trial.Trial`; get it with ``trial.tensor(name)``."""
+
+    def __init__(self, name: str, trial: Trial, index: TrialIndex, source: Source) -> None:
+        self.name = name
+        self._trial = trial
+        self._index = index
+        self._source = source
+        self._warned_corrupt = False
+
+    def _by_step(self) -> dict[int, dict[str, Entry]]:
+        return self._index.tensors.get(self.name, {})
+
+    def _global(self, step: int, mode: ModeKeys | str) -> int:
+        mode = parse_mode(mode)
+        return step if mode is ModeKeys.GLOBAL else self._trial.global_step(mode, step)
+
+    def steps(self, mode: ModeKeys | str = ModeKeys.GLOBAL, show_incomplete_steps: bool = False) -> list[int]:
+        """Return the steps (global, or mode steps of ``mode``) at which this tensor was saved."""
+        self._trial._maybe_refresh()
+        mode = parse_mode(mode)
+        saved = self._by_step()
+        out = []
+        for gs in self._trial.steps(ModeKeys.GLOBAL, show_incomplete_steps):
+            if gs in saved:
+                info = self._index.steps[gs]
+                if mode is ModeKeys.GLOBAL:
+                    out.append(gs)
+                elif info.mode is mode:
+                    out.append(info.mode_step)
+        return out
+
+    def workers(self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL) -> list[str]:
+        """Return the workers that saved this tensor at a step."""
+        return sorted(self._by_step().get(self._global(step, mode), {}))
+
+    def _entry(self, step: int, mode: ModeKeys | str, worker: str | None) -> Entry:
+        gs = self._global(step, mode)
+        per_worker = self._by_step().get(gs)
+        if per_worker is None:
+            self._trial._maybe_refresh()
+            per_worker = self._by_step().get(gs)
+        if not per_worker:
+            raise TensorUnavailableForStep(self.name, step, parse_mode(mode))
+        if worker is None:
+            worker = sorted(per_worker)[0]
+        if worker not in per_worker:
+            raise TensorUnavailableForStep(self.name, step, f"{parse_mode(mode).name}, worker {worker}")
+        return per_worker[worker]
+
+    def _read(self, entry: Entry, step: int, mode: ModeKeys | str) -> np.ndarray:
+        if entry.file is None:
+            raise TensorUnavailableForStep(self.name, step, parse_mode(mode), has_reductions=bool(entry.reductions))
+        try:
+            return self._source.read(entry)
+        except (CorruptRecord, OSError) as exc:
+            self._source.corrupt_records += 1
+            if not self._warned_corrupt:
+                self._warned_corrupt = True
+                log.warning("trainspect: skipped a corrupt record of %s: %s", self.name, exc)
+            raise TensorUnavailableForStep(self.name, step, parse_mode(mode)) from None
+
+    def value(self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None) -> np.ndarray:
+        """Return the saved value at a step (global step, or a mode step with ``mode``).
+
+        Raises:
+            TensorUnavailableForStep: not saved at that step, only reductions were saved, or the record is corrupt.
+        """
+        return self._read(self._entry(step, mode, worker), step, mode)
+
+    def values(self, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, np.ndarray]:
+        """Return ``{step: value}`` for every step with a raw value (corrupt records are skipped)."""
+        out: dict[int, np.ndarray] = {}
+        for step in self.steps(mode):
+            try:
+                out[step] = self.value(step, mode, worker)
+            except TensorUnavailableForStep:
+                continue
+        return out
+
+    def reduction_value(
+        self,
+        step: int,
+        reduction_name: str,
+        mode: ModeKeys | str = ModeKeys.GLOBAL,
+        worker: str | None = None,
+        abs: bool = False,  # noqa: A002 - smdebug's keyword
+    ) -> float:
+        """Return a reduction: the saved one, or computed from the raw value.
+
+        Raises:
+            TensorUnavailableForStep: neither the reduction nor the raw value was saved.
+        """
+        entry = self._entry(step, mode, worker)
+        key = reduction_key(reduction_name, abs)
+        if entry.reductions and key in entry.reductions:
+            return float(entry.reductions[key])
+        return reduce(self._read(entry, step, mode), reduction_name, abs)
+
+    def reduction_values(
+        self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None
+    ) -> dict[tuple[str, bool], float]:
+        """Return the saved reductions of a step as ``{(name, abs): value}``."""
+        entry = self._entry(step, mode, worker)
+        out: dict[tuple[str, bool], float] = {}
+        for key, value in (entry.reductions or {}).items():
+            absolute = key.startswith("abs_")
+            out[(key[4:] if absolute else key, absolute)] = float(value)
+        return out
+
+    def shape(self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None) -> tuple[int, ...]:
+        """Return the shape at a step (saved with the raw value, or with ``save_shape``).
+
+        Raises:
+            TensorUnavailableForStep: no shape was saved.
+        """
+        entry = self._entry(step, mode, worker)
+        if entry.shape is None:
+            raise TensorUnavailableForStep(self.name, step, parse_mode(mode))
+        return entry.shape
+
+    def shapes(self, mode: ModeKeys | str = ModeKeys.GLOBAL) -> dict[int, tuple[int, ...]]:
+        """Return ``{step: shape}``."""
+        return {s: self.shape(s, mode) for s in self.steps(mode)}
+
+    def prev_steps(self, step: int, n: int, mode: ModeKeys | str = ModeKeys.GLOBAL) -> list[int]:
+        """Return up to ``n`` saved steps before ``step``, oldest first."""
+        earlier = [s for s in self.steps(mode) if s < step]
+        return earlier[-n:] if n > 0 else []
+
+    def has_reductions_only(self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL) -> bool:
+        """Return whether only reductions (no raw value) were saved at a step."""
+        return self._entry(step, mode, None).file is None
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.name!r})"
