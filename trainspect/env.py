@@ -26,6 +26,9 @@ __all__ = [
     "LOCAL_RANK",
     "WORLD_SIZE",
     "MLFLOW_RUN_ID",
+    "PYTHONPATH",
+    "TRAINSPECT_PROFILE",
+    "child_environment",
 ]
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -114,3 +117,18 @@ RANK: EnvVar[int] = EnvVar("RANK", int, 0, "Global rank (set by torchrun).")
 LOCAL_RANK: EnvVar[int] = EnvVar("LOCAL_RANK", int, 0, "Rank on this node (set by torchrun).")
 WORLD_SIZE: EnvVar[int] = EnvVar("WORLD_SIZE", int, 1, "Number of ranks (set by torchrun).")
 MLFLOW_RUN_ID: EnvVar[str | None] = EnvVar("MLFLOW_RUN_ID", str, None, "MLflow run to attach to.")
+TRAINSPECT_PROFILE: EnvVar[int | None] = EnvVar(
+    "TRAINSPECT_PROFILE", int, None, "Set by `trainspect run --profile`: system sampling interval in ms."
+)
+PYTHONPATH: EnvVar[str | None] = EnvVar("PYTHONPATH", str, None, "Module search path (extended by `trainspect run`).")
+
+
+def child_environment(overrides: dict[str, str | None]) -> dict[str, str]:
+    """Return a copy of this process's environment with ``overrides`` applied (None removes a variable)."""
+    out = dict(os.environ)
+    for key, value in overrides.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out

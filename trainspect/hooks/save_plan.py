@@ -75,8 +75,14 @@ class SavePlanner:
 
     def _include(self, item: str | Collection) -> None:
         if isinstance(item, Collection):
-            self.manager.add(item)
             name = item.name
+            if name in KNOWN_COLLECTIONS and not item.include_regex and not item.tensor_names:
+                builtin = self.manager.get(name)
+                builtin.save_config = item.save_config or builtin.save_config
+                builtin.reduction_config = item.reduction_config or builtin.reduction_config
+                builtin.save_histogram = item.save_histogram
+            else:
+                self.manager.add(item)
         else:
             name = str(item)
             if name not in KNOWN_COLLECTIONS and name not in self.manager:

@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig

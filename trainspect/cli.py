@@ -1,0 +1,117 @@
+"""The ``trainspect`` command: ``run``, ``rules`` and the commands added by the other parts."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from trainspect import env
+
+__all__ = ["main", "build_parser"]
+
+# Subcommands contributed by other modules: each exposes add_parser(subparsers) and run(args) -> int.
+_PLUGINS = ("trainspect.rules.cli",)
+
+
+def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser(
+        "run",
+        help="run an unmodified training script with trainspect",
+        description="Run a command (python train.py ...) with zero-script-change instrumentation.",
+    )
+    p.add_argument("--out", help="run directory (default: runs/<script>-<time>)")
+    p.add_argument("--config", help="JSON hook config (smdebug format, see README)")
+    p.add_argument("--profile", action="store_true", help="also record system and framework metrics")
+    p.add_argument("--profiler-interval", type=int, default=None, metavar="MS", help="system sampling interval in ms")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- followed by the command to run")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        print("trainspect run: give the command after --, e.g. trainspect run -- python train.py", file=sys.stderr)
+        return 2
+    if args.config and not Path(args.config).is_file():
+        print(f"trainspect run: --config {args.config!r} is not a file", file=sys.stderr)
+        return 2
+    script = next((Path(c).stem for c in command[1:] if c.endswith(".py")), Path(command[0]).name)
+    out = Path(args.out or Path("runs") / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    bootstrap = str(Path(__file__).parent / "_bootstrap")
+    path = os.pathsep.join(p for p in (bootstrap, str(Path(__file__).parent.parent), env.PYTHONPATH.get()) if p)
+    overrides: dict[str, str | None] = {
+        "TRAINSPECT_RUN_ACTIVE": "1",
+        "TRAINSPECT_OUT_DIR": str(out),
+        "PYTHONPATH": path,
+        "TRAINSPECT_CONFIG": str(Path(args.config).resolve()) if args.config else env.TRAINSPECT_CONFIG.get(),
+    }
+    if args.profile or args.profiler_interval:
+        overrides["TRAINSPECT_PROFILE"] = str(args.profiler_interval or 500)
+    code = subprocess.call(command, env=env.child_environment(overrides))
+    print(f"trainspect: run directory {out}", file=sys.stderr)
+    print(f"trainspect: view it with: tensorboard --logdir {out.parent}", file=sys.stderr)
+    return code
+
+
+def _add_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("info", help="summarise a run directory (steps, tensors, workers)")
+    p.add_argument("dir")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_info)
+
+
+def _info(args: argparse.Namespace) -> int:
+    from trainspect.store.trial import create_trial
+
+    try:
+        trial = create_trial(args.dir)
+    except FileNotFoundError as exc:
+        print(f"trainspect info: {exc}", file=sys.stderr)
+        return 2
+    doc = {
+        "path": str(trial.path),
+        "steps": len(trial.steps()),
+        "modes": [m.name for m in trial.modes()],
+        "workers": trial.workers(),
+        "tensors": trial.tensor_names(),
+        "collections": sorted(trial.collections()),
+        "ended": trial.job_ended,
+    }
+    print(json.dumps(doc, indent=1) if args.json else "\n".join(f"{k}: {v}" for k, v in doc.items()))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the argument parser of the ``trainspect`` command."""
+    parser = argparse.ArgumentParser(prog="trainspect", description="Local debugger and profiler for training jobs.")
+    sub = parser.add_subparsers(dest="command_name", required=True)
+    _add_run(sub)
+    _add_info(sub)
+    for name in _PLUGINS:
+        module = importlib.import_module(name)
+        before = set(sub.choices)
+        module.add_parser(sub)
+        for new in set(sub.choices) - before:
+            if sub.choices[new].get_default("func") is None:
+                sub.choices[new].set_defaults(func=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``trainspect`` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""The JSON hook configuration (smdebug's format, spec 5.2): keys case-insensitive, values may be strings.
+
+```
+{"LocalPath": "runs/exp1",
+ "HookParameters": {"save_interval": "100", "train.save_interval": "10", "reductions": "mean,abs_max", ...},
+ "CollectionConfigurations": [{"CollectionName": "weights", "CollectionParameters": {"save_interval": "50"}}],
+ "Rules": [{"name": "ExplodingTensor", "parameters": {"only_nan": "true"}, "actions": ["StopTraining"]}],
+ "ProfilerConfig": {"system_monitor_interval_millis": 500}}
+```
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from trainspect import env
+from trainspect.collections import Collection
+from trainspect.config import ReductionConfig, SaveConfig, parse_bool
+from trainspect.exceptions import ConfigError
+from trainspect.modes import ModeKeys
+
+__all__ = ["hook_kwargs_from_json", "hook_kwargs_from_dict", "load_json_config"]
+
+_SAVE_KEYS = ("save_interval", "save_steps", "start_step", "end_step")
+_REDUCTION_KEYS = ("reductions", "save_raw_tensor", "save_shape")
+_HOOK_KEYS = ("export_tensorboard", "tensorboard_dir", "save_all", "include_regex", "include_workers", "dry_run")
+_COLLECTION_KEYS = ("include_regex", "save_histogram")
+_TOP_KEYS = ("localpath", "hookparameters", "collectionconfigurations", "rules", "profilerconfig", "mlflow")
+_MODES = tuple(m.name.lower() for m in ModeKeys)
+
+
+def _lower(data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    return {str(k).strip().lower(): v for k, v in data.items()}
+
+
+def _check_keys(params: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    for key in params:
+        base = key.split(".", 1)[1] if "." in key else key
+        mode_ok = "." not in key or key.split(".", 1)[0] in _MODES
+        if not mode_ok or base not in allowed or ("." in key and base not in _SAVE_KEYS):
+            raise ConfigError(
+                f"{where}: unknown key {key!r}; allowed: {', '.join(allowed)} "
+                f"(save keys may take a mode prefix: {', '.join(m + '.' for m in _MODES)})"
+            )
+
+
+def _save_config(params: Mapping[str, Any]) -> SaveConfig | None:
+    base = {k: params[k] for k in _SAVE_KEYS if k in params}
+    per_mode: dict[str, dict[str, Any]] = {}
+    for key, value in params.items():
+        if "." in key:
+            mode, sub = key.split(".", 1)
+            per_mode.setdefault(mode.upper(), {})[sub] = value
+    if not base and not per_mode:
+        return None
+    return SaveConfig(mode_save_configs={m: {**base, **d} for m, d in per_mode.items()} or None, **base)
+
+
+def _reduction_config(params: Mapping[str, Any]) -> ReductionConfig | None:
+    if not any(k in params for k in _REDUCTION_KEYS):
+        return None
+    return ReductionConfig.from_string(
+        str(params.get("reductions", "")),
+        save_raw_tensor=params.get("save_raw_tensor", False),
+        save_shape=params.get("save_shape", False),
+    )
+
+
+def _regex_list(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [r.strip() for r in value.split(",") if r.strip()]
+    return [str(r) for r in value or []]
+
+
+def _collection(item: Mapping[str, Any]) -> Collection:
+    item = _lower(item, "CollectionConfigurations[]")
+    name = item.get("collectionname")
+    if not name:
+        raise ConfigError("CollectionConfigurations: every entry needs a CollectionName")
+    params = _lower(item.get("collectionparameters") or {}, f"collection {name}")
+    _check_keys(params, _COLLECTION_KEYS + _SAVE_KEYS + _REDUCTION_KEYS, f"collection {name} parameters")
+    coll = Collection(str(name), include_regex=_regex_list(params.get("include_regex")))
+    coll.save_config = _save_config(params)
+    coll.reduction_config = _reduction_config(params)
+    if "save_histogram" in params:
+        coll.save_histogram = parse_bool("save_histogram", params["save_histogram"])
+    return coll
+
+
+def hook_kwargs_from_dict(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn a parsed JSON config into keyword arguments of a framework hook.
+
+    Raises:
+        ConfigError: an unknown key or an invalid value, named in the message.
+    """
+    top = _lower(doc, "config")
+    unknown = sorted(set(top) - set(_TOP_KEYS))
+    if unknown:
+        raise ConfigError(f"config: unknown key(s) {', '.join(unknown)}; allowed: LocalPath, HookParameters, "
+                          "CollectionConfigurations, Rules, ProfilerConfig, MLflow")  # fmt: skip
+    hook = _lower(top.get("hookparameters") or {}, "HookParameters")
+    _check_keys(hook, _HOOK_KEYS + _SAVE_KEYS + _REDUCTION_KEYS, "HookParameters")
+    out_dir = top.get("localpath") or env.TRAINSPECT_OUT_DIR.get()
+    if not out_dir:
+        raise ConfigError("config: LocalPath (the run directory) is required (or set TRAINSPECT_OUT_DIR)")
+    kwargs: dict[str, Any] = {"out_dir": str(out_dir)}
+    for key in ("export_tensorboard", "save_all", "dry_run"):
+        if key in hook:
+            kwargs[key] = parse_bool(key, hook[key])
+    for key in ("tensorboard_dir", "include_workers"):
+        if key in hook:
+            kwargs[key] = str(hook[key])
+    if "include_regex" in hook:
+        kwargs["include_regex"] = _regex_list(hook["include_regex"])
+    kwargs["save_config"] = _save_config(hook)
+    kwargs["reduction_config"] = _reduction_config(hook)
+    collections = [_collection(c) for c in top.get("collectionconfigurations") or []]
+    if collections:
+        kwargs["include_collections"] = collections
+    kwargs.update(_extras(top))
+    return kwargs
+
+
+def _extras(top: Mapping[str, Any]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    if top.get("rules"):
+        from trainspect.rules import rules_from_config
+
+        kwargs["rules"] = rules_from_config(top["rules"])
+    if top.get("profilerconfig") is not None:
+        from trainspect.profiler.config import ProfilerConfig
+
+        kwargs["profiler_config"] = ProfilerConfig.from_dict(top["profilerconfig"])
+    return kwargs
+
+
+def load_json_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Read the JSON file (path, else ``TRAINSPECT_CONFIG``).
+
+    Raises:
+        ConfigError: no path, an unreadable file, or malformed JSON (with line and column).
+    """
+    path = path or env.TRAINSPECT_CONFIG.get()
+    if not path:
+        raise ConfigError("config: no path given and TRAINSPECT_CONFIG is not set")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"config file {str(path)!r} cannot be read: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config file {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno} "
+                          f"column {exc.colno}") from None  # fmt: skip
+    if not isinstance(doc, dict):
+        raise ConfigError(f"config file {str(path)!r}: expected a JSON object at the top level")
+    return doc
+
+
+def hook_kwargs_from_json(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Read a JSON config file and return hook keyword arguments."""
+    return hook_kwargs_from_dict(load_json_config(path))
