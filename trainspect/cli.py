@@ -97,7 +97,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(sub)
     _add_info(sub)
     for name in _PLUGINS:
-        module = importlib.import_module(name)
+        try:
+            module = importlib.import_module(name)
+        except ImportError as exc:  # a missing optional part must not break the other commands
+            print(f"trainspect: command module {name} unavailable: {exc}", file=sys.stderr)
+            continue
         before = set(sub.choices)
         module.add_parser(sub)
         for new in set(sub.choices) - before:

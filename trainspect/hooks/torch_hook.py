@@ -84,6 +84,7 @@ class Hook(Guarded):
         self._optimizer_stepped = False
         self._saving = False
         self._globals_installed = False
+        self._mode_explicit = False
 
     # --- configuration API ---------------------------------------------------------------------------------
     @property
@@ -178,7 +179,11 @@ class Hook(Guarded):
     # --- user API ------------------------------------------------------------------------------------------
     @guarded()
     def set_mode(self, mode: ModeKeys | str) -> None:
-        """Switch between TRAIN, EVAL, PREDICT and GLOBAL; each mode counts its own steps."""
+        """Switch between TRAIN, EVAL, PREDICT and GLOBAL; each mode counts its own steps.
+
+        Until this is called, the mode follows the model: ``model.train()`` is TRAIN, ``model.eval()`` EVAL.
+        """
+        self._mode_explicit = True
         if parse_mode(mode) is not self.collector.mode:
             self._end_step()
         self.collector.set_mode(mode)
@@ -242,6 +247,11 @@ class Hook(Guarded):
         self._depth += 1
         if self._depth > 1:
             return
+        if not self._mode_explicit:
+            inferred = ModeKeys.TRAIN if module.training else ModeKeys.EVAL
+            if inferred is not self.collector.mode:
+                self._end_step()
+                self.collector.set_mode(inferred)
         train = self.collector.mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL)
         if not self.collector.step_open or not train or not self._optimizer_seen or self._optimizer_stepped:
             self._begin_step()
