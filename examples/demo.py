@@ -1,0 +1,44 @@
+"""The trainspect demo: instrumented training -> run directory -> rules -> how to open TensorBoard.
+
+bash scripts/demo.sh            # or: .venv/bin/python examples/demo.py --out runs/demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from manual_hook import train  # noqa: E402
+
+import trainspect as ts  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="trainspect demo")
+    parser.add_argument("--out", default="runs/demo")
+    parser.add_argument("--steps", type=int, default=300)
+    args = parser.parse_args()
+    out = Path(args.out).resolve()
+    if out.exists():
+        shutil.rmtree(out)  # the demo owns this directory; trainspect itself never overwrites a run
+    train(str(out), args.steps)
+    trial = ts.create_trial(out)
+    print(f"\nrun directory: {out}")
+    print(f"  {len(trial.steps())} steps, {len(trial.tensor_names())} tensors, collections: "
+          f"{', '.join(sorted(trial.collections()))}")  # fmt: skip
+    loss = trial.tensor(trial.tensor_names(collection="losses")[0])
+    train_steps = loss.steps(ts.modes.TRAIN)
+    first, last = loss.value(train_steps[0], ts.modes.TRAIN), loss.value(train_steps[-1], ts.modes.TRAIN)
+    print(f"  loss went from {first.item():.3f} (step 0) to {last.item():.3f} (step {train_steps[-1]})")
+    print("\nopen it in TensorBoard:")
+    print(f"  .venv/bin/tensorboard --logdir {out.parent} --host 127.0.0.1")
+    print("query it from Python:")
+    print(f"  trial = trainspect.create_trial({str(out)!r})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Zero script change: autolog() and `trainspect run` on unmodified training code."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+import trainspect as ts
+from trainspect.hooks import zcc
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _train(steps: int, module_loss: bool) -> list[float]:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 3))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    crit = nn.CrossEntropyLoss()
+    x, y = torch.randn(32, 6), torch.randint(0, 3, (32,))
+    seen = []
+    for _ in range(steps):
+        opt.zero_grad()
+        out = model(x)
+        loss = crit(out, y) if module_loss else F.cross_entropy(out, y)
+        loss.backward()
+        opt.step()
+        seen.append(loss.item())
+    return seen
+
+
+@pytest.mark.parametrize("module_loss", [False, True])
+def test_autolog_records_functional_and_module_losses_once(tmp_path: Path, module_loss: bool) -> None:
+    logger = ts.autolog(out_dir=tmp_path / "run")
+    assert logger is not None
+    try:
+        expected = _train(12, module_loss)
+    finally:
+        logger.close()
+    trial = ts.create_trial(tmp_path / "run")
+    assert trial.tensor_names() == ["CrossEntropyLoss_output_0"]
+    loss = trial.tensor("CrossEntropyLoss_output_0")
+    assert loss.steps(ts.modes.TRAIN) == list(range(12))
+    got = [loss.value(s, ts.modes.TRAIN).item() for s in range(12)]
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert getattr(F.cross_entropy, "__wrapped__", None) is None
+
+
+def test_autolog_records_weights_when_configured(tmp_path: Path) -> None:
+    logger = ts.autolog(out_dir=tmp_path / "run", include_collections=["weights", "losses"],
+                        save_config=ts.SaveConfig(save_interval=5))  # fmt: skip
+    assert logger is not None
+    try:
+        _train(11, module_loss=False)
+    finally:
+        logger.close()
+    trial = ts.create_trial(tmp_path / "run")
+    assert trial.tensor("Sequential_0.weight").steps(ts.modes.TRAIN) == [0, 5, 10]
+
+
+def test_trainspect_disable_turns_autolog_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINSPECT_DISABLE", "1")
+    assert ts.autolog(out_dir=tmp_path / "run") is None
+    assert not (tmp_path / "run").exists()
+    assert not zcc._ACTIVE
+
+
+def test_trainspect_run_with_config_and_disable(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import torch, torch.nn.functional as F
+        torch.manual_seed(0)
+        m = torch.nn.Linear(4, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
+        for _ in range(10):
+            opt.zero_grad(); F.cross_entropy(m(x), y).backward(); opt.step()
+    """)
+    )
+    config = tmp_path / "cfg.json"
+    config.write_text('{"HookParameters": {"SAVE_INTERVAL": "3"}, '
+                      '"CollectionConfigurations": [{"CollectionName": "weights"}]}')  # fmt: skip
+    exe = str(Path(sys.executable).parent / "trainspect")
+    out = tmp_path / "run"
+    proc = subprocess.run([exe, "run", "--out", str(out), "--config", str(config), "--", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=240, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    trial = ts.create_trial(out)
+    assert trial.tensor("Linear_weight").steps(ts.modes.TRAIN) == [0, 3, 6, 9]
+    assert trial.tensor("CrossEntropyLoss_output_0").steps(ts.modes.TRAIN) == list(range(10))
+
+    off = tmp_path / "off"
+    env = {"TRAINSPECT_DISABLE": "1", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run([exe, "run", "--out", str(off), "--", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=240, check=False, env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert not off.exists()
+
+
+def test_trainspect_run_passes_the_exit_code_through(tmp_path: Path) -> None:
+    script = tmp_path / "fail.py"
+    script.write_text("raise SystemExit(3)\n")
+    exe = str(Path(sys.executable).parent / "trainspect")
+    proc = subprocess.run([exe, "run", "--out", str(tmp_path / "r"), "--", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 3
