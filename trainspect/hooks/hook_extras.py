@@ -73,6 +73,11 @@ class HookExtras:
         if self._monitor is not None:
             self._monitor.start()
 
+    @property
+    def framework_recorder(self) -> Any:
+        """The framework-metrics recorder, when profiling is on."""
+        return self._framework
+
     def set_window(self, window: Any) -> None:
         """Attach a framework-specific detailed-profiling window (``on_step_start/on_step_end/close``)."""
         self._window = window

@@ -85,6 +85,7 @@ class Hook(Guarded):
         self._saving = False
         self._globals_installed = False
         self._mode_explicit = False
+        self._timer_recorder: Any = None
 
     # --- configuration API ---------------------------------------------------------------------------------
     @property
@@ -118,6 +119,15 @@ class Hook(Guarded):
         """Start writing (called by ``register_module`` and ``__enter__``)."""
         self.collector.start()
         self._extras.start(self.collector)
+        recorder = self._extras.framework_recorder
+        if recorder is not None and self._timer_recorder is None:
+            from trainspect.hooks.torch_profiling import TorchProfilingWindow, install_dataloader_timer
+
+            install_dataloader_timer(recorder)
+            self._timer_recorder = recorder
+            self._extras.set_window(
+                TorchProfilingWindow(self.out_dir, self.collector.worker, self._extras.profiler_config)
+            )
         if not self._globals_installed:
             self._globals_installed = True
             self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_pre))
@@ -137,6 +147,11 @@ class Hook(Guarded):
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        if self._timer_recorder is not None:
+            from trainspect.hooks.torch_profiling import uninstall_dataloader_timer
+
+            uninstall_dataloader_timer(self._timer_recorder)
+            self._timer_recorder = None
         self._extras.before_close(self.collector)
         self.collector.close()
         self._extras.close(self.collector)
