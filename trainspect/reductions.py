@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 
 from trainspect.config import ALLOWED_NORMS, ALLOWED_REDUCTIONS
@@ -30,7 +33,7 @@ def reduce(value: np.ndarray, name: str, absolute: bool = False) -> float:
     arr = arr.astype(np.float64) if arr.dtype.kind != "f" or arr.dtype.itemsize < 8 else arr
     if absolute:
         arr = np.abs(arr)
-    ops = {
+    ops: dict[str, Callable[[np.ndarray], Any]] = {
         "min": np.min,
         "max": np.max,
         "mean": np.mean,

@@ -49,6 +49,7 @@ class HookExtras:
         self._window: Any = None
         self._spans: dict[str, float] = {}
         self._started = False
+        self._stopped = False
 
     def start(self, collector: Collector) -> None:
         """Start the parts (idempotent)."""
@@ -87,11 +88,13 @@ class HookExtras:
         """Raise ``TrainingStopped`` at a step boundary when a StopTraining action asked for it."""
         if self._live is None:
             return
+        if self._stopped:
+            return
         stop: TrainingStopped | None = self._live.pending_stop()
         if stop is not None:
+            self._stopped = True
             collector.end_step()
             self._live.close(final=False)
-            self._live = None
             raise stop
 
     def on_step_start(self, collector: Collector) -> None:

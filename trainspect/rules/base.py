@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from trainspect.exceptions import ConfigError
+from trainspect.rules.actions import Action, parse_actions
 from trainspect.rules.verdict import Verdict
 
 __all__ = ["Param", "Requirement", "Rule"]
@@ -140,6 +141,7 @@ class Requirement:
         reductions: reductions the rule reads (``"mean"``, ``"abs_mean"``, ``"l2"``, ``"variance"``…); the
             hook saves them even when the raw tensor is not saved.
         raw: whether the rule needs the full tensor values.
+        end_step: the rule needs the data only before this step (``None``: always).
     """
 
     collection: str
@@ -151,6 +153,7 @@ class Requirement:
     modes: tuple[str, ...] | None = None
     reductions: tuple[str, ...] = ()
     raw: bool = True
+    end_step: int | None = None
 
 
 class Rule(abc.ABC):
@@ -158,8 +161,9 @@ class Rule(abc.ABC):
 
     Subclasses declare ``parameters`` (a tuple of :class:`Param`), a ``recommendation`` and their ``kind``,
     and implement :meth:`evaluate`. Construction validates the parameters; unknown names raise
-    :class:`ConfigError` listing the valid ones. ``actions`` (names such as ``"StopTraining"`` or action
-    objects) are kept for the engine, which runs them when the verdict says ``IssuesFound``.
+    :class:`ConfigError` listing the valid ones. ``actions`` (names such as ``"StopTraining"``, dicts,
+    callables or :class:`~trainspect.rules.actions.Action` objects) are parsed into ``self.actions``, which
+    the engine runs when the verdict says ``IssuesFound``.
     """
 
     kind: ClassVar[str] = "tensor"
@@ -177,7 +181,7 @@ class Rule(abc.ABC):
         self.params: dict[str, Any] = {
             name: p.parse(params[name]) if name in params else p.default for name, p in declared.items()
         }
-        self.actions: Any = actions
+        self.actions: list[Action] = parse_actions(actions)
         self.validate()
 
     @property

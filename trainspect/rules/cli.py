@@ -1,0 +1,201 @@
+"""``trainspect rules DIR``: evaluate a finished run, or watch one in progress until it ends.
+
+Exit codes: 0 no issues, 1 issues found, 2 usage or data errors (unknown rule or parameter, unreadable
+run directory, a rule that failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from trainspect.exceptions import ConfigError
+from trainspect.rules.base import Rule
+from trainspect.rules.engine import evaluate, open_trial, run_finished
+from trainspect.rules.registry import RuleRegistry, default_registry
+from trainspect.rules.source import TrialSource, roles_for
+from trainspect.rules.tensor_rule import TensorRule
+from trainspect.rules.verdict import Status, Verdict
+from trainspect.store.layout import RunLayout
+
+__all__ = ["add_parser", "run", "main"]
+
+EXIT_OK, EXIT_ISSUES, EXIT_ERROR = 0, 1, 2
+
+
+def _configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("dir", help="the run directory (trainspect's or smdebug's)")
+    parser.add_argument("--rule", action="append", default=[], metavar="NAME", help="a rule to run (repeatable)")
+    parser.add_argument(
+        "--param", action="append", default=[], metavar="NAME.KEY=VALUE", help="a rule parameter (repeatable)"
+    )
+    parser.add_argument("--json", action="store_true", help="print the verdicts as a JSON list")
+    parser.add_argument("--watch", action="store_true", help="follow a run in progress until its end marker")
+    parser.add_argument("--poll", type=float, default=2.0, metavar="SECONDS", help="seconds between looks (--watch)")
+    parser.add_argument("--start-step", type=int, default=None, help="first global step evaluated")
+    parser.add_argument("--end-step", type=int, default=None, help="global step where evaluation stops (exclusive)")
+    parser.set_defaults(func=run)
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add the ``rules`` subcommand to an argparse subparsers object."""
+    parser = subparsers.add_parser(
+        "rules",
+        help="evaluate debugger rules over a run directory",
+        description="Evaluate rules over a run. Without --rule, every built-in rule whose inputs the run "
+        "recorded runs, and the others are listed as skipped. Exit 0: no issues, 1: issues, 2: errors.",
+    )
+    _configure(parser)
+
+
+def _parse_params(items: Sequence[str], registry: RuleRegistry) -> dict[str, dict[str, str]]:
+    params: dict[str, dict[str, str]] = {}
+    for item in items:
+        head, sep, value = item.partition("=")
+        name, dot, key = head.partition(".")
+        if not sep or not dot or not key:
+            raise ConfigError(f"--param {item!r}: expected NAME.KEY=VALUE, e.g. VanishingGradient.threshold=1e-6")
+        cls = registry.get(name.strip())
+        params.setdefault(cls.__name__, {})[key.strip()] = value
+    return params
+
+
+def _explicit_rules(names: Sequence[str], params: dict[str, dict[str, str]], registry: RuleRegistry) -> list[Rule]:
+    classes = [registry.get(n) for n in names]
+    chosen = {c.__name__ for c in classes}
+    stray = sorted(set(params) - chosen)
+    if stray:
+        raise ConfigError(f"--param names rule(s) {', '.join(stray)} not chosen with --rule")
+    return [cls(**params.get(cls.__name__, {})) for cls in classes]
+
+
+def _applicable_rules(
+    trial: Any, params: dict[str, dict[str, str]], registry: RuleRegistry
+) -> tuple[list[Rule], list[tuple[str, str]]]:
+    source = TrialSource(trial)
+    names, membership = source.names(), source.membership()
+    has_steps = bool(trial.steps())
+    has_profiler = RunLayout(trial.path).profiler_dir.exists() if getattr(trial, "path", None) else False
+    chosen: list[Rule] = []
+    skipped: list[tuple[str, str]] = []
+    for cls in registry.classes():
+        try:
+            rule = cls(**params.get(cls.__name__, {}))
+        except ConfigError as exc:
+            skipped.append((cls.__name__, f"needs parameters: {exc}"))
+            continue
+        reason = _why_not(rule, names, membership, has_steps, has_profiler)
+        if reason:
+            skipped.append((rule.name, reason))
+        else:
+            chosen.append(rule)
+    return chosen, skipped
+
+
+def _why_not(rule: Rule, names: list[str], membership: Any, has_steps: bool, has_profiler: bool) -> str:
+    if rule.kind == "profiler":
+        return "" if has_profiler else "the run has no profiler data"
+    if not isinstance(rule, TensorRule):
+        return ""
+    if not rule.needs_tensors:
+        return "" if has_steps else "the run has no saved steps"
+    if roles_for(rule, names, membership):
+        return ""
+    return f"inputs not recorded: {rule.describe_inputs()}"
+
+
+def _print_human(verdicts: list[Verdict], out: TextIO) -> None:
+    width = max((len(v.rule) for v in verdicts), default=4)
+    for v in verdicts:
+        print(f"{v.rule:<{width}}  {v.status.value:<13}  {v.triggers:>5}/{v.datapoints:<6} {v.message}", file=out)
+        if v.status is Status.ISSUES_FOUND and v.recommendation:
+            print(f"{'':<{width}}  -> {v.recommendation}", file=out)
+
+
+def _print(verdicts: list[Verdict], as_json: bool, out: TextIO) -> None:
+    if as_json:
+        print(json.dumps([v.to_dict() for v in verdicts], indent=1), file=out)
+    else:
+        _print_human(verdicts, out)
+
+
+def _exit_code(verdicts: list[Verdict]) -> int:
+    if any(v.status is Status.ISSUES_FOUND for v in verdicts):
+        return EXIT_ISSUES
+    if any(v.status is Status.ERROR for v in verdicts):
+        return EXIT_ERROR
+    return EXIT_OK
+
+
+def _rules_for(trial: Any, args: argparse.Namespace, registry: RuleRegistry, err: TextIO, quiet: bool) -> list[Rule]:
+    params = _parse_params(args.param, registry)
+    if args.rule:
+        return _explicit_rules(args.rule, params, registry)
+    rules, skipped = _applicable_rules(trial, params, registry)
+    if not quiet:
+        for name, reason in skipped:
+            print(f"skipped {name}: {reason}", file=err)
+    return rules
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Run the ``rules`` subcommand; return the exit code."""
+    out, err = out or sys.stdout, err or sys.stderr
+    registry = default_registry()
+    if not Path(args.dir).is_dir():
+        print(f"trainspect rules: {args.dir} is not a directory", file=err)
+        return EXIT_ERROR
+    try:
+        trial = open_trial(args.dir)
+        rules = _rules_for(trial, args, registry, err, quiet=False)
+    except ConfigError as exc:
+        print(f"trainspect rules: {exc}", file=err)
+        return EXIT_ERROR
+    except (OSError, ValueError) as exc:
+        print(f"trainspect rules: cannot read {args.dir}: {exc}", file=err)
+        return EXIT_ERROR
+    if args.watch:
+        return _watch(trial, rules, args, registry, out, err)
+    verdicts = evaluate(trial, rules, args.start_step, args.end_step)
+    _print(verdicts, args.json, out)
+    return _exit_code(verdicts)
+
+
+def _watch(
+    trial: Any, rules: list[Rule], args: argparse.Namespace, registry: RuleRegistry, out: TextIO, err: TextIO
+) -> int:
+    last: list[tuple[str, str, int, int]] | None = None
+    verdicts: list[Verdict] = []
+    try:
+        while True:
+            finished = run_finished(trial)
+            if not args.rule:
+                rules = _rules_for(trial, args, registry, err, quiet=not finished)
+            verdicts = evaluate(trial, rules, args.start_step, args.end_step)
+            summary = [(v.rule, v.status.value, v.triggers, v.datapoints) for v in verdicts]
+            if summary != last and (not args.json or finished):
+                if not args.json:
+                    print(f"--- {time.strftime('%H:%M:%S')} {'final' if finished else 'in progress'}", file=out)
+                _print(verdicts, args.json, out)
+                last = summary
+            if finished:
+                return _exit_code(verdicts)
+            time.sleep(max(0.05, args.poll))
+    except KeyboardInterrupt:
+        return _exit_code(verdicts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m trainspect.rules.cli DIR ...``."""
+    parser = argparse.ArgumentParser(prog="trainspect rules")
+    _configure(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

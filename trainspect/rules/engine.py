@@ -1,0 +1,208 @@
+"""Offline evaluation: every rule over a trial's whole step range, one verdict per rule.
+
+Unlike SageMaker, which stops a rule at its first trigger, the engine evaluates the whole range and counts
+every triggering step. The inputs of all tensor rules are fetched once per tensor (see
+:class:`~trainspect.rules.source.TrialSource`); profiler rules get ``trainspect.profiler.load_profiler_data``
+once. While the run has no end marker, verdicts that found no issues say ``InProgress``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from trainspect.rules.base import Rule
+from trainspect.rules.source import Needs, TrialSource, build_step, roles_for
+from trainspect.rules.step_data import StepData
+from trainspect.rules.tally import Tally
+from trainspect.rules.tensor_rule import TensorRule
+from trainspect.rules.verdict import Status, Verdict, read_verdicts, write_verdicts
+from trainspect.step import TensorRecord
+from trainspect.store.layout import RunLayout
+
+__all__ = ["evaluate", "load_verdicts", "run_finished", "fire_actions", "open_trial"]
+
+_log = logging.getLogger(__name__)
+
+
+def open_trial(trial: Any) -> Any:
+    """Return a Trial for a path (or the Trial itself)."""
+    if isinstance(trial, (str, os.PathLike)):
+        from trainspect.store.trial import create_trial
+
+        return create_trial(os.fspath(trial))
+    return trial
+
+
+def run_finished(trial: Any) -> bool:
+    """Whether the run is over: the trial loaded every step, or the end marker exists."""
+    if getattr(trial, "loaded_all_steps", False):
+        return True
+    path = getattr(trial, "path", None)
+    return path is not None and RunLayout(path).end_marker.exists()
+
+
+def evaluate(
+    trial: Any,
+    rules: Sequence[Rule],
+    start_step: int | None = None,
+    end_step: int | None = None,
+    *,
+    write: bool = True,
+    actions: bool = True,
+) -> list[Verdict]:
+    """Evaluate rules over a trial and return one verdict per rule, in the order given.
+
+    Args:
+        trial: a Trial (``trainspect.create_trial``) or a run directory.
+        rules: the rules.
+        start_step: first global step evaluated (None: the first saved).
+        end_step: global step where evaluation stops, exclusive (None: the last saved).
+        write: write the verdicts into the run directory (``RunLayout(run).verdicts``).
+        actions: run the actions of rules that found issues (log, callback, webhook).
+
+    Returns:
+        The verdicts. A rule that raised ends as ``Error``; the others go on.
+    """
+    trial = open_trial(trial)
+    try:
+        trial.refresh()
+    except Exception:
+        _log.debug("trial.refresh() failed", exc_info=True)
+    finished = run_finished(trial)
+    tensor_rules = [r for r in rules if isinstance(r, TensorRule)]
+    results: dict[int, Verdict] = {}
+    if tensor_rules:
+        for t_rule, verdict in zip(
+            tensor_rules, evaluate_tensor_rules(trial, tensor_rules, start_step, end_step, finished), strict=True
+        ):
+            results[id(t_rule)] = verdict
+    for rule in rules:
+        if id(rule) not in results:
+            results[id(rule)] = _evaluate_other(rule, trial, finished)
+    verdicts = [results[id(r)] for r in rules]
+    if actions:
+        fire_actions(rules, verdicts)
+    path = getattr(trial, "path", None)
+    if write and path is not None:
+        _write(path, verdicts, finished)
+    return verdicts
+
+
+def evaluate_tensor_rules(
+    trial: Any, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
+) -> list[Verdict]:
+    """Evaluate tensor rules in one pass over the trial's steps (each tensor fetched once)."""
+    source = TrialSource(trial)
+    names = source.names()
+    membership = source.membership()
+    tallies = [Tally(rule) for rule in rules]
+    roles = [_roles(tally, names, membership) for tally in tallies]
+    steps = source.steps(start, end, finished)
+    wanted = set(steps)
+    data = source.fetch(_needs(rules, roles), wanted)
+    others = [_other_data(rule, role, wanted) for rule, role in zip(rules, roles, strict=True)]
+    worker = source.worker()
+    for step in steps:
+        info = source.step_info(step)
+        for tally, role, other in zip(tallies, roles, others, strict=True):
+            if tally.error is None:
+                tally.feed(build_step(step, info, worker, role, data, _others_at(other, step)))
+    verdicts = []
+    for tally in tallies:
+        tally.end()
+        verdicts.append(tally.verdict(finished))
+    return verdicts
+
+
+def _roles(tally: Tally, names: list[str], membership: Mapping[str, frozenset[str]]) -> dict[str, str]:
+    try:
+        return roles_for(tally.rule, names, membership)
+    except Exception as exc:
+        tally.fail(exc)
+        return {}
+
+
+def _needs(rules: Sequence[TensorRule], roles: Sequence[Mapping[str, str]]) -> dict[str, Needs]:
+    needs: dict[str, Needs] = {}
+    for rule, role_map in zip(rules, roles, strict=True):
+        by_role = {sel.role: sel for sel in rule.selects()}
+        for name, role in role_map.items():
+            needs.setdefault(name, Needs()).add(by_role[role])
+    return needs
+
+
+def _other_data(
+    rule: TensorRule, roles: Mapping[str, str], steps: set[int]
+) -> list[dict[str, dict[int, TensorRecord]]]:
+    out = []
+    for path in rule.other_trials():
+        try:
+            other = TrialSource(open_trial(path))
+            present = set(other.names())
+            wanted = {n: Needs(raw=True) for n in roles if n in present}
+            out.append(other.fetch(wanted, steps))
+        except Exception as exc:
+            _log.warning("rules: could not read other trial %s: %s", path, exc)
+            out.append({})
+    return out
+
+
+def _others_at(others: list[dict[str, dict[int, TensorRecord]]], step: int) -> tuple[Mapping[str, TensorRecord], ...]:
+    return tuple({n: s[step] for n, s in other.items() if step in s} for other in others)
+
+
+def _evaluate_other(rule: Rule, trial: Any, finished: bool) -> Verdict:
+    try:
+        if rule.kind == "profiler":
+            data = _profiler_data(trial)
+        else:
+            data = trial
+        verdict = rule.evaluate(data)
+    except Exception as exc:
+        return Verdict(rule=rule.name, status=Status.ERROR, kind=rule.kind, message=f"{type(exc).__name__}: {exc}")
+    if not finished and verdict.status is Status.NO_ISSUES_FOUND:
+        verdict = verdict.with_status(Status.IN_PROGRESS)
+    return verdict
+
+
+def _profiler_data(trial: Any) -> Any:
+    from trainspect.profiler import load_profiler_data  # type: ignore[attr-defined]
+
+    return load_profiler_data(getattr(trial, "path", trial))
+
+
+def evaluate_steps(rule: TensorRule, steps: Sequence[StepData], finished: bool = True) -> Verdict:
+    """Evaluate one tensor rule over StepData values (pure; used by tests and custom tooling)."""
+    tally = Tally(rule)
+    for step in steps:
+        tally.feed(step)
+    if finished:
+        tally.end()
+    return tally.verdict(finished)
+
+
+def fire_actions(rules: Sequence[Rule], verdicts: Sequence[Verdict]) -> None:
+    """Run the actions of each rule whose verdict found issues (StopTraining is a no-op offline)."""
+    for rule, verdict in zip(rules, verdicts, strict=True):
+        if verdict.status is Status.ISSUES_FOUND:
+            for action in rule.actions:
+                action.fire(verdict)
+
+
+def _write(path: Any, verdicts: list[Verdict], finished: bool) -> None:
+    try:
+        write_verdicts(RunLayout(path).verdicts, verdicts, final=finished, source="offline")
+    except OSError as exc:
+        _log.warning("rules: could not write verdicts into %s: %s", path, exc)
+
+
+def load_verdicts(run_dir: str | os.PathLike[str]) -> list[Verdict]:
+    """Read the verdicts written into a run directory (an empty list when there are none)."""
+    path = Path(run_dir)
+    if path.is_file():
+        return read_verdicts(path)
+    return read_verdicts(RunLayout(path).verdicts)

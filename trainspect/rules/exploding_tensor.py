@@ -1,0 +1,82 @@
+"""ExplodingTensor: a tensor holds NaN (or, unless ``only_nan``, infinite) values."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+
+from trainspect.rules._common import COLLECTION_NAMES, TENSOR_REGEX, user_select
+from trainspect.rules.base import Param, Requirement
+from trainspect.rules.step_data import Check, StepData
+from trainspect.rules.tensor_rule import Select, TensorRule
+from trainspect.step import TensorRecord
+
+__all__ = ["ExplodingTensor"]
+
+
+class ExplodingTensor(TensorRule):
+    """Trigger when an inspected tensor contains NaN, or with ``only_nan=False`` also ±Inf.
+
+    Heuristic: exploding gradients and numeric overflow show up as non-finite values (Pascanu, Mikolov and
+    Bengio, "On the difficulty of training recurrent neural networks", 2013). Raw values are tested with
+    ``numpy.isnan``/``numpy.isfinite``; when only reductions were saved, a non-finite ``min`` or ``max``
+    (which propagate NaN and Inf) tells the same.
+
+    Example:
+        >>> ExplodingTensor(only_nan="True").params["only_nan"]
+        True
+    """
+
+    parameters: ClassVar[tuple[Param, ...]] = (
+        COLLECTION_NAMES,
+        TENSOR_REGEX,
+        Param("only_nan", bool, False, "True: look for NaN only; False: NaN and ±Inf"),
+    )
+    recommendation: ClassVar[str] = (
+        "Values became NaN/Inf: lower the learning rate, clip gradients, check the loss for log(0) or "
+        "division by zero, and check the input data for NaN."
+    )
+    series_label: ClassVar[str] = "non-finite tensors"
+
+    def selects(self) -> list[Select]:
+        """Read ``collection_names`` ∪ ``tensor_regex``, or every recorded tensor."""
+        sel = user_select(self.params, reductions=("min", "max"), raw=False)
+        return [sel] if sel else [Select(all_tensors=True, reductions=("min", "max"), raw=False)]
+
+    def requirements(self) -> list[Requirement]:
+        """Record losses and gradient min/max by default, or the selected tensors' min/max."""
+        if user_select(self.params) is None:
+            return [Requirement("losses"), Requirement("gradients", reductions=("min", "max"), raw=False)]
+        return super().requirements()
+
+    def threshold(self) -> float:
+        """Any non-finite tensor triggers."""
+        return 0.0
+
+    def check(self, state: Any, data: StepData) -> Check | None:
+        """Count the tensors with non-finite values at this step."""
+        bad = [rec.name for rec in data.role() if self._bad(rec)]
+        kind = "NaN" if self.params["only_nan"] else "NaN/Inf"
+        if bad:
+            more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+            return Check(
+                float(len(bad)), True, tuple(bad), f"{kind} values in {bad[0]}{more} (threshold: none allowed)"
+            )
+        return Check(0.0, False, (), f"no {kind} values in {len(data.role())} tensor(s) (threshold: none allowed)")
+
+    def _bad(self, rec: TensorRecord) -> bool:
+        only_nan = self.params["only_nan"]
+        if rec.value is not None:
+            arr = np.asarray(rec.value)
+            if not np.issubdtype(arr.dtype, np.floating) and not np.issubdtype(arr.dtype, np.complexfloating):
+                return False
+            return bool(np.isnan(arr).any()) if only_nan else not bool(np.isfinite(arr).all())
+        values = [rec.reductions.get(key) for key in (("min", False), ("max", False), ("mean", False))]
+        found = [v for v in values if v is not None]
+        if not found:
+            found = [v for v in rec.reductions.values() if v is not None]
+        if only_nan:
+            return any(math.isnan(v) for v in found)
+        return any(not math.isfinite(v) for v in found)

@@ -1,0 +1,317 @@
+"""Live, in-process rule evaluation fed from the hook's step records.
+
+The training thread only enqueues (:meth:`LiveRuleRunner.submit` is O(1) and never blocks); a daemon
+thread feeds each record to every live rule's incremental check (the same check offline evaluation
+uses), runs actions on a rule's first trigger, and rewrites the verdict file at most about once a
+second. A ``StopTraining`` action makes :meth:`LiveRuleRunner.pending_stop` return the
+:class:`~trainspect.exceptions.TrainingStopped` the hook raises at the next step boundary.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from trainspect.env import TRAINSPECT_TESTING
+from trainspect.exceptions import TrainingStopped
+from trainspect.rules.actions import StopTraining, Webhook
+from trainspect.rules.base import Rule
+from trainspect.rules.step_data import StepData
+from trainspect.rules.tally import Tally
+from trainspect.rules.tensor_rule import TensorRule
+from trainspect.rules.verdict import Status, Verdict, write_verdicts
+from trainspect.step import StepRecord, TensorRecord
+from trainspect.store.layout import RunLayout
+
+__all__ = ["LiveRuleRunner"]
+
+_log = logging.getLogger(__name__)
+_STOP = object()
+_MAX_QUEUE = 10_000
+_UNSET = object()
+
+
+class _LiveRule:
+    """One live rule: its tally and a cache of which role each tensor name plays."""
+
+    def __init__(self, rule: TensorRule) -> None:
+        self.tally = Tally(rule)
+        self.selects = rule.selects()
+        self.roles: dict[str, str | None] = {}
+        self.fired = False
+
+    def step_data(self, record: StepRecord) -> StepData:
+        grouped: dict[str, list[TensorRecord]] = {}
+        for name, rec in record.tensors.items():
+            role = self.roles.get(name, _UNSET)
+            if role is _UNSET:
+                role = next((s.role for s in self.selects if s.matches(name, rec.collections)), None)
+                self.roles[name] = role  # type: ignore[assignment]
+            if role is not None:
+                grouped.setdefault(role, []).append(rec)  # type: ignore[arg-type]
+        return StepData(
+            record.global_step,
+            record.mode,
+            record.mode_step,
+            record.wall_time,
+            record.worker,
+            {k: tuple(v) for k, v in grouped.items()},
+        )
+
+
+class LiveRuleRunner:
+    """Evaluate rules on a background thread as the hook records steps.
+
+    Args:
+        rules: the rules. Tensor rules that can run live are fed step by step; the others (profiler rules,
+            rules comparing runs) are evaluated offline over the run directory at :meth:`close`.
+        run_dir: the run directory; verdicts go to ``RunLayout(run_dir).verdicts``.
+        worker: this process's worker name.
+        poll: seconds between idle checks (StalledTrainingRule) and verdict-file rewrites (default 1.0).
+        write: whether to write the verdict file (False for non-chief workers).
+
+    Example:
+        >>> import tempfile
+        >>> from trainspect.rules import ExplodingTensor
+        >>> runner = LiveRuleRunner([ExplodingTensor()], tempfile.mkdtemp())
+        >>> runner.start()
+        >>> [v.status.value for v in runner.close()]
+        ['NoData']
+    """
+
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        run_dir: str | os.PathLike[str],
+        *,
+        worker: str = "worker_0",
+        poll: float | None = None,
+        write: bool = True,
+    ) -> None:
+        self.rules = list(rules)
+        self.run_dir = os.fspath(run_dir)
+        self.worker = worker
+        self.poll = 1.0 if poll is None else max(0.01, float(poll))
+        self.write = write
+        self._live = {id(r): _LiveRule(r) for r in self.rules if isinstance(r, TensorRule) and r.live and r.has_check()}
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop: TrainingStopped | None = None
+        self._failure: BaseException | None = None
+        self._dirty = True
+        self._last_write = 0.0
+        self._last_step: int | None = None
+        self._dropped = 0
+        self._closed = False
+        self._final: list[Verdict] | None = None
+        self._final_final = False
+
+    # --- training-thread side --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the evaluation thread (idempotent) and write the initial verdict file."""
+        if self._thread is not None or self._closed:
+            return
+        self._thread = threading.Thread(target=self._run, name="trainspect-rules", daemon=True)
+        self._thread.start()
+
+    def submit(self, record: StepRecord) -> None:
+        """Enqueue one saved step (O(1); never blocks; drops steps if the rules fall far behind)."""
+        if self._closed or self._failure is not None:
+            return
+        if self._queue.qsize() >= _MAX_QUEUE:
+            self._dropped += 1
+            if self._dropped == 1:
+                _log.warning("trainspect rules fall behind training; dropping steps from live evaluation")
+            return
+        self._queue.put(record)
+
+    def pending_stop(self) -> TrainingStopped | None:
+        """Return the TrainingStopped a StopTraining action asked for, else None (cheap; call every step)."""
+        return self._stop
+
+    def verdicts(self) -> list[Verdict]:
+        """Return the current verdicts (InProgress until the run ends)."""
+        if self._final is not None:
+            return list(self._final)
+        with self._lock:
+            return self._snapshot(finished=False)
+
+    @property
+    def lag(self) -> int:
+        """Records submitted but not yet evaluated."""
+        return self._queue.qsize()
+
+    def close(self, timeout: float = 30.0, final: bool = True) -> list[Verdict]:
+        """Drain the queue, evaluate what is left, write the verdict file and return the verdicts.
+
+        A runner closed with ``final=False`` (training stopped by a rule) may be closed again with
+        ``final=True`` once the run has ended, to make the statuses final.
+
+        Args:
+            timeout: seconds to wait for the evaluation thread to drain.
+            final: whether the run is over (statuses become final: NoIssuesFound, NoData...).
+
+        Returns:
+            One verdict per rule, in the order given.
+        """
+        if self._final is not None and (self._final_final or not final):
+            return list(self._final)
+        self._closed = True
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                _log.warning("trainspect rules did not finish within %.0f s; verdicts may miss steps", timeout)
+        else:
+            self._drain_inline()
+        verdicts = self._final_verdicts(final)
+        self._final, self._final_final = verdicts, final
+        self._write(verdicts, final=final)
+        for rule in self.rules:
+            for action in rule.actions:
+                if isinstance(action, Webhook):
+                    action.wait(min(timeout, 10.0))
+        if self._failure is not None and TRAINSPECT_TESTING.get():
+            raise RuntimeError("trainspect live rules failed") from self._failure
+        return verdicts
+
+    # --- evaluation thread -----------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._write(self.verdicts(), final=False)
+            while True:
+                try:
+                    item = self._queue.get(timeout=self.poll)
+                except queue.Empty:
+                    item = None
+                if item is _STOP:
+                    return
+                if item is not None:
+                    self._process(item)
+                self._maintain()
+        except Exception as exc:  # never raise into training: disable live rules with one warning
+            self._failure = exc
+            _log.warning("trainspect live rules disabled after an internal error: %s", exc, exc_info=True)
+
+    def _drain_inline(self) -> None:
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return
+            if item is not _STOP:
+                self._process(item)
+
+    def _process(self, record: StepRecord) -> None:
+        fired: list[tuple[Rule, Verdict]] = []
+        with self._lock:
+            self._last_step = record.global_step
+            for rule in self.rules:
+                live = self._live.get(id(rule))
+                if live is None or live.tally.error is not None:
+                    continue
+                check = live.tally.feed(live.step_data(record))
+                if check is not None and not live.fired:
+                    live.fired = True
+                    fired.append((rule, live.tally.verdict(finished=False)))
+            self._dirty = True
+        for rule, verdict in fired:
+            self._fire(rule, verdict)
+
+    def _maintain(self) -> None:
+        now = time.time()
+        if now - self._last_write < self.poll:
+            return
+        fired = []
+        with self._lock:
+            for rule in self.rules:
+                live = self._live.get(id(rule))
+                if live is not None and live.tally.idle(now) is not None:
+                    self._dirty = True
+                    if not live.fired:
+                        live.fired = True
+                        fired.append((rule, live.tally.verdict(finished=False)))
+            verdicts = self._snapshot(finished=False) if self._dirty else None
+            self._dirty = False
+        for rule, verdict in fired:
+            self._fire(rule, verdict)
+        if verdicts is not None:
+            self._write(verdicts, final=False)
+        self._last_write = now
+
+    def _fire(self, rule: Rule, verdict: Verdict) -> None:
+        for action in rule.actions:
+            if isinstance(action, StopTraining):
+                if self._stop is None:
+                    self._stop = TrainingStopped(rule.name, verdict.first_trigger_step, verdict.message)
+                continue
+            try:
+                action.fire(verdict)
+            except Exception:
+                _log.warning("rule action %r failed", action, exc_info=True)
+
+    # --- verdicts --------------------------------------------------------------------------------------
+    def _snapshot(self, finished: bool) -> list[Verdict]:
+        out = []
+        for rule in self.rules:
+            live = self._live.get(id(rule))
+            if live is not None:
+                out.append(live.tally.verdict(finished))
+            else:
+                out.append(_pending(rule))
+        return out
+
+    def _final_verdicts(self, final: bool) -> list[Verdict]:
+        with self._lock:
+            fired = []
+            for rule in self.rules:
+                live = self._live.get(id(rule))
+                if live is not None and final and live.tally.end() is not None and not live.fired:
+                    live.fired = True
+                    fired.append((rule, live.tally.verdict(finished=True)))
+            verdicts = self._snapshot(finished=final)
+        for rule, verdict in fired:
+            self._fire(rule, verdict)
+        deferred = [r for r in self.rules if id(r) not in self._live]
+        if deferred and final:
+            offline = dict(zip(map(id, deferred), self._evaluate_offline(deferred), strict=True))
+            verdicts = [offline.get(id(r), v) for r, v in zip(self.rules, verdicts, strict=True)]
+        return verdicts
+
+    def _evaluate_offline(self, rules: list[Rule]) -> list[Verdict]:
+        from trainspect.rules.engine import evaluate
+
+        try:
+            return evaluate(self.run_dir, rules, write=False)
+        except Exception as exc:
+            _log.warning("trainspect: rules %s could not be evaluated at close: %s", [r.name for r in rules], exc)
+            return [_pending(r, f"could not be evaluated: {exc}") for r in rules]
+
+    def _write(self, verdicts: list[Verdict], final: bool) -> None:
+        if not self.write:
+            return
+        try:
+            write_verdicts(
+                RunLayout(self.run_dir).verdicts,
+                verdicts,
+                final=final,
+                source="live",
+                worker=self.worker,
+                updated=time.time(),
+                last_step=self._last_step,
+            )
+        except OSError as exc:
+            _log.warning("trainspect: could not write verdicts: %s", exc)
+
+
+def _pending(rule: Rule, message: str = "") -> Verdict:
+    text = message or f"{rule.name} is evaluated when the run closes"
+    return Verdict(
+        rule=rule.name, status=Status.IN_PROGRESS, kind=rule.kind, message=text, parameters=dict(rule.params)
+    )

@@ -1,0 +1,83 @@
+"""SimilarAcrossRuns: a tensor differs between this run and another."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from trainspect.exceptions import ConfigError
+from trainspect.rules._common import COLLECTION_NAMES, TENSOR_REGEX, user_select
+from trainspect.rules.base import Param
+from trainspect.rules.step_data import Check, StepData
+from trainspect.rules.tensor_rule import Select, TensorRule
+
+__all__ = ["SimilarAcrossRuns"]
+
+
+class SimilarAcrossRuns(TensorRule):
+    """Trigger at a step where a tensor saved by both runs differs (``numpy.allclose`` fails).
+
+    Compares the base trial with each of ``other_trials`` (run directories), step by step, over
+    ``collection_names`` ∪ ``tensor_regex`` (default: every tensor). Useful to check that a refactoring or a
+    new environment reproduces a run. Heuristic: a determinism (reproducibility) test, as in smdebug's rule
+    and PyTorch's reproducibility notes; ``allclose`` with numpy's default tolerances. Offline only.
+
+    Example:
+        >>> SimilarAcrossRuns(other_trials="/tmp/run_b").other_trials()
+        ['/tmp/run_b']
+    """
+
+    live = False
+    parameters: ClassVar[tuple[Param, ...]] = (
+        Param("other_trials", list, None, "run directories to compare with (list or comma-separated)"),
+        COLLECTION_NAMES,
+        TENSOR_REGEX,
+    )
+    recommendation: ClassVar[str] = (
+        "The runs diverge: fix random seeds and data order, enable deterministic algorithms, and compare "
+        "the first differing step's inputs."
+    )
+    series_label: ClassVar[str] = "differing tensors"
+
+    def validate(self) -> None:
+        """Require ``other_trials``."""
+        if not self.params["other_trials"]:
+            raise ConfigError(f"{self.name}: other_trials is required (the run directories to compare with)")
+
+    def other_trials(self) -> list[str]:
+        """Return ``other_trials``."""
+        return list(self.params["other_trials"])
+
+    def selects(self) -> list[Select]:
+        """Read ``collection_names`` ∪ ``tensor_regex``, or every tensor."""
+        sel = user_select(self.params)
+        return [sel] if sel else [Select(all_tensors=True)]
+
+    def threshold(self) -> float:
+        """Any differing tensor triggers."""
+        return 0.0
+
+    def check(self, state: Any, data: StepData) -> Check | None:
+        """Compare each tensor with the other runs' values at this step."""
+        compared, differ = 0, []
+        for rec in data.role():
+            if rec.value is None:
+                continue
+            for other in data.others:
+                theirs = other.get(rec.name)
+                if theirs is None or theirs.value is None:
+                    continue
+                compared += 1
+                a, b = np.asarray(rec.value), np.asarray(theirs.value)
+                if a.shape != b.shape or not np.allclose(a, b, equal_nan=True):
+                    differ.append(rec.name)
+                    break
+        if not compared:
+            return None
+        detail = f"{len(differ)} of {compared} compared tensor(s) differ" + (f", first {differ[0]}" if differ else "")
+        return Check(float(len(differ)), bool(differ), tuple(differ), detail + " (threshold: none may differ)")
+
+    def insufficient(self, state: Any) -> str:
+        """No tensor was saved by both runs at the same step."""
+        return "no tensor was saved by both runs at the same step"

@@ -1,0 +1,211 @@
+"""A thin, bulk adapter from a Trial to the step data tensor rules read.
+
+Each needed tensor's series is fetched once (``Tensor.values()``, or its saved reductions step by step
+when only reductions were saved), reduced right away to what the rules need, and then handed out step by
+step. Rules never touch the Trial.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainspect.modes import ModeKeys
+from trainspect.rules.step_data import StepData, parse_reduction, reduce_array
+from trainspect.rules.tensor_rule import Select, TensorRule
+from trainspect.step import ReductionKey, TensorRecord
+
+__all__ = ["TrialSource", "Needs", "roles_for"]
+
+_log = logging.getLogger(__name__)
+_GLOBAL = ModeKeys.GLOBAL
+
+
+@dataclass
+class Needs:
+    """What the rules of one evaluation need of one tensor."""
+
+    raw: bool = False
+    reductions: set[ReductionKey] = field(default_factory=set)
+
+    def add(self, sel: Select) -> None:
+        """Merge one selection's needs."""
+        self.raw = self.raw or sel.raw or not sel.reductions
+        self.reductions.update(parse_reduction(r) for r in sel.reductions)
+
+
+def roles_for(rule: TensorRule, names: Iterable[str], membership: Mapping[str, frozenset[str]]) -> dict[str, str]:
+    """Map each selected tensor name to the rule's role for it (the first matching selection wins)."""
+    selects = rule.selects()
+    out: dict[str, str] = {}
+    for name in names:
+        colls = membership.get(name, frozenset())
+        for sel in selects:
+            if sel.matches(name, colls):
+                out[name] = sel.role
+                break
+    return out
+
+
+class TrialSource:
+    """Reads what a set of tensor rules needs from a Trial, fetching each tensor once.
+
+    Args:
+        trial: a trainspect (or smdebug-compatible) Trial.
+    """
+
+    def __init__(self, trial: Any) -> None:
+        self.trial = trial
+        self._membership: dict[str, frozenset[str]] | None = None
+
+    # --- what exists -----------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Every tensor name of the trial."""
+        return list(self.trial.tensor_names())
+
+    def membership(self) -> dict[str, frozenset[str]]:
+        """Map each tensor name to the collections it belongs to."""
+        if self._membership is None:
+            names = self.names()
+            members: dict[str, set[str]] = {n: set() for n in names}
+            for cname, coll in _collections(self.trial).items():
+                for n in self._collection_names(cname, coll, names):
+                    members.setdefault(n, set()).add(cname)
+            self._membership = {n: frozenset(c) for n, c in members.items()}
+        return self._membership
+
+    def _collection_names(self, cname: str, coll: Any, names: list[str]) -> Iterable[str]:
+        try:
+            return list(self.trial.tensor_names(collection=cname))
+        except Exception:
+            listed = set(getattr(coll, "tensor_names", ()) or ())
+            regexes = [re.compile(r) for r in getattr(coll, "include_regex", ()) or ()]
+            return [n for n in names if n in listed or any(r.match(n) for r in regexes)]
+
+    def steps(self, start: int | None, end: int | None, finished: bool) -> list[int]:
+        """Global steps in [start, end) that are complete (every worker wrote them, or the run ended)."""
+        steps = sorted(int(s) for s in self.trial.steps())
+        if not finished:
+            last = getattr(self.trial, "last_complete_step", None)
+            steps = [s for s in steps if last is not None and s <= last]
+        return [s for s in steps if (start is None or s >= start) and (end is None or s < end)]
+
+    def step_info(self, step: int) -> tuple[ModeKeys, int, float]:
+        """The mode, mode step and wall time of a global step."""
+        try:
+            mode = ModeKeys(int(self.trial.mode(step)))
+            mode_step = int(self.trial.mode_step(step))
+        except Exception:
+            mode, mode_step = _GLOBAL, step
+        wall = math.nan
+        getter = getattr(self.trial, "step_wall_time", None)
+        if getter is not None:
+            try:
+                value = getter(step)
+                wall = float(value) if value is not None else math.nan
+            except Exception:
+                wall = math.nan
+        return mode, mode_step, wall
+
+    def worker(self) -> str:
+        """The worker whose values are read (the first, usually ``worker_0``)."""
+        try:
+            workers = list(self.trial.workers())
+        except Exception:
+            workers = []
+        return str(workers[0]) if workers else "worker_0"
+
+    # --- fetching --------------------------------------------------------------------------------------
+    def fetch(self, needs: Mapping[str, Needs], steps: set[int]) -> dict[str, dict[int, TensorRecord]]:
+        """Return, per tensor, its records at the given steps, reduced to what the rules need."""
+        out: dict[str, dict[int, TensorRecord]] = {}
+        membership = self.membership()
+        for name, need in needs.items():
+            try:
+                out[name] = self._fetch_one(name, need, steps, membership.get(name, frozenset()))
+            except Exception as exc:  # one unreadable tensor must not stop the others
+                _log.warning("rules: could not read tensor %s: %s", name, exc)
+        return out
+
+    def _fetch_one(self, name: str, need: Needs, steps: set[int], colls: frozenset[str]) -> dict[int, TensorRecord]:
+        tensor = self.trial.tensor(name)
+        saved_steps = [int(s) for s in tensor.steps() if int(s) in steps]
+        if not saved_steps:
+            return {}
+        values = {} if self._reductions_suffice(tensor, need, saved_steps[0]) else self._values(tensor)
+        out = {}
+        for step in saved_steps:
+            value = values.get(step)
+            if value is not None:
+                out[step] = _from_value(name, np.asarray(value), need, colls)
+            else:
+                reds = self._saved_reductions(tensor, step, need)
+                if reds:
+                    out[step] = TensorRecord(name, None, reds, colls)
+        return out
+
+    def _reductions_suffice(self, tensor: Any, need: Needs, step: int) -> bool:
+        if need.raw or not need.reductions:
+            return False
+        try:
+            saved = tensor.reduction_values(step) or {}
+        except Exception:
+            return False
+        return all(key in saved for key in need.reductions)
+
+    @staticmethod
+    def _values(tensor: Any) -> dict[int, Any]:
+        try:
+            return {int(k): v for k, v in tensor.values(mode=_GLOBAL).items()}
+        except Exception:
+            return {}
+
+    @staticmethod
+    def _saved_reductions(tensor: Any, step: int, need: Needs) -> dict[ReductionKey, float]:
+        reds: dict[ReductionKey, float] = {}
+        for rname, is_abs in need.reductions:
+            try:
+                value = tensor.reduction_value(step, rname, mode=_GLOBAL, abs=is_abs)
+            except Exception:
+                continue
+            if value is not None:
+                reds[(rname, is_abs)] = float(np.asarray(value).reshape(-1)[0])
+        return reds
+
+
+def _from_value(name: str, value: np.ndarray, need: Needs, colls: frozenset[str]) -> TensorRecord:
+    if need.raw:
+        return TensorRecord(name, value, {}, colls, tuple(value.shape))
+    reds = {key: reduce_array(value, *key) for key in need.reductions}
+    return TensorRecord(name, None, reds, colls, tuple(value.shape))
+
+
+def _collections(trial: Any) -> dict[str, Any]:
+    try:
+        return dict(trial.collections())
+    except Exception:
+        return {}
+
+
+def build_step(
+    step: int,
+    info: tuple[ModeKeys, int, float],
+    worker: str,
+    roles: Mapping[str, str],
+    data: Mapping[str, Mapping[int, TensorRecord]],
+    others: tuple[Mapping[str, TensorRecord], ...] = (),
+) -> StepData:
+    """Assemble one rule's StepData at one step from fetched series."""
+    grouped: dict[str, list[TensorRecord]] = {}
+    for name, role in roles.items():
+        rec = data.get(name, {}).get(step)
+        if rec is not None:
+            grouped.setdefault(role, []).append(rec)
+    mode, mode_step, wall = info
+    return StepData(step, mode, mode_step, wall, worker, {k: tuple(v) for k, v in grouped.items()}, others)

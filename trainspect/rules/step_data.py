@@ -1,0 +1,134 @@
+"""What a tensor rule sees at one step (:class:`StepData`) and what it says about it (:class:`Check`).
+
+The same small values serve offline evaluation (the engine builds them from a trial, one tensor series
+at a time) and live evaluation (the live runner builds them from the hook's :class:`~trainspect.step.StepRecord`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainspect.modes import ModeKeys
+from trainspect.step import ReductionKey, TensorRecord
+
+__all__ = ["Check", "StepData", "parse_reduction", "reduce_array", "tensor_reduction", "as_float"]
+
+_EMPTY: Mapping[str, tuple[TensorRecord, ...]] = {}
+
+
+@dataclass(frozen=True)
+class Check:
+    """A rule's judgement of one step.
+
+    Args:
+        value: the watched value at this step (charted in the verdict's series); None when there is none.
+        triggered: whether the step meets the rule's trigger condition.
+        tensors: the tensors that made it trigger (or, without a trigger, the ones examined, optional).
+        detail: one sentence with the observed value and the threshold, e.g.
+            ``"abs_mean of gradient/fc1.weight is 3e-09 < threshold 1e-07"``.
+    """
+
+    value: float | None
+    triggered: bool
+    tensors: tuple[str, ...] = ()
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class StepData:
+    """The inputs of one rule at one step: the tensors it selected, grouped by role.
+
+    Args:
+        step: the global step.
+        mode: the step's mode.
+        mode_step: the step's number within its mode.
+        wall_time: when the step was recorded (epoch seconds; NaN when unknown).
+        worker: the worker that recorded it.
+        roles: the rule's selected tensors at this step, by role (most rules have one role, ``"main"``).
+        others: for rules comparing runs, the same tensors in each other trial at this step (by name).
+
+    Example:
+        >>> from trainspect.step import TensorRecord
+        >>> d = StepData(3, ModeKeys.TRAIN, 3, 0.0, "worker_0", {"main": (TensorRecord("loss", np.float32(1.0)),)})
+        >>> [t.name for t in d.role()]
+        ['loss']
+    """
+
+    step: int
+    mode: ModeKeys
+    mode_step: int
+    wall_time: float
+    worker: str = "worker_0"
+    roles: Mapping[str, tuple[TensorRecord, ...]] = field(default_factory=lambda: _EMPTY)
+    others: tuple[Mapping[str, TensorRecord], ...] = ()
+
+    def role(self, name: str = "main") -> tuple[TensorRecord, ...]:
+        """Return the tensors selected for ``name`` at this step (empty when none)."""
+        return self.roles.get(name, ())
+
+    @property
+    def empty(self) -> bool:
+        """Whether no selected tensor is present at this step."""
+        return not any(self.roles.values())
+
+
+_REDUCTIONS = ("min", "max", "mean", "std", "variance", "sum", "prod", "l1", "l2")
+
+
+def parse_reduction(spec: str) -> ReductionKey:
+    """Turn ``"abs_mean"`` into ``("mean", True)`` and ``"l2"`` into ``("l2", False)``.
+
+    Raises:
+        ValueError: the name is no known reduction; the message lists them.
+    """
+    text = spec.strip().lower().replace("_norm", "")
+    is_abs = text.startswith("abs_")
+    name = text[4:] if is_abs else text
+    if name not in _REDUCTIONS:
+        raise ValueError(f"reduction {spec!r} is unknown; allowed: {', '.join(_REDUCTIONS)} and their abs_ forms")
+    return name, is_abs
+
+
+def reduce_array(value: np.ndarray, name: str, abs: bool = False) -> float:  # noqa: A002 - smdebug's name
+    """Compute one reduction of an array, accumulating in float64 (NaN and Inf propagate)."""
+    arr = np.asarray(value)
+    if arr.dtype.kind not in "fc":
+        arr = arr.astype(np.float64)
+    if abs:
+        arr = np.abs(arr)
+    if arr.size == 0:
+        return math.nan
+    if name in ("min", "max"):
+        return float(arr.min() if name == "min" else arr.max())
+    if name == "l1":
+        return float(np.abs(arr).sum(dtype=np.float64))
+    if name == "l2":
+        return float(np.sqrt(np.square(arr, dtype=np.float64).sum()))
+    if name in ("variance", "std"):
+        var = float(arr.var(dtype=np.float64))
+        return var if name == "variance" else math.sqrt(var)
+    if name == "prod":
+        return float(arr.prod(dtype=np.float64))
+    return float(getattr(arr, name)(dtype=np.float64))
+
+
+def tensor_reduction(record: TensorRecord, name: str, abs: bool = False) -> float | None:  # noqa: A002
+    """Return a reduction of a tensor: the saved one, else computed from the raw value, else None."""
+    saved = record.reductions.get((name, abs))
+    if saved is not None:
+        return float(saved)
+    if record.value is None:
+        return None
+    return reduce_array(record.value, name, abs)
+
+
+def as_float(record: TensorRecord) -> float | None:
+    """Return a scalar tensor's value (a loss, a metric): the mean of its raw value or its saved mean."""
+    if record.value is not None:
+        arr = np.asarray(record.value, dtype=np.float64)
+        return float(arr.reshape(-1)[0]) if arr.size == 1 else float(np.mean(arr)) if arr.size else None
+    return tensor_reduction(record, "mean")

@@ -1,0 +1,190 @@
+"""The running account of one rule's evaluation: feeds steps to its check and builds the verdict.
+
+Offline evaluation and the live runner both use a :class:`Tally`, so the same data yields the same
+verdict either way. A rule that raises stops being fed and ends as ``Error``; the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from trainspect.rules.step_data import Check, StepData
+from trainspect.rules.tensor_rule import TensorRule
+from trainspect.rules.verdict import Series, Status, Verdict
+
+__all__ = ["Tally"]
+
+_log = logging.getLogger(__name__)
+
+MAX_SERIES_POINTS = 2000
+"""Series longer than this are thinned (every other point) so verdict files stay small."""
+
+
+class Tally:
+    """Evaluation state of one tensor rule over a growing sequence of steps.
+
+    Args:
+        rule: the rule.
+
+    Example:
+        >>> from trainspect.rules import VanishingGradient
+        >>> t = Tally(VanishingGradient())
+        >>> t.verdict(finished=True).status.value
+        'NoData'
+    """
+
+    def __init__(self, rule: TensorRule) -> None:
+        self.rule = rule
+        self.state: Any = rule.init_state()
+        self.datapoints = 0
+        self.inputs_seen = 0
+        self.triggers = 0
+        self.first: tuple[int, float] | None = None
+        self.last: tuple[int, float] | None = None
+        self.tensors: dict[str, None] = {}
+        self.workers: dict[str, None] = {}
+        self.first_detail = ""
+        self.last_detail = ""
+        self.x: list[float] = []
+        self.y: list[float] = []
+        self.trigger_x: list[float] = []
+        self.stride = 1
+        self.error: BaseException | None = None
+        self.last_step: StepData | None = None
+        self.last_seen = time.time()
+        self.new_trigger: Check | None = None
+
+    # --- feeding ---------------------------------------------------------------------------------------
+    def feed(self, data: StepData) -> Check | None:
+        """Judge one step; return the check when it triggered (for actions), else None."""
+        if self.error is not None:
+            return None
+        self.last_seen = time.time()
+        if data.empty and self.rule.needs_tensors:
+            return None
+        self.inputs_seen += 1
+        self.workers.setdefault(data.worker, None)
+        result = self._guard(lambda: self.rule.check(self.state, data))
+        self.last_step = data
+        return self._record(data, result)
+
+    def end(self) -> Check | None:
+        """Tell the rule the data has ended (it may judge a pending window)."""
+        if self.error is not None:
+            return None
+        result = self._guard(lambda: self.rule.finish(self.state, self.last_step))
+        return self._record(self.last_step, result) if self.last_step is not None else None
+
+    def idle(self, now: float) -> Check | None:
+        """Let the rule judge the time passed without data (StalledTrainingRule)."""
+        if self.error is not None:
+            return None
+        result = self._guard(lambda: self.rule.idle(self.state, now, self.last_step))
+        if result is None or self.last_step is None:
+            return None
+        return self._record(self.last_step, result, wall_time=now)
+
+    def fail(self, exc: BaseException) -> None:
+        """Mark the rule as failed (its verdict becomes Error)."""
+        self.error = exc
+
+    def _guard(self, fn: Any) -> Check | None:
+        try:
+            result: Check | None = fn()
+        except Exception as exc:  # a failing rule ends as Error, the others go on
+            _log.debug("rule %s failed", self.rule.name, exc_info=True)
+            self.error = exc
+            return None
+        return result
+
+    def _record(self, data: StepData | None, result: Check | None, wall_time: float | None = None) -> Check | None:
+        if result is None or data is None:
+            return None
+        self.datapoints += 1
+        self.last_detail = result.detail or self.last_detail
+        self._add_point(data.step, result)
+        if not result.triggered:
+            return None
+        when = data.wall_time if wall_time is None else wall_time
+        self.triggers += 1
+        if self.first is None:
+            self.first = (data.step, when)
+            self.first_detail = result.detail
+        self.last = (data.step, when)
+        for name in result.tensors:
+            self.tensors.setdefault(name, None)
+        if len(self.trigger_x) < MAX_SERIES_POINTS:
+            self.trigger_x.append(float(data.step))
+        return result
+
+    def _add_point(self, step: int, result: Check) -> None:
+        if result.value is None or self.datapoints % self.stride:
+            return
+        self.x.append(float(step))
+        self.y.append(float(result.value))
+        if len(self.x) > MAX_SERIES_POINTS:
+            self.x, self.y = self.x[::2], self.y[::2]
+            self.stride *= 2
+
+    # --- the verdict -----------------------------------------------------------------------------------
+    def verdict(self, finished: bool) -> Verdict:
+        """Build the verdict so far; ``finished`` says whether the data has ended (else InProgress)."""
+        status, message = self._status(finished)
+        first, last = self.first, self.last
+        return Verdict(
+            rule=self.rule.name,
+            status=status,
+            message=message,
+            recommendation=self.rule.recommendation if status is Status.ISSUES_FOUND else "",
+            kind=self.rule.kind,
+            datapoints=self.datapoints,
+            triggers=self.triggers,
+            first_trigger_step=first[0] if first else None,
+            last_trigger_step=last[0] if last else None,
+            first_trigger_time=_finite(first[1]) if first else None,
+            last_trigger_time=_finite(last[1]) if last else None,
+            tensors=tuple(self.tensors),
+            workers=tuple(self.workers),
+            parameters=dict(self.rule.params),
+            details={"inputs_seen": self.inputs_seen, "last_detail": self.last_detail},
+            series=(self._series(),) if self.x or self.trigger_x else (),
+            start_step=int(self.x[0]) if self.x else None,
+            end_step=self.last_step.step if self.last_step is not None else None,
+        )
+
+    def _status(self, finished: bool) -> tuple[Status, str]:
+        name = self.rule.name
+        if self.error is not None:
+            return Status.ERROR, f"{name} failed: {type(self.error).__name__}: {self.error}"
+        if self.triggers:
+            first = self.first[0] if self.first else None
+            return (
+                Status.ISSUES_FOUND,
+                f"{name} triggered at {self.triggers} of {self.datapoints} evaluated steps "
+                f"(first at step {first}): {self.first_detail}",
+            )
+        if self.datapoints:
+            text = f"no trigger in {self.datapoints} evaluated steps; last: {self.last_detail}"
+            return (Status.NO_ISSUES_FOUND if finished else Status.IN_PROGRESS), text
+        if self.inputs_seen:
+            text = f"{name} saw its inputs at {self.inputs_seen} step(s) but could not judge: "
+            text += self.rule.insufficient(self.state)
+        else:
+            text = f"{name} found no inputs; record {self.rule.describe_inputs()}"
+        return (Status.NO_DATA if finished else Status.IN_PROGRESS), text
+
+    def _series(self) -> Series:
+        return Series(
+            label=self.rule.series_label,
+            x=tuple(self.x),
+            y=tuple(self.y),
+            trigger_x=tuple(self.trigger_x),
+            threshold=self.rule.threshold(),
+        )
+
+
+def _finite(value: float) -> float | None:
+    return value if isinstance(value, (int, float)) and math.isfinite(value) else None
