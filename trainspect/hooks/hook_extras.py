@@ -9,6 +9,7 @@ import logging
 import time
 from typing import Any
 
+from trainspect import env
 from trainspect.exceptions import TrainingStopped
 from trainspect.hooks.collector import Collector
 from trainspect.step import StepRecord
@@ -57,12 +58,25 @@ class HookExtras:
             return
         self._started = True
         if self.rules:
-            from trainspect.rules.live import LiveRuleRunner
-
-            self._live = LiveRuleRunner(self.rules, collector.out_dir, worker=collector.worker)
-            self._live.start()
+            self._part("live rules", self._start_rules, collector)
         if self.profiler_config is not None:
-            self._start_profiler(collector)
+            self._part("the profiler", self._start_profiler, collector)
+
+    @staticmethod
+    def _part(what: str, fn: Any, collector: Collector) -> None:
+        try:
+            fn(collector)
+        except Exception as exc:
+            if env.TRAINSPECT_TESTING.get():
+                raise
+            log.warning("trainspect: %s could not start (%s: %s); disabled, training and capture go on",
+                        what, type(exc).__name__, exc)  # fmt: skip
+
+    def _start_rules(self, collector: Collector) -> None:
+        from trainspect.rules.live import LiveRuleRunner
+
+        self._live = LiveRuleRunner(self.rules, collector.out_dir, worker=collector.worker)
+        self._live.start()
 
     def _start_profiler(self, collector: Collector) -> None:
         from trainspect.hooks.framework_metrics import FrameworkRecorder
