@@ -10,6 +10,7 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from trainspect import env
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.hooks._guard import Guarded, guarded
@@ -94,8 +95,10 @@ class Hook(Guarded):
         return str(self.collector.out_dir)
 
     def get_collection(self, name: str) -> Collection:
-        """Return a collection, creating it when missing."""
-        return self.collector.collections.get(name)
+        """Return a collection, creating it when missing; a collection you configure this way is recorded."""
+        coll = self.collector.collections.get(name)
+        self.collector.planner.included.add(name)
+        return coll
 
     def get_collections(self) -> dict[str, Collection]:
         """Return every collection by name."""
@@ -140,10 +143,20 @@ class Hook(Guarded):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    @guarded()
     def close(self) -> None:
-        """Finish the open step, remove every hook, flush, write verdicts, the report and the end marker."""
-        self._end_step()
+        """Finish the open step, remove every hook, flush, write verdicts and the end marker.
+
+        Runs even after an internal error disabled the hook, so that the run directory is always finished.
+        """
+        for part in (self._end_step, self._remove_handles, self._close_parts):
+            try:
+                part()
+            except Exception as exc:
+                if env.TRAINSPECT_TESTING.get():
+                    raise
+                self._fail("close", exc)
+
+    def _remove_handles(self) -> None:
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -152,6 +165,8 @@ class Hook(Guarded):
 
             uninstall_dataloader_timer(self._timer_recorder)
             self._timer_recorder = None
+
+    def _close_parts(self) -> None:
         self._extras.before_close(self.collector)
         self.collector.close()
         self._extras.close(self.collector)
@@ -178,10 +193,8 @@ class Hook(Guarded):
     register_hook = register_module
 
     def _register_io(self, path: str, module: nn.Module) -> None:
-        ins, outs = self.collector.planner.module_collections(path, type(module).__name__)
         object.__setattr__(module, "_trainspect_name", path)
-        if ins or outs:
-            self._handles.append(module.register_forward_hook(self._io_hook(path, ins, outs)))
+        self._handles.append(module.register_forward_hook(self._io_hook(path)))
 
     @guarded()
     def register_loss(self, loss_module: nn.Module) -> None:
@@ -278,11 +291,12 @@ class Hook(Guarded):
         if self._depth == 0:
             self._extras.on_forward_end()
 
-    def _io_hook(self, path: str, ins: frozenset[str], outs: frozenset[str]) -> Any:
+    def _io_hook(self, path: str) -> Any:
         @guarded()
         def hook(hook_self: Hook, module: nn.Module, args: Any, output: Any) -> None:
             if not self._saving:
                 return
+            ins, outs = self.collector.planner.module_collections(path, type(module).__name__, module)
             for i, t in enumerate(_outputs(args)) if ins else ():
                 self._stage(f"{path}_input_{i}", t, ins)
             for i, t in enumerate(_outputs(output)) if outs else ():
