@@ -111,3 +111,16 @@ def test_trainspect_run_passes_the_exit_code_through(tmp_path: Path) -> None:
     proc = subprocess.run([exe, "run", "--out", str(tmp_path / "r"), "--", sys.executable, str(script)],
                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
     assert proc.returncode == 3
+
+
+def test_trainspect_disable_turns_the_manual_hook_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TRAINSPECT_DISABLE", "1")
+    out = tmp_path / "run"
+    hook = ts.torch.Hook(out, include_collections=["weights", "losses"], rules="default")
+    model = nn.Linear(3, 2)
+    hook.register_module(model)
+    hook.register_loss(nn.MSELoss())
+    model(torch.ones(1, 3)).sum().backward()
+    hook.close()
+    assert not out.exists()
+    assert model._forward_pre_hooks == {}

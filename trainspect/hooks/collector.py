@@ -88,7 +88,7 @@ class Collector(Guarded):
             raise ConfigError(f"save_config: expected a SaveConfig, got {type(save_config).__name__}")
         if isinstance(include_regex, str):
             include_regex = [include_regex]
-        self.out_dir = _check_out_dir(out_dir)
+        self.out_dir = Path(out_dir).expanduser() if dry_run else _check_out_dir(out_dir)
         self.layout = RunLayout(self.out_dir)
         self.framework = framework
         self.rank = env.RANK.get()
@@ -127,6 +127,7 @@ class Collector(Guarded):
         self._writer: RunWriter | None = None
         self._known_names: set[str] = set()
         self._members: dict[str, set[str]] = {}
+        self._histograms: set[str] = set()
         self._started = False
         self._closed = False
 
@@ -213,7 +214,9 @@ class Collector(Guarded):
             return None
         record = StepRecord(mode, mode_step, gs, wall, self.worker, tensors)
         if self._writer is not None and tensors:
-            hist = frozenset(n for n, t in tensors.items() if t.value is not None and t.value.size > 1)
+            hist = frozenset(
+                n for n, t in tensors.items() if n in self._histograms and t.value is not None and t.value.size > 1
+            )
             self._writer.submit(record, hist if self._tensorboard else frozenset())
             if not self._known_names.issuperset(tensors):
                 self._known_names.update(tensors)
@@ -242,6 +245,10 @@ class Collector(Guarded):
         if self._record is None:
             return
         self._record[name] = TensorRecord(name, value, reductions or {}, plan.collections, shape)
+        if plan.histogram:
+            self._histograms.add(name)
+        else:
+            self._histograms.discard(name)
 
     def _collections_doc(self) -> dict[str, Any]:
         doc = self.collections.to_dict()

@@ -67,6 +67,9 @@ class Hook(Guarded):
         profiler_config: Any = None,
         mlflow_run: Any = None,
     ) -> None:
+        off = env.TRAINSPECT_DISABLE.get()
+        if off:
+            dry_run, rules, profiler_config = True, None, None
         self._extras = HookExtras(rules=rules, profiler_config=profiler_config, mlflow_run=mlflow_run)
         self.collector = Collector(
             out_dir, "pytorch", save_config=save_config, include_collections=include_collections,
@@ -87,6 +90,7 @@ class Hook(Guarded):
         self._globals_installed = False
         self._mode_explicit = False
         self._timer_recorder: Any = None
+        self.disabled = off
 
     # --- configuration API ---------------------------------------------------------------------------------
     @property
