@@ -1,0 +1,1 @@
+"""Framework hooks, the system monitor, framework timers and zero-script-change patching."""

@@ -1,0 +1,193 @@
+"""The framework-neutral recorder of framework metrics: steps, job phases, spans and dataloader waits.
+
+Adapters (the PyTorch hook, :mod:`trainspect.hooks.torch_profiling`) translate framework events into calls
+on :class:`FrameworkRecorder`. Each call appends a tuple to a list; a background daemon thread writes the
+lists about once per second as ``TABLE`` frames to ``RunLayout.framework_dir(worker)/<start ms>.tfw``
+(format: docs/profiler.md). The job phases follow from the records: initialization runs from the
+process start (``psutil.Process().create_time()``) to the first step's start, the training loop from
+there to the last step's end, finalization from there to :meth:`FrameworkRecorder.close`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import psutil
+
+from trainspect.hooks.system_monitor import default_node_id
+from trainspect.modes import ModeKeys
+from trainspect.profiler import schema
+from trainspect.profiler.config import ProfilerConfig
+from trainspect.profiler.writers import FrameFile
+from trainspect.store.layout import RunLayout
+
+__all__ = ["FrameworkRecorder", "SPAN_KINDS"]
+
+logger = logging.getLogger(__name__)
+
+SPAN_KINDS = {"forward": 1, "backward": 2, "optimizer": 3, "dataloader": 4}
+"""Span kind -> code stored in the ``spans`` table."""
+
+
+class FrameworkRecorder:
+    """Records one worker's framework metrics.
+
+    Args:
+        run_dir: the run directory.
+        worker: the worker's name (``worker_0``…).
+        config: the profiler config.
+        node: the node's name (default: ``TRAINSPECT_NODE_ID`` or the host name).
+        flush_interval_s: how often the background thread writes.
+
+    Example:
+        >>> import tempfile
+        >>> rec = FrameworkRecorder(tempfile.mkdtemp(), "worker_0", ProfilerConfig())
+        >>> rec.start(); rec.on_step_start(ModeKeys.TRAIN, 0, 0); rec.on_step_end(ModeKeys.TRAIN, 0, 0)
+        >>> rec.close()
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        worker: str,
+        config: ProfilerConfig | None = None,
+        node: str | None = None,
+        flush_interval_s: float = 1.0,
+    ) -> None:
+        self.worker = worker
+        self.node = node or default_node_id()
+        self.config = config or ProfilerConfig()
+        self.directory = RunLayout(run_dir).framework_dir(worker)
+        self._flush_interval_s = flush_interval_s
+        self._lock = threading.Lock()
+        self._steps: list[tuple[int, int, int, float, float]] = []
+        self._spans: list[tuple[int, float, float, int, int]] = []
+        self._pending: tuple[int, int, int, float] | None = None
+        self._workers = -1
+        self._file: FrameFile | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.failed = False
+
+    def start(self) -> None:
+        """Open the worker's file, write the start record, start the writer thread."""
+        if self._file is not None:
+            return
+        now = time.time()
+        self._file = FrameFile(self.directory / f"{int(now * 1000):013d}{schema.FRAMEWORK_SUFFIX}")
+        proc = psutil.Process()
+        self._file.write_json(
+            schema.KIND_EVENT,
+            {
+                "event": "start",
+                "time": now,
+                "process_start": proc.create_time(),
+                "worker": self.worker,
+                "node": self.node,
+                "host": socket.gethostname(),
+                "pid": proc.pid,
+                "config": self.config.to_dict(),
+            },
+        )
+        self._thread = threading.Thread(target=self._run, name="trainspect-framework-writer", daemon=True)
+        self._thread.start()
+
+    # --- hot path ------------------------------------------------------------------------------------
+    def on_step_start(self, mode: ModeKeys, mode_step: int, global_step: int) -> None:
+        """A step begins now."""
+        self._pending = (int(mode), mode_step, global_step, time.time())
+
+    def on_step_end(self, mode: ModeKeys, mode_step: int, global_step: int) -> None:
+        """The step begun by the matching :meth:`on_step_start` ends now (unmatched ends are ignored)."""
+        pending = self._pending
+        if pending is None or pending[2] != global_step:
+            return
+        self._pending = None
+        with self._lock:
+            self._steps.append((pending[0], pending[1], global_step, pending[3], time.time()))
+
+    def record_span(self, kind: str, start: float, end: float, global_step: int | None = None) -> None:
+        """Record a timed span (``kind``: forward, backward, optimizer or dataloader; epoch seconds)."""
+        code = SPAN_KINDS.get(kind)
+        if code is None:
+            raise ValueError(f"kind={kind!r}: allowed: {', '.join(SPAN_KINDS)}")
+        workers = self._workers if code == 4 else -1
+        with self._lock:
+            self._spans.append((code, start, end, -1 if global_step is None else global_step, workers))
+
+    def set_dataloader_workers(self, n: int) -> None:
+        """The number of dataloader worker processes (recorded with each later dataloader span)."""
+        if n != self._workers:
+            self._workers = int(n)
+
+    # --- writing -------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.wait(self._flush_interval_s):
+            if not self._safe_flush():
+                return
+
+    def _safe_flush(self) -> bool:
+        try:
+            self.flush()
+            return True
+        except Exception:
+            self.failed = True
+            logger.warning("trainspect framework recorder stopped writing after an internal error", exc_info=True)
+            return False
+
+    def flush(self) -> None:
+        """Write what was recorded since the last flush."""
+        with self._lock:
+            steps, self._steps = self._steps, []
+            spans, self._spans = self._spans, []
+        if self._file is None:
+            return
+        if steps:
+            cols = list(zip(*steps, strict=False))
+            self._file.write(schema.KIND_TABLE, schema.encode_table("steps", _step_columns(cols)))
+        if spans:
+            cols = list(zip(*spans, strict=False))
+            self._file.write(schema.KIND_TABLE, schema.encode_table("spans", _span_columns(cols)))
+
+    def close(self) -> None:
+        """Write the rest and the close record (the end of finalization); idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
+            self._thread = None
+        if self._file is None:
+            return
+        if not self.failed:
+            self._safe_flush()
+            try:
+                self._file.write_json(schema.KIND_EVENT, {"event": "close", "time": time.time()})
+            except OSError:
+                logger.warning("trainspect framework recorder could not write its close record", exc_info=True)
+        self._file.close()
+        self._file = None
+
+
+def _step_columns(cols: list[tuple[Any, ...]]) -> dict[str, np.ndarray]:
+    return {
+        "mode": np.array(cols[0], dtype=np.uint8),
+        "mode_step": np.array(cols[1], dtype=np.int64),
+        "global_step": np.array(cols[2], dtype=np.int64),
+        "start": np.array(cols[3], dtype=np.float64),
+        "end": np.array(cols[4], dtype=np.float64),
+    }
+
+
+def _span_columns(cols: list[tuple[Any, ...]]) -> dict[str, np.ndarray]:
+    return {
+        "kind": np.array(cols[0], dtype=np.uint8),
+        "start": np.array(cols[1], dtype=np.float64),
+        "end": np.array(cols[2], dtype=np.float64),
+        "global_step": np.array(cols[3], dtype=np.int64),
+        "workers": np.array(cols[4], dtype=np.int16),
+    }

@@ -1,0 +1,63 @@
+"""Incremental (tail-able) reading of frame files, with one warning per damaged file."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+from trainspect.profiler.schema import Frame, scan_frames
+
+logger = logging.getLogger(__name__)
+
+STALE_S = 5.0
+"""A file whose last frame is cut off and that has not changed for this long is reported as truncated."""
+
+
+class TailedFile:
+    """Reads the frames appended to a file since the last :meth:`poll`.
+
+    Args:
+        path: the file.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.offset = 0
+        self.warned = False
+
+    def poll(self) -> list[Frame]:
+        """Frames written since the last call; damaged frames are skipped with one warning per file."""
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            return []
+        if size <= self.offset:
+            return []
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        scan = scan_frames(data)
+        self.offset += scan.next_offset
+        problems = list(scan.problems)
+        if scan.truncated_tail and self._stale():
+            problems.append(f"last frame truncated ({len(data) - scan.next_offset} bytes)")
+            self.offset += len(data) - scan.next_offset
+        if problems:
+            self.warn("; ".join(problems))
+        return scan.frames
+
+    def _stale(self) -> bool:
+        try:
+            return time.time() - self.path.stat().st_mtime > STALE_S
+        except OSError:
+            return True
+
+    def warn(self, text: str) -> None:
+        """Log one warning for this file (later ones go to DEBUG)."""
+        if self.warned:
+            logger.debug("%s: %s", self.path, text)
+            return
+        self.warned = True
+        logger.warning("trainspect: skipped damaged profiler data in %s: %s", self.path, text)

@@ -1,0 +1,90 @@
+"""``ProfilerData``: everything the profiler rules and analyses read, loaded once per run directory."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from trainspect.profiler.arrays import FrameworkTables, SystemArrays
+from trainspect.profiler.detailed import OPERATOR_COLUMNS, PYTHON_COLUMNS, read_tables
+from trainspect.profiler.readers import FrameworkMetricsReader, SystemMetricsReader
+from trainspect.store.layout import RunLayout
+
+__all__ = ["ProfilerData", "load_profiler_data"]
+
+
+@dataclass
+class ProfilerData:
+    """A run's profiler data, as arrays and tables.
+
+    Attributes:
+        path: the directory it was loaded from.
+        source: ``"trainspect"`` or ``"sagemaker"``.
+        system: node -> :class:`~trainspect.profiler.arrays.SystemArrays`.
+        framework: worker -> :class:`~trainspect.profiler.arrays.FrameworkTables`.
+        operators: top operators of the detailed windows (columns ``detailed.OPERATOR_COLUMNS``).
+        python_stats: Python hotspots of the profiled windows (columns ``detailed.PYTHON_COLUMNS``).
+        job_ended: whether the end marker exists (the job is over).
+
+    Example:
+        >>> import tempfile
+        >>> load_profiler_data(tempfile.mkdtemp()).has_gpu
+        False
+    """
+
+    path: Path
+    source: str = "trainspect"
+    system: dict[str, SystemArrays] = field(default_factory=dict)
+    framework: dict[str, FrameworkTables] = field(default_factory=dict)
+    operators: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OPERATOR_COLUMNS))
+    python_stats: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PYTHON_COLUMNS))
+    job_ended: bool = False
+
+    @property
+    def has_gpu(self) -> bool:
+        """Whether any node recorded GPU utilisation."""
+        return any(a.gpus for a in self.system.values())
+
+    @property
+    def has_steps(self) -> bool:
+        """Whether any worker recorded a step."""
+        return any(t.step_count for t in self.framework.values())
+
+    def start_time(self) -> float | None:
+        """Earliest known time (process start, first sample or first record), epoch seconds."""
+        cands = [float(a.timestamps[0]) for a in self.system.values() if len(a)]
+        cands += [t for t in (f.first_time() for f in self.framework.values()) if t is not None]
+        return min(cands) if cands else None
+
+    def end_time(self) -> float | None:
+        """Latest known time (last sample, last record or close), epoch seconds."""
+        cands = [float(a.timestamps[-1]) for a in self.system.values() if len(a)]
+        cands += [t for t in (f.last_time() for f in self.framework.values()) if t is not None]
+        return max(cands) if cands else None
+
+
+def load_profiler_data(run_dir: str | os.PathLike[str]) -> ProfilerData:
+    """Read a run's profiler data (trainspect run directory or SageMaker profiler-output folder).
+
+    Damaged records are skipped with one warning per file; a running job gives what is on disk so far.
+    """
+    system_reader = SystemMetricsReader(run_dir)
+    framework_reader = FrameworkMetricsReader(run_dir)
+    system = system_reader.read_arrays()
+    framework = framework_reader.read_tables()
+    root = system_reader.root
+    ended = RunLayout(run_dir).end_marker.exists() or any(
+        (root / sub / "training_job_end.ts").exists() for sub in ("system", "framework", ".")
+    )
+    return ProfilerData(
+        path=Path(run_dir),
+        source=system_reader.source,
+        system=system,
+        framework=framework,
+        operators=read_tables(root / "detailed", "operators"),
+        python_stats=read_tables(root / "detailed", "python"),
+        job_ended=ended,
+    )

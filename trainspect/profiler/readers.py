@@ -1,0 +1,283 @@
+"""Readers of system and framework profiler data, smdebug-style, working while the job runs.
+
+``path`` may be a trainspect run directory, its ``profiler/`` folder, or a SageMaker profiler-output
+folder (auto-detected). Times are epoch **seconds** by default; every method takes ``unit`` (``"s"``,
+``"ms"``, ``"us"``, ``"ns"``). Each call that asks for data past what is known rescans the files, so a
+reader kept open follows a running job. ``read_arrays`` is the fast bulk path (numpy arrays).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from trainspect.modes import ModeKeys
+from trainspect.profiler._native import FrameworkWorkerStore, SystemNodeStore
+from trainspect.profiler.arrays import SPAN_NAMES, FrameworkTables, SystemArrays
+from trainspect.profiler.events import SystemEvent, TraceEvent, smdebug_names, unit_factor
+from trainspect.profiler.sagemaker import SageMakerFrameworkStore, SageMakerSystemStore, is_sagemaker_dir
+
+__all__ = ["SystemMetricsReader", "FrameworkMetricsReader", "resolve_profiler_root"]
+
+_SPAN_EVENT = {"forward": "Forward", "backward": "Backward", "optimizer": "Optimizer", "dataloader": "DataLoaderIter"}
+_PHASE_EVENT = {"initialization": "Initialization", "training_loop": "TrainingLoop", "finalization": "Finalization"}
+
+
+def resolve_profiler_root(path: str | os.PathLike[str]) -> tuple[str, Path]:
+    """Return ``("trainspect" | "sagemaker", folder holding system/ and framework/)`` for ``path``."""
+    p = Path(path)
+    if (p / "profiler").is_dir():
+        return "trainspect", p / "profiler"
+    for cand in (p, p / "profiler-output"):
+        if is_sagemaker_dir(cand):
+            return "sagemaker", cand
+    if (p / "system").is_dir() or (p / "framework").is_dir():
+        return "trainspect", p
+    return "trainspect", p / "profiler"
+
+
+class _Reader:
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.source, self.root = resolve_profiler_root(self.path)
+
+    def _detect(self) -> None:
+        source, root = resolve_profiler_root(self.path)
+        if (source, root) != (self.source, self.root):
+            self.source, self.root = source, root
+            self._reset()
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+    def _file_times(self) -> list[float]:
+        raise NotImplementedError
+
+    def get_timestamp_of_first_available_file(self, unit: str = "s") -> float:
+        """Start time of the earliest data file (0 when there is none)."""
+        self.refresh_event_file_list()
+        times = self._file_times()
+        return times[0] * unit_factor(unit) if times else 0
+
+    def refresh_event_file_list(self) -> None:
+        """Rescan the folder for new files and new records."""
+        raise NotImplementedError
+
+
+class SystemMetricsReader(_Reader):
+    """System metrics of every node of a run.
+
+    Args:
+        path: run directory, profiler folder or SageMaker profiler-output folder.
+
+    Example:
+        >>> import tempfile
+        >>> SystemMetricsReader(tempfile.mkdtemp()).get_events(0, 1e12)
+        []
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__(path)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._nodes: dict[Path, SystemNodeStore] = {}
+        self._sm = SageMakerSystemStore(self.root)
+
+    def refresh_event_file_list(self) -> None:
+        """Rescan the folder for new files and new samples."""
+        self._detect()
+        if self.source == "sagemaker":
+            self._sm.refresh()
+            return
+        system = self.root / "system"
+        if system.is_dir():
+            for node_dir in sorted(d for d in system.iterdir() if d.is_dir()):
+                self._nodes.setdefault(node_dir, SystemNodeStore(node_dir))
+        for store in self._nodes.values():
+            store.refresh()
+
+    def _file_times(self) -> list[float]:
+        if self.source == "sagemaker":
+            return self._sm.file_times()
+        return sorted(t for s in self._nodes.values() for t in s.file_times())
+
+    def read_arrays(
+        self, start: float | None = None, end: float | None = None, unit: str = "s"
+    ) -> dict[str, SystemArrays]:
+        """Every node's samples as arrays (the fast path), optionally limited to ``[start, end]``."""
+        self.refresh_event_file_list()
+        f = unit_factor(unit)
+        if self.source == "sagemaker":
+            nodes = self._sm.nodes()
+        else:
+            nodes = {s.node: s.arrays() for s in self._nodes.values()}
+        lo = None if start is None else start / f
+        hi = None if end is None else end / f
+        return {n: a.slice(lo, hi) if (lo is not None or hi is not None) else a for n, a in nodes.items() if len(a)}
+
+    def get_timestamp_of_latest_available_file(self, unit: str = "s") -> float:
+        """Time of the newest sample (trainspect) or newest file (SageMaker); 0 when there is none."""
+        self.refresh_event_file_list()
+        if self.source == "sagemaker":
+            times = self._file_times()
+            return times[-1] * unit_factor(unit) if times else 0
+        lasts = [float(a.timestamps[-1]) for a in self.read_arrays().values() if len(a)]
+        return max(lasts) * unit_factor(unit) if lasts else 0
+
+    def get_events(self, start: float, end: float, unit: str = "s", event_type: str | None = None) -> list[SystemEvent]:
+        """Samples with ``start <= timestamp <= end`` as smdebug-style events (``event_type``: "cpu", "gpu"…)."""
+        f = unit_factor(unit)
+        out: list[SystemEvent] = []
+        for node, arrays in self.read_arrays(start, end, unit).items():
+            names = [smdebug_names(k) for k in arrays.keys]
+            for row, ts in enumerate(arrays.timestamps):
+                for col, (typ, name, dim) in enumerate(names):
+                    value = float(arrays.values[row, col])
+                    if np.isnan(value) or (event_type is not None and typ != event_type):
+                        continue
+                    out.append(SystemEvent(typ, name, dim, value, node, float(ts) * f, arrays.keys[col]))
+        return out
+
+    def to_dataframe(self, start: float | None = None, end: float | None = None, unit: str = "s") -> pd.DataFrame:
+        """Long DataFrame: ``timestamp`` (unit), ``node_id``, ``key``, ``type``, ``name``, ``dimension``, ``value``."""
+        frames = []
+        f = unit_factor(unit)
+        for node, arrays in self.read_arrays(start, end, unit).items():
+            n, m = arrays.values.shape
+            names = [smdebug_names(k) for k in arrays.keys]
+            frame = pd.DataFrame(
+                {
+                    "timestamp": np.repeat(arrays.timestamps * f, m),
+                    "node_id": node,
+                    "key": np.tile(np.array(arrays.keys, dtype=object), n),
+                    "type": np.tile(np.array([t for t, _n, _d in names], dtype=object), n),
+                    "name": np.tile(np.array([nm for _t, nm, _d in names], dtype=object), n),
+                    "dimension": np.tile(np.array([d for _t, _n, d in names], dtype=object), n),
+                    "value": arrays.values.reshape(-1).astype(np.float64),
+                }
+            )
+            frames.append(frame[frame["value"].notna()])
+        cols = ["timestamp", "node_id", "key", "type", "name", "dimension", "value"]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=cols)
+
+
+class FrameworkMetricsReader(_Reader):
+    """Framework metrics (steps, phases, spans) of every worker of a run.
+
+    Args:
+        path: run directory, profiler folder or SageMaker profiler-output folder.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        super().__init__(path)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._workers: dict[Path, FrameworkWorkerStore] = {}
+        self._sm = SageMakerFrameworkStore(self.root)
+
+    def refresh_event_file_list(self) -> None:
+        """Rescan the folder for new files and new records."""
+        self._detect()
+        if self.source == "sagemaker":
+            self._sm.refresh()
+            return
+        framework = self.root / "framework"
+        if framework.is_dir():
+            for worker_dir in sorted(d for d in framework.iterdir() if d.is_dir()):
+                self._workers.setdefault(worker_dir, FrameworkWorkerStore(worker_dir))
+        for store in self._workers.values():
+            store.refresh()
+
+    def _file_times(self) -> list[float]:
+        if self.source == "sagemaker":
+            return self._sm.file_times()
+        return sorted(t for s in self._workers.values() for t in s.file_times())
+
+    def read_tables(self) -> dict[str, FrameworkTables]:
+        """Every worker's step and span tables (the fast path)."""
+        self.refresh_event_file_list()
+        if self.source == "sagemaker":
+            return self._sm.tables()
+        return {s.worker: s.tables() for s in self._workers.values()}
+
+    def get_timestamp_of_latest_available_file(self, unit: str = "s") -> float:
+        """Time of the newest record (0 when there is none)."""
+        lasts = [t for t in (tab.last_time() for tab in self.read_tables().values()) if t is not None]
+        return max(lasts) * unit_factor(unit) if lasts else 0
+
+    def _all_events(self) -> list[TraceEvent]:
+        if self.source == "sagemaker":
+            self.refresh_event_file_list()
+            return self._sm.events()
+        out: list[TraceEvent] = []
+        for worker, tab in self.read_tables().items():
+            out.extend(_events_of(worker, tab))
+        return out
+
+    def get_events(self, start: float, end: float, unit: str = "s") -> list[TraceEvent]:
+        """Events overlapping ``[start, end]``, times in ``unit``, sorted by start."""
+        f = unit_factor(unit)
+        lo, hi = start / f, end / f
+        out = []
+        for ev in self._all_events():
+            if ev.end_time >= lo and ev.start_time <= hi:
+                out.append(
+                    TraceEvent(
+                        ev.start_time * f,
+                        ev.end_time * f,
+                        ev.event_name,
+                        ev.event_phase,
+                        ev.node_id,
+                        ev.worker,
+                        ev.pid,
+                        ev.tid,
+                        ev.event_args,
+                    )
+                )
+        return sorted(out, key=lambda e: e.start_time)
+
+    def to_dataframe(self, start: float = 0.0, end: float = float("inf"), unit: str = "s") -> pd.DataFrame:
+        """Columns ``start_time, end_time, duration, event_name, event_phase, worker, node_id, step, pid``."""
+        rows = [
+            {
+                "start_time": e.start_time,
+                "end_time": e.end_time,
+                "duration": e.duration,
+                "event_name": e.event_name,
+                "event_phase": e.event_phase,
+                "worker": e.worker,
+                "node_id": e.node_id,
+                "step": int(float(e.event_args.get("step_num", -1))),
+                "pid": e.pid,
+            }
+            for e in self.get_events(start, end, unit)
+        ]
+        cols = ["start_time", "end_time", "duration", "event_name", "event_phase", "worker", "node_id", "step", "pid"]
+        return pd.DataFrame(rows, columns=cols)
+
+
+def _events_of(worker: str, tab: FrameworkTables) -> list[TraceEvent]:
+    out = []
+    s = tab.steps
+    for i in range(tab.step_count):
+        name = f"Step:ModeKeys.{ModeKeys(int(s['mode'][i])).name}"
+        args = {"step_num": int(s["mode_step"][i]), "global_step": int(s["global_step"][i])}
+        out.append(TraceEvent(float(s["start"][i]), float(s["end"][i]), name, name, tab.node, worker, tab.pid, 0, args))
+    sp = tab.spans
+    for i in range(len(sp["start"])):
+        name = _SPAN_EVENT[SPAN_NAMES[int(sp["kind"][i])]]
+        args = {"global_step": int(sp["global_step"][i]), "num_workers": int(sp["workers"][i])}
+        out.append(
+            TraceEvent(
+                float(sp["start"][i]), float(sp["end"][i]), name, name, tab.node, worker, int(sp["pid"][i]), 0, args
+            )
+        )
+    for phase, bounds in tab.phases().items():
+        if bounds is not None:
+            out.append(TraceEvent(bounds[0], bounds[1], _PHASE_EVENT[phase], "JobPhase", tab.node, worker, tab.pid))
+    return out

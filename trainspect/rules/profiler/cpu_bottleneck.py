@@ -1,0 +1,45 @@
+"""CPUBottleneck: high CPU while the GPUs idle (spec 2.2)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainspect.profiler.arrays import SystemArrays
+from trainspect.rules.base import Param
+from trainspect.rules.profiler._bottleneck import BottleneckRule
+from trainspect.rules.profiler._common import SCAN
+
+__all__ = ["CPUBottleneck"]
+
+
+class CPUBottleneck(BottleneckRule):
+    """Flag a busy CPU starving the GPUs.
+
+    Samples where some core is above ``cpu_threshold`` while some GPU is below ``gpu_threshold``;
+    triggers when they exceed ``threshold`` percent of more than ``patience`` samples.
+
+    Example:
+        >>> CPUBottleneck().cpu_threshold
+        90.0
+    """
+
+    parameters = (
+        Param("threshold", float, 50.0, "bottleneck samples above this % of all samples trigger", min=0, max=100),
+        Param("cpu_threshold", float, 90.0, "a core above this % is high", min=0, max=100),
+        Param("gpu_threshold", float, 10.0, "a GPU below this % is low", min=0, max=100),
+        Param("patience", int, 1000, "samples needed before the rule judges", min=1),
+        SCAN,
+    )
+    recommendation = "Consider increasing the number of data loaders or applying data pre-fetching."
+    description = "high CPU with low GPU for more than threshold % of the time"
+    resource = "CPU"
+
+    def _high(self, arr: SystemArrays) -> np.ndarray | None:
+        cores = [f"cpu{i}_utilization_percent" for i in arr.cpu_cores]
+        if not cores:
+            return None
+        with np.errstate(invalid="ignore"):
+            return np.any(arr.matrix(cores) > self.cpu_threshold, axis=1)
+
+    def _limit(self) -> float:
+        return float(self.cpu_threshold)

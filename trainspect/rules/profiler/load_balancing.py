@@ -1,0 +1,102 @@
+"""LoadBalancing: GPUs of a node with different utilisation distributions (spec 2.6, intended behaviour)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from trainspect.profiler.data import ProfilerData
+from trainspect.rules.base import Param
+from trainspect.rules.profiler._common import SCAN, ProfilerRule, window_ends
+from trainspect.rules.verdict import Series, Status, Verdict
+
+__all__ = ["LoadBalancing", "js_distance"]
+
+EDGES = np.arange(0.0, 102.0, 2.0)  # 2%-bins; the last one is closed, so 100% counts
+
+
+def js_distance(h1: np.ndarray, h2: np.ndarray) -> float:
+    """Jensen-Shannon distance (natural log) between two histograms of counts."""
+    p = h1 / h1.sum()
+    q = h2 / h2.sum()
+    m = (p + q) / 2.0
+
+    def kl(a: np.ndarray) -> float:
+        nz = a > 0
+        return float(np.sum(a[nz] * np.log(a[nz] / m[nz])))
+
+    return float(np.sqrt(max((kl(p) + kl(q)) / 2.0, 0.0)))
+
+
+class LoadBalancing(ProfilerRule):
+    """Flag GPUs of a node whose utilisation distributions differ.
+
+    For each pair of GPUs on a node (the first with more than ``patience`` samples), the Jensen-Shannon
+    distance between their utilisation histograms above ``threshold`` is a violation, at each scan window.
+    smdebug's code compared only the last GPU with itself (never triggering); this is the intended rule.
+
+    Example:
+        >>> round(js_distance(np.array([1.0, 0.0]), np.array([0.0, 1.0])), 3)
+        0.833
+    """
+
+    parameters = (
+        Param("threshold", float, 0.5, "Jensen-Shannon distance above which two GPUs are imbalanced", min=0, max=100),
+        Param("patience", int, 1000, "samples a GPU needs before it is compared", min=1),
+        SCAN,
+    )
+    recommendation = "Choose a different distributed training strategy or a different distributed training framework."
+    description = "imbalance across GPUs in data parallelism"
+
+    def evaluate(self, data: ProfilerData) -> Verdict:
+        """Compare the GPUs of every node pairwise."""
+        missing = self.no_gpu(data)
+        if missing:
+            return missing
+        triggers: list[float] = []
+        details: dict[str, Any] = {}
+        series: list[Series] = []
+        most, pairs_seen, worst = 0, 0, (0.0, "")
+        for node, arr in data.system.items():
+            cols = {g: c for g in arr.gpus if (c := arr.column(f"gpu{g}_utilization_percent")) is not None}
+            most = max([most] + [int(np.isfinite(c).sum()) for c in cols.values()])
+            details[node] = {"workloads": {}, "distances": {}}
+            if len(cols) < 2:
+                continue
+            ends = window_ends(float(arr.timestamps[0]), float(arr.timestamps[-1]), self.scan_s())
+            maxima, trig = [], []
+            for end, n in zip(ends, np.searchsorted(arr.timestamps, ends, "right"), strict=True):
+                hists = {g: np.histogram(c[:n][np.isfinite(c[:n])], EDGES)[0].astype(float) for g, c in cols.items()}
+                dists = self._pairs(hists)
+                pairs_seen += len(dists)
+                for pair, d in dists.items():
+                    details[node]["distances"].setdefault(pair[0], {})[pair[1]] = round(d, 4)
+                    worst = max(worst, (d, f"{node}: {pair[0]} vs {pair[1]}"))
+                bad = [d for d in dists.values() if d > self.threshold]
+                trig += [float(end)] * len(bad)
+                maxima.append(max(dists.values(), default=0.0))
+            triggers += trig
+            details[node]["workloads"] = {f"gpu{g}": h.astype(int).tolist() for g, h in hists.items()}
+            marks = tuple(sorted(set(trig)))
+            series.append(
+                Series(f"{node} largest GPU distance", tuple(ends), tuple(maxima), "s", marks, self.threshold)
+            )
+        if most <= self.patience:
+            return self.no_data(
+                f"too little data: {most} GPU samples; the rule needs more than patience={self.patience}", most
+            )
+        if not pairs_seen:
+            return self.verdict(Status.NO_ISSUES_FOUND, "only one GPU per node: no balancing issue", most, (), details)
+        msg = f"largest Jensen-Shannon distance {worst[0]:.3f} ({worst[1]}), threshold {self.threshold:g}"
+        status = Status.ISSUES_FOUND if triggers else Status.NO_ISSUES_FOUND
+        return self.verdict(status, msg, most, triggers, details, series)
+
+    def _pairs(self, hists: dict[int, np.ndarray]) -> dict[tuple[str, str], float]:
+        """Distances of the GPU pairs whose first GPU has more than ``patience`` samples."""
+        out = {}
+        for a, b in itertools.combinations(sorted(hists), 2):
+            if hists[a].sum() > self.patience and hists[b].sum() > 0:
+                out[(f"gpu{a}", f"gpu{b}")] = js_distance(hists[a], hists[b])
+        return out

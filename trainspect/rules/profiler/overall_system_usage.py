@@ -1,0 +1,100 @@
+"""OverallSystemUsage: utilisation statistics per node (spec 2.10); never triggers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from trainspect.profiler.arrays import SystemArrays
+from trainspect.profiler.data import ProfilerData
+from trainspect.rules.profiler._common import ProfilerRule, downsample
+from trainspect.rules.verdict import Series, Status, Verdict
+
+__all__ = ["OverallSystemUsage"]
+
+
+def _groups(arr: SystemArrays) -> dict[str, np.ndarray]:
+    """Per-row totals: CPU and GPU as means over cores/GPUs, network and disk as sums (bytes/s)."""
+    out: dict[str, np.ndarray] = {}
+    if arr.cpu_cores:
+        out["CPU"] = arr.cpu_total()
+    if arr.gpus:
+        for label, what in (("GPU", "utilization_percent"), ("GPU memory", "memory_used_percent")):
+            mat = arr.matrix([f"gpu{g}_{what}" for g in arr.gpus]).astype(np.float64)
+            if np.isfinite(mat).any():
+                out[label] = np.nanmean(mat, axis=1)
+    for label, keys in (
+        ("CPU memory", ["cpu_memory_used_percent"]),
+        ("I/O", ["cpu_iowait_percent"]),
+        ("Network", ["network_sent_bytes_per_second", "network_received_bytes_per_second"]),
+        ("Disk", ["disk_read_bytes_per_second", "disk_write_bytes_per_second"]),
+    ):
+        if any(k in arr.keys for k in keys):
+            out[label] = np.nansum(arr.matrix(keys).astype(np.float64), axis=1)
+    return out
+
+
+def _stats(v: np.ndarray) -> dict[str, float]:
+    v = v[np.isfinite(v)]
+    if not len(v):
+        return {}
+    qs = np.percentile(v, [99, 95, 50])
+    return {
+        "max": round(max(float(v.max()), 0.0), 2),
+        "p99": round(max(float(qs[0]), 0.0), 2),
+        "p95": round(max(float(qs[1]), 0.0), 2),
+        "p50": round(max(float(qs[2]), 0.0), 2),
+        "min": round(max(float(v.min()), 0.0), 2),
+    }
+
+
+class OverallSystemUsage(ProfilerRule):
+    """Summarise system utilisation per node.
+
+    Statistics (max, p99, p95, p50, min) of CPU, CPU memory, GPU, GPU memory, I/O wait, network and disk
+    per node in ``details``; the message is the report's narrative. Never triggers.
+
+    Example:
+        >>> OverallSystemUsage().kind
+        'profiler'
+    """
+
+    parameters = ()
+    recommendation = ""
+    description = "system utilisation statistics per node"
+
+    def evaluate(self, data: ProfilerData) -> Verdict:
+        """Summarise every node."""
+        if not data.system:
+            return self.no_data("no system metrics were recorded")
+        details: dict[str, Any] = {}
+        series: list[Series] = []
+        notes = []
+        for node, arr in data.system.items():
+            groups = _groups(arr)
+            for label, v in groups.items():
+                details.setdefault(label, {})[node] = _stats(v)
+            for label in ("CPU", "GPU"):
+                if label in groups:
+                    xs, ys = downsample(arr.timestamps, groups[label])
+                    series.append(Series(f"{node} {label} utilisation (%)", xs, ys, "s"))
+            notes.append(_narrative(node, details))
+        first = next(iter(data.system.values()))
+        return self.verdict(Status.NO_ISSUES_FOUND, " ".join(notes), len(first), (), details, series)
+
+
+def _narrative(node: str, details: dict[str, Any]) -> str:
+    cpu = details.get("CPU", {}).get(node, {})
+    gpu = details.get("GPU", {}).get(node, {})
+    if not gpu:
+        return f"{node}: CPU p95 {cpu.get('p95', float('nan')):.1f}%, p50 {cpu.get('p50', float('nan')):.1f}% (no GPU)."
+    if gpu["p95"] < 70 and cpu.get("p95", 0) < 70:
+        return f"{node}: GPU p95 {gpu['p95']:.1f}% and CPU p95 {cpu.get('p95', 0):.1f}% are below 70%: underutilised."
+    if gpu["p95"] < 70:
+        return (
+            f"{node}: GPU p95 {gpu['p95']:.1f}% below 70% with CPU p95 {cpu['p95']:.1f}%: a CPU bottleneck is likely."
+        )
+    if gpu["p50"] > 70:
+        return f"{node}: GPU p50 {gpu['p50']:.1f}% above 70%: well utilised."
+    return f"{node}: GPU p50 {gpu['p50']:.1f}%, CPU p50 {cpu.get('p50', float('nan')):.1f}%."
