@@ -71,6 +71,7 @@ class Collection:
     module_inputs: bool = False
     module_outputs: bool = False
     _compiled: list[re.Pattern[str]] = field(default_factory=list, init=False, repr=False, compare=False)
+    _module_ids: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.include_regex = list(self.include_regex)
@@ -95,8 +96,15 @@ class Collection:
         self.tensor_names.add(name)
 
     def add_module_tensors(self, module: Any, inputs: bool = False, outputs: bool = True) -> None:
-        """Add a module's inputs and/or outputs (PyTorch; the module is identified by its path when registered)."""
-        self.module_names.add(getattr(module, "_trainspect_name", None) or type(module).__name__)
+        """Add a module's inputs and/or outputs (PyTorch).
+
+        The module is identified by its path once the hook registered it, and by the object itself before that,
+        so this works before and after ``hook.register_module(model)``.
+        """
+        path = getattr(module, "_trainspect_name", None)
+        if path:
+            self.module_names.add(str(path))
+        self._module_ids.add(id(module))
         self.module_inputs = self.module_inputs or inputs
         self.module_outputs = self.module_outputs or outputs
 
@@ -104,9 +112,14 @@ class Collection:
         """Return whether a tensor name belongs to the collection by name or regex."""
         return name in self.tensor_names or any(p.search(name) for p in self._compiled)
 
-    def wants_module(self, path: str, type_name: str) -> tuple[bool, bool]:
+    def wants_module(self, path: str, type_name: str, module: Any = None) -> tuple[bool, bool]:
         """Return ``(inputs, outputs)``: whether this module's inputs / outputs belong to the collection."""
-        if path in self.module_names or type_name in self.module_types or "*" in self.module_types:
+        if (
+            path in self.module_names
+            or type_name in self.module_types
+            or "*" in self.module_types
+            or (module is not None and id(module) in self._module_ids)
+        ):
             return self.module_inputs, self.module_outputs
         return False, False
 
@@ -164,6 +177,9 @@ class CollectionManager:
     def add(self, collection: Collection) -> None:
         """Add or replace a collection."""
         self._collections[collection.name] = collection
+
+    def __len__(self) -> int:
+        return len(self._collections)
 
     def __contains__(self, name: object) -> bool:
         return name in self._collections

@@ -72,6 +72,8 @@ class SavePlanner:
         self._membership: dict[str, frozenset[str]] = {}
         self._active: set[str] = set()
         self._plans: dict[str, TensorPlan] = {}
+        self._known_count = -1
+        self._module_plans: dict[tuple[str, str, int], tuple[frozenset[str], frozenset[str]]] = {}
 
     def _include(self, item: str | Collection) -> None:
         if isinstance(item, Collection):
@@ -135,8 +137,21 @@ class SavePlanner:
                 coll.reduction_config = ReductionConfig.from_string(text, save_raw_tensor=raw)
 
     # --- per step ------------------------------------------------------------------------------------------
+    def _include_user_collections(self) -> None:
+        """Include collections the user created on the hook (``hook.get_collection("x")``) after construction."""
+        if len(self.manager) == self._known_count:
+            return
+        self._known_count = len(self.manager)
+        custom = {n for n in self.manager.names() if n not in KNOWN_COLLECTIONS} - self.included
+        if custom:
+            self.included |= custom
+            self._membership.clear()
+            self._plans.clear()
+
     def begin_step(self, mode: ModeKeys, mode_step: int) -> bool:
         """Decide which included collections save at this step; return whether any does."""
+        self._include_user_collections()
+        self._module_plans.clear()  # collections may have gained modules since the last step
         active = set()
         for name in self.included:
             coll = self.manager.get(name)
@@ -197,13 +212,22 @@ class SavePlanner:
         names = sorted(set(collections) | set(self.membership(name)))
         return self._make_plan(names)
 
-    def module_collections(self, path: str, type_name: str) -> tuple[frozenset[str], frozenset[str]]:
+    def module_collections(
+        self, path: str, type_name: str, module: object = None
+    ) -> tuple[frozenset[str], frozenset[str]]:
         """Return the included collections that take this module's (inputs, outputs)."""
+        key = (path, type_name, id(module))
+        cached = self._module_plans.get(key)
+        if cached is not None:
+            return cached
+        self._include_user_collections()
         ins, outs = set(), set()
         for cname in self.included:
-            wants_in, wants_out = self.manager.get(cname).wants_module(path, type_name)
+            wants_in, wants_out = self.manager.get(cname).wants_module(path, type_name, module)
             if wants_in:
                 ins.add(cname)
             if wants_out:
                 outs.add(cname)
-        return frozenset(ins), frozenset(outs)
+        result = frozenset(ins), frozenset(outs)
+        self._module_plans[key] = result
+        return result

@@ -46,7 +46,7 @@ class Hook(Guarded):
         >>> with ts.torch.Hook(out) as hook:
         ...     hook.register_module(model)
         ...     loss = model(torch.ones(1, 2)).sum()
-        ...     hook.save_scalar("my_loss", float(loss))
+        ...     hook.save_scalar("my_loss", loss.item())
         >>> ts.create_trial(out).tensor_names()
         ['scalar/my_loss']
     """

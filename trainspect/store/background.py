@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import functools
 import logging
-import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["BackgroundWriter"]
 
 log = logging.getLogger(__name__)
-_STOP = object()
 
 
 class BackgroundWriter:
     """A daemon thread that hands queued items to ``handle`` in batches and calls ``flush`` at least every interval.
 
-    The training thread only enqueues. If the pending bytes exceed ``max_pending_bytes`` (the disk is slower than
+    The training thread only appends to a list: the writer thread is not woken per item but every
+    ``flush_interval`` seconds (or once ``wake_bytes`` are pending, or when asked to drain), so a step costs the
+    training thread no thread switch. If the pending bytes exceed ``max_pending_bytes`` (the disk is slower than
     training), new items are dropped with one warning rather than stalling training. If ``handle`` or ``flush``
     raises (disk full, unwritable file), the writer logs one warning naming what is disabled and drops everything
     from then on; what was written before stays readable.
@@ -27,9 +26,10 @@ class BackgroundWriter:
     Args:
         name: what the writer writes, used in the warning (``"tensor capture"``).
         handle: called on the writer thread with a list of items.
-        flush: called on the writer thread after each batch and at least every ``flush_interval`` seconds.
+        flush: called on the writer thread after each batch.
         max_pending_bytes: memory bound of the queue.
-        flush_interval: seconds between flushes while items keep coming.
+        flush_interval: seconds between batches (so data reaches the disk at least this often).
+        wake_bytes: pending bytes that wake the writer before the interval ends.
     """
 
     def __init__(
@@ -39,15 +39,19 @@ class BackgroundWriter:
         flush: Callable[[], None] | None = None,
         max_pending_bytes: int = 1 << 30,
         flush_interval: float = 0.5,
+        wake_bytes: int = 32 << 20,
     ) -> None:
         self.name = name
         self._handle = handle
         self._flush = flush or (lambda: None)
         self._max_pending = max_pending_bytes
         self._interval = flush_interval
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._wake_bytes = wake_bytes
+        self._items: list[tuple[Any, int]] = []
         self._pending = 0
         self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = False
         self._thread: threading.Thread | None = None
         self._dropped_warned = False
         self.failed: BaseException | None = None
@@ -57,6 +61,7 @@ class BackgroundWriter:
     def start(self) -> None:
         """Start the thread (idempotent)."""
         if self._thread is None:
+            self._stop = False
             self._thread = threading.Thread(target=self._run, name=f"trainspect-{self.name}", daemon=True)
             self._thread.start()
 
@@ -73,60 +78,50 @@ class BackgroundWriter:
                     )
                 return False
             self._pending += nbytes
+            self._items.append((item, nbytes))
             self._idle.clear()
-        self._queue.put((item, nbytes))
+            wake = self._pending >= self._wake_bytes
+        if wake:
+            self._wake.set()
         return True
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far was handled and flushed."""
+        if self._idle.is_set():
+            return True
+        self._wake.set()
         return self._idle.wait(timeout)
 
     def close(self, timeout: float = 60.0) -> None:
         """Write what is queued, flush, and stop the thread."""
         if self._thread is None:
             return
-        self._queue.put((_STOP, 0))
+        self._stop = True
+        self._wake.set()
         self._thread.join(timeout)
         self._thread = None
 
     def _run(self) -> None:
-        last_flush = time.monotonic()
         while True:
-            try:
-                first = self._queue.get(timeout=self._interval)
-            except queue.Empty:
-                self._safe(self._flush)
-                last_flush = time.monotonic()
-                continue
-            batch, stop = self._drain(first)
+            self._wake.wait(self._interval)
+            self._wake.clear()
+            stop = self._stop
+            batch = self._drain()
             if batch:
                 self._safe(functools.partial(self._handle, batch))
-            if stop or time.monotonic() - last_flush >= self._interval or self._queue.empty():
-                self._safe(self._flush)
-                last_flush = time.monotonic()
-            if self._queue.empty():
-                self._idle.set()
+            self._safe(self._flush)
+            with self._lock:
+                if not self._items:
+                    self._idle.set()
             if stop:
                 self._idle.set()
                 return
 
-    def _drain(self, first: tuple[Any, int]) -> tuple[list[Any], bool]:
-        items, stop, size = [], False, 0
-        entry: tuple[Any, int] | None = first
-        while entry is not None:
-            item, nbytes = entry
-            if item is _STOP:
-                stop = True
-            else:
-                items.append(item)
-                size += nbytes
-            try:
-                entry = self._queue.get_nowait()
-            except queue.Empty:
-                entry = None
+    def _drain(self) -> list[Any]:
         with self._lock:
-            self._pending -= size
-        return items, stop
+            entries, self._items = self._items, []
+            self._pending -= sum(n for _, n in entries)
+        return [item for item, _ in entries]
 
     def _safe(self, fn: Callable[[], None]) -> None:
         if self.failed is not None:

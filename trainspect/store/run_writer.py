@@ -110,7 +110,8 @@ class RunWriter:
                 try:
                     closer.close()
                 except OSError as exc:
-                    log.warning("trainspect: closing %s failed: %s", self._tensor_dir, exc)
+                    if not self.failed:  # after a write error the one warning was already given
+                        log.warning("trainspect: closing %s failed: %s", self._tensor_dir, exc)
         self._files = self._tb = None
         try:
             write_worker_manifest(self.layout, self.worker, end_time=time.time())

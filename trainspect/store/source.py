@@ -71,6 +71,12 @@ class TrainspectSource:
         if scan.corrupt:
             self.corrupt_records += scan.corrupt
             self._warn(str(path), f"{path}: skipped {scan.corrupt} corrupt index record(s)")
+        if scan.truncated:
+            self._warn(
+                f"{path}#truncated",
+                f"{path}: skipped an incomplete last record at byte {scan.resume_at} (still being written, or the "
+                "job was killed while writing it); it is read once complete",
+            )
         for _offset, kind, payload in scan.records:
             if kind == KIND_INDEX:
                 self._add(index, worker, path.parent, payload)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import math
+import os
+import socket
+import struct
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +19,33 @@ __all__ = ["TensorBoardWriter", "tb_tag"]
 _BINS = 30
 
 
+def _crc32c_function() -> Callable[[bytes], int]:
+    """Return a CRC-32C function: a C one when installed (``google-crc32c`` or ``crc32c``), else TensorBoard's."""
+    try:
+        import google_crc32c  # type: ignore[import-not-found]
+
+        return lambda data: int(google_crc32c.value(data))
+    except ImportError:
+        pass
+    try:
+        import crc32c  # type: ignore[import-not-found]
+
+        return lambda data: int(crc32c.crc32c(data))
+    except ImportError:
+        from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import crc32c as pure_python
+
+        return lambda data: int(pure_python(data))
+
+
+_CRC32C = _crc32c_function()
+
+
+def _masked_crc(data: bytes) -> bytes:
+    """The TFRecord framing's masked CRC-32C of ``data``, packed."""
+    x = _CRC32C(data) & 0xFFFFFFFF
+    return struct.pack("<I", (((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+
+
 def tb_tag(name: str, mode: ModeKeys) -> str:
     """Return the TensorBoard tag of a tensor: its name, prefixed by the mode outside training."""
     if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL):
@@ -22,19 +54,30 @@ def tb_tag(name: str, mode: ModeKeys) -> str:
 
 
 class TensorBoardWriter:
-    """Writes ``events.out.tfevents.*`` into one folder through TensorBoard's ``EventFileWriter``."""
+    """Writes ``events.out.tfevents.*`` into one folder, synchronously, on the caller's thread.
+
+    The caller is trainspect's background writer, which batches steps; TensorBoard's own ``EventFileWriter`` would
+    add a second thread woken per event, which costs the training thread GIL switches.
+    """
 
     def __init__(self, folder: Path, filename_suffix: str = "") -> None:
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tensorboard.compat.proto import event_pb2
 
         folder.mkdir(parents=True, exist_ok=True)
-        self._writer = EventFileWriter(str(folder), max_queue_size=1000, flush_secs=1, filename_suffix=filename_suffix)
+        name = f"events.out.tfevents.{time.time():010.0f}.{socket.gethostname()}.{os.getpid()}.0{filename_suffix}"
+        self._file = open(folder / name, "ab")  # noqa: SIM115 - owned until close()
+        self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
+        self._file.flush()
+
+    def _write(self, data: bytes) -> None:
+        header = struct.pack("<Q", len(data))
+        self._file.write(b"".join((header, _masked_crc(header), data, _masked_crc(data))))
 
     def _emit(self, value: object, step: int, wall_time: float) -> None:
         from tensorboard.compat.proto import event_pb2, summary_pb2
 
         summary = summary_pb2.Summary(value=[value])
-        self._writer.add_event(event_pb2.Event(summary=summary, step=step, wall_time=wall_time))
+        self._write(event_pb2.Event(summary=summary, step=step, wall_time=wall_time).SerializeToString())
 
     def scalar(self, tag: str, value: float, step: int, wall_time: float) -> None:
         """Add one scalar point."""
@@ -69,11 +112,11 @@ class TensorBoardWriter:
 
     def flush(self) -> None:
         """Flush the event file."""
-        self._writer.flush()
+        self._file.flush()
 
     def close(self) -> None:
         """Flush and close."""
-        self._writer.close()
+        self._file.close()
 
 
 def finite(value: float) -> bool:

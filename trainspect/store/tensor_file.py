@@ -77,8 +77,10 @@ class TensorFileWriter:
     def _write_tensor(self, t: TensorRecord) -> dict[str, Any]:
         entry: dict[str, Any] = {"n": t.name}
         if t.value is not None:
-            arr = np.ascontiguousarray(t.value)
-            payload = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
+            arr = np.asarray(t.value)
+            if not arr.flags.c_contiguous:
+                arr = np.ascontiguousarray(arr)  # note: this would turn a 0-d array into 1-d; 0-d is contiguous
+            payload = arr.reshape(-1).view(np.uint8).data if arr.size else memoryview(b"")
             assert self._data is not None
             self._data.write(frame(KIND_TENSOR, payload))
             self._data.write(payload)
@@ -106,9 +108,15 @@ class TensorFileWriter:
 
     def close(self) -> None:
         """Flush and close both files."""
-        if self._data is not None:
-            self.flush()
-            self._data.close()
-            assert self._index is not None
-            self._index.close()
-        self._data = self._index = None
+        data, index = self._data, self._index
+        try:
+            if data is not None:
+                self.flush()
+        finally:
+            self._data = self._index = None
+            for fh in (data, index):
+                if fh is not None:
+                    try:
+                        fh.close()
+                    except OSError:
+                        pass  # the flush above already reported the error

@@ -1,0 +1,79 @@
+"""The benchmark workloads of spec/peers_measured.md, in plain torch (shared by trainspect's and smdebug's side).
+
+W1: MLP 784-512-256-10, batch 128, SGD. W2: CNN conv(1->16,5)+pool, conv(16->32,5)+pool, fc 512->128->10, batch 64.
+Synthetic data: 16 fixed batches with learnable labels.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+torch.set_num_threads(1)
+
+
+class CNN(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 16, 5)
+        self.conv2 = nn.Conv2d(16, 32, 5)
+        self.pool = nn.MaxPool2d(2)
+        self.fc1 = nn.Linear(512, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        return self.fc2(torch.relu(self.fc1(x.flatten(1))))
+
+
+def make(workload: str, seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module, list[Any]]:
+    """Return model, optimizer, loss module and 16 fixed (x, y) batches."""
+    torch.manual_seed(seed)
+    if workload == "W1":
+        model: nn.Module = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+        xs = [torch.randn(128, 784) for _ in range(16)]
+    else:
+        model = CNN()
+        xs = [torch.randn(64, 1, 28, 28) for _ in range(16)]
+    proj = torch.randn(xs[0][0].numel(), 10)
+    batches = [(x, (x.flatten(1) @ proj).argmax(1)) for x in xs]
+    return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), nn.CrossEntropyLoss(), batches
+
+
+STEPS = {"W1": 400, "W2": 200}
+
+
+def train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: nn.Module, batches: list[Any], steps: int) -> float:
+    """Train ``steps`` steps; return the seconds taken."""
+    start = time.perf_counter()
+    for i in range(steps):
+        x, y = batches[i % len(batches)]
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    return time.perf_counter() - start
+
+
+def paired_ratio(
+    workload: str, steps: int, pairs: int, instrumented: Callable[[nn.Module, torch.optim.Optimizer, nn.Module, list[Any], int], float]
+) -> tuple[float, list[float]]:
+    """Median ratio of instrumented/plain over ``pairs`` pairs, each pair fresh, order alternated."""
+    ratios = []
+    for i in range(pairs):
+        times = {}
+        for kind in (("plain", "inst") if i % 2 == 0 else ("inst", "plain")):
+            model, opt, loss_fn, batches = make(workload)
+            train(model, opt, loss_fn, batches, 3)  # warm-up (allocator, first-call costs), not timed
+            if kind == "plain":
+                times[kind] = train(model, opt, loss_fn, batches, steps)
+            else:
+                times[kind] = instrumented(model, opt, loss_fn, batches, steps)
+        ratios.append(times["inst"] / times["plain"])
+    return statistics.median(ratios), ratios

@@ -1,0 +1,109 @@
+"""Step-time overhead of trainspect's PyTorch hook, as ratios to the plain loop (issue 2 targets).
+
+    .venv/bin/python benchmarks/bench_hook.py [--quick] [--no-smdebug]
+
+Each configuration is paired with a fresh plain run in the same process, order alternated, median of >= 3 pairs,
+single-threaded CPU, synthetic data (16 fixed batches). The smdebug 1.0.34 side runs in its own venv
+(bench-env/smdebug) through benchmarks/_smdebug_side.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _workloads as wl  # noqa: E402
+
+import trainspect as ts  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SMD_PY = ROOT / "bench-env" / "smdebug" / "bin" / "python"
+
+CONFIGS = {
+    "default (losses every step)": (dict(), 1.03),
+    "weights+gradients+losses every 100": (
+        dict(include_collections=["weights", "biases", "gradients", "losses"], save_config=ts.SaveConfig(save_interval=100)),
+        1.05,
+    ),
+    "save_all every step": (dict(save_all=True, save_config=ts.SaveConfig(save_interval=1)), None),
+}
+
+
+def _instrumented(base: str, kwargs: dict):
+    counter = iter(range(10_000))
+
+    def run(model, opt, loss_fn, batches, steps):
+        out = os.path.join(base, f"run{next(counter)}")
+        try:
+            hook = ts.torch.Hook(out, **kwargs)
+            hook.register_module(model)
+            hook.register_loss(loss_fn)
+            seconds = wl.train(model, opt, loss_fn, batches, steps)
+            hook.close()  # the tail of the queue is written here; it is part of the cost
+            return seconds
+        finally:
+            shutil.rmtree(out, ignore_errors=True)
+
+    return run
+
+
+def _smdebug_ratio(workload: str, steps: int, pairs: int) -> float | None:
+    if not SMD_PY.exists():
+        return None
+    proc = subprocess.run(
+        [str(SMD_PY), str(Path(__file__).with_name("_smdebug_side.py")), "overhead", workload, str(steps), str(pairs)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode or not lines:
+        print(f"  smdebug side failed: {proc.stderr[-500:]}")
+        return None
+    return float(json.loads(lines[-1])["ratio"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="a quarter of the steps, 3 pairs")
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--no-smdebug", action="store_true")
+    parser.add_argument("--workloads", default="W1,W2")
+    args = parser.parse_args()
+    base = tempfile.mkdtemp(prefix="ts_bench_")
+    failed = []
+    for workload in args.workloads.split(","):
+        steps = wl.STEPS[workload] // (4 if args.quick else 1)
+        print(f"{workload}: {steps} steps, median of {args.pairs} pairs")
+        for label, (kwargs, target) in CONFIGS.items():
+            ratio, ratios = wl.paired_ratio(workload, steps, args.pairs, _instrumented(base, kwargs))
+            line = f"  {label:40s} {ratio:.3f}x  (pairs {', '.join(f'{r:.3f}' for r in ratios)})"
+            if target is not None:
+                ok = ratio <= target
+                line += f"  target <= {target:.2f}x: {'ok' if ok else 'MISSED'}"
+                if not ok:
+                    failed.append(f"{workload} {label}")
+            elif not args.no_smdebug:
+                smd = _smdebug_ratio(workload, steps, args.pairs)
+                if smd is not None:
+                    share = (ratio - 1) / (smd - 1) if smd > 1 else float("inf")
+                    ok = share < 0.5
+                    line += f"\n  {'smdebug 1.0.34 save_all every step':40s} {smd:.3f}x  -> trainspect overhead is "
+                    line += f"{share:.0%} of smdebug's, target < 50%: {'ok' if ok else 'MISSED'}"
+                    if not ok:
+                        failed.append(f"{workload} {label} vs smdebug")
+            print(line, flush=True)
+    shutil.rmtree(base, ignore_errors=True)
+    print("all targets met" if not failed else f"missed: {'; '.join(failed)}")
+
+
+if __name__ == "__main__":
+    main()
