@@ -27,6 +27,10 @@ __all__ = [
     "WORLD_SIZE",
     "MLFLOW_RUN_ID",
     "PYTHONPATH",
+    "TRAINSPECT_JOB_ID",
+    "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR",
+    "MASTER_PORT",
     "TRAINSPECT_PROFILE",
     "child_environment",
 ]
@@ -120,6 +124,12 @@ MLFLOW_RUN_ID: EnvVar[str | None] = EnvVar("MLFLOW_RUN_ID", str, None, "MLflow r
 TRAINSPECT_PROFILE: EnvVar[int | None] = EnvVar(
     "TRAINSPECT_PROFILE", int, None, "Set by `trainspect run --profile`: system sampling interval in ms."
 )
+TRAINSPECT_JOB_ID: EnvVar[str | None] = EnvVar(
+    "TRAINSPECT_JOB_ID", str, None, "Identifies the job that owns a run directory (all its ranks share it)."
+)
+TORCHELASTIC_RUN_ID: EnvVar[str | None] = EnvVar("TORCHELASTIC_RUN_ID", str, None, "Job id set by torchrun.")
+MASTER_ADDR: EnvVar[str | None] = EnvVar("MASTER_ADDR", str, None, "Rendezvous host (torch.distributed).")
+MASTER_PORT: EnvVar[str | None] = EnvVar("MASTER_PORT", str, None, "Rendezvous port (torch.distributed).")
 PYTHONPATH: EnvVar[str | None] = EnvVar("PYTHONPATH", str, None, "Module search path (extended by `trainspect run`).")
 
 

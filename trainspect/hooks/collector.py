@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -17,16 +16,22 @@ from typing import Any
 import numpy as np
 
 import trainspect
-from trainspect import env
 from trainspect.collections import Collection, CollectionManager
 from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.exceptions import ConfigError
 from trainspect.hooks._guard import Guarded, guarded
+from trainspect.hooks.distributed import identity
 from trainspect.hooks.save_plan import SavePlanner, TensorPlan
 from trainspect.modes import ModeKeys, parse_mode
 from trainspect.step import ReductionKey, StepRecord, TensorRecord
 from trainspect.store.layout import RunLayout
-from trainspect.store.manifest import claim_run_directory
+from trainspect.store.manifest import (
+    all_workers_ended,
+    check_run_directory,
+    claim_run_directory,
+    mark_job_end,
+    write_worker_manifest,
+)
 from trainspect.store.run_writer import RunWriter
 
 __all__ = ["Collector"]
@@ -61,6 +66,8 @@ class Collector(Guarded):
         dry_run: decide everything but write nothing.
         include_workers: ``"one"`` (only the chief records tensors) or ``"all"``.
         rules: rules evaluated live while training (their needs are recorded automatically).
+        always_saved: collections this framework records every step unless configured otherwise (Keras:
+            ``metrics``), besides ``losses``.
         worker: this worker's name (default ``worker_<rank>``).
         job_id: identifies the job that owns ``out_dir`` (default: a fresh id).
     """
@@ -79,6 +86,7 @@ class Collector(Guarded):
         dry_run: bool = False,
         include_workers: str = "one",
         rules: Iterable[Any] | None = None,
+        always_saved: Iterable[str] = (),
         worker: str | None = None,
         job_id: str | None = None,
     ) -> None:
@@ -91,11 +99,15 @@ class Collector(Guarded):
         self.out_dir = Path(out_dir).expanduser() if dry_run else _check_out_dir(out_dir)
         self.layout = RunLayout(self.out_dir)
         self.framework = framework
-        self.rank = env.RANK.get()
-        self.worker = worker or f"worker_{self.rank}"
+        self.identity = identity()
+        self.rank = self.identity.rank
+        self.worker = worker or self.identity.worker
         self.include_workers = include_workers
         self.dry_run = dry_run
         self.collections = CollectionManager()
+        always_saved = tuple(always_saved)
+        for name in always_saved:
+            self.collections.get(name)
         self.planner = SavePlanner(
             self.collections,
             include_collections if include_collections is not None else SavePlanner.default_collections(),
@@ -104,13 +116,19 @@ class Collector(Guarded):
             include_regex,
             save_all,
         )
+        for name in always_saved:
+            coll = self.collections.get(name)
+            coll.save_config = coll.save_config or SaveConfig(save_interval=1)
+            self.planner.included.add(name)
         self.rules = list(rules or [])
         for rule in self.rules:
             for req in rule.requirements():
                 self.planner.add_requirement(req)
         self._tensorboard = export_tensorboard
         self._tb_dir = Path(tensorboard_dir) if tensorboard_dir else None
-        self._job_id = job_id or uuid.uuid4().hex
+        self._job_id = job_id or self.identity.job_id
+        if not dry_run:
+            check_run_directory(self.layout, self._job_id)
         self._config_doc = {
             "save_config": (save_config or SaveConfig()).to_dict(),
             "include_collections": sorted(self.planner.included),
@@ -148,15 +166,21 @@ class Collector(Guarded):
         claim_run_directory(
             self.layout,
             self._job_id,
-            {"framework": self.framework, "trainspect_version": trainspect.__version__, "config": self._config_doc},
+            {
+                "framework": self.framework,
+                "trainspect_version": trainspect.__version__,
+                "world_size": self.identity.world_size,
+                "config": self._config_doc,
+            },
         )
+        write_worker_manifest(
+            self.layout, self.worker, node=self.identity.node, rank=self.rank, local_rank=self.identity.local_rank,
+            world_size=self.identity.world_size, records_tensors=self.records_tensors, start_time=time.time(),
+        )  # fmt: skip
         if self.records_tensors:
+            tb_dir = self._tb_dir or self.layout.tensorboard_dir(self.worker, single=self.rank == 0)
             self._writer = RunWriter(
-                self.layout,
-                self.worker,
-                tensorboard=self._tensorboard,
-                tensorboard_dir=self._tb_dir,
-                chief=self.rank == 0,
+                self.layout, self.worker, tensorboard=self._tensorboard, tensorboard_dir=tb_dir, chief=False
             )
             self._writer.start()
             self._writer.write_collections(self.collections.to_dict())
@@ -171,6 +195,10 @@ class Collector(Guarded):
         if self._writer is not None:
             self._writer.write_collections(self._collections_doc())
             self._writer.close()
+        if self._started and not self.dry_run:
+            write_worker_manifest(self.layout, self.worker, end_time=time.time(), last_step=self.global_step)
+            if all_workers_ended(self.layout, self.identity.world_size):
+                mark_job_end(self.layout)
 
     # --- steps ---------------------------------------------------------------------------------------------
     def set_mode(self, mode: ModeKeys | str) -> None:

@@ -32,6 +32,14 @@ def _outputs(value: Any) -> list[Any]:
     return []
 
 
+def _unwrap(module: nn.Module) -> nn.Module:
+    """Return the user's model inside DistributedDataParallel / DataParallel wrappers (names stay the same)."""
+    wrappers = (nn.parallel.DistributedDataParallel, nn.DataParallel)
+    while isinstance(module, wrappers):
+        module = module.module
+    return module
+
+
 class Hook(Guarded):
     """Records losses, weights, gradients, module inputs/outputs and optimizer variables of a PyTorch model.
 
@@ -183,9 +191,11 @@ class Hook(Guarded):
         if id(module) in self._top:
             return
         self._top.add(id(module))
-        prefix = type(module).__name__
         self._handles.append(module.register_forward_pre_hook(self._on_top_forward_pre))
         self._handles.append(module.register_forward_hook(self._on_top_forward))
+        module = _unwrap(module)
+        self._top.add(id(module))
+        prefix = type(module).__name__
         for pname, param in module.named_parameters():
             name = f"{prefix}_{pname}"
             self._params.append((name, param))

@@ -13,7 +13,16 @@ from typing import Any
 from trainspect.exceptions import RunDirectoryInUse
 from trainspect.store.layout import FORMAT_VERSION, RunLayout
 
-__all__ = ["claim_run_directory", "write_worker_manifest", "mark_job_end", "read_manifest", "write_json_atomic"]
+__all__ = [
+    "all_workers_ended",
+    "check_run_directory",
+    "claim_run_directory",
+    "mark_job_end",
+    "read_manifest",
+    "read_worker_manifests",
+    "write_json_atomic",
+    "write_worker_manifest",
+]
 
 
 def write_json_atomic(path: Path, doc: Any) -> None:
@@ -33,27 +42,40 @@ def read_manifest(layout: RunLayout) -> dict[str, Any] | None:
         return None
 
 
+def check_run_directory(layout: RunLayout, job_id: str) -> None:
+    """Refuse, before anything is written, a directory that holds another job's run.
+
+    Raises:
+        RunDirectoryInUse: the directory's manifest names another job.
+    """
+    existing = read_manifest(layout)
+    if existing is not None and existing.get("job_id") != job_id:
+        raise RunDirectoryInUse(
+            f"{layout.root} already holds the run of another job (job_id {existing.get('job_id')!r}, "
+            f"created {time.ctime(existing.get('created', 0))}); trainspect never merges or overwrites runs: "
+            "choose a new out_dir"
+        )
+
+
 def claim_run_directory(layout: RunLayout, job_id: str, manifest: dict[str, Any]) -> None:
-    """Create the job manifest, or join it when it belongs to the same job.
+    """Create the job manifest, or join it when it belongs to the same job (the other ranks of a job join).
+
+    The manifest is written to a temporary file and hard-linked into place, so it appears complete or not at all.
 
     Raises:
         RunDirectoryInUse: the directory holds another job's data; nothing is overwritten.
     """
     layout.root.mkdir(parents=True, exist_ok=True)
     doc = {"format_version": FORMAT_VERSION, "job_id": job_id, "created": time.time(), **manifest}
+    fd, tmp = tempfile.mkstemp(dir=layout.root, prefix=".trainspect-", suffix=".tmp")
     try:
-        fd = os.open(layout.manifest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1, default=str)
+        os.link(tmp, layout.manifest)
     except FileExistsError:
-        existing = read_manifest(layout) or {}
-        if existing.get("job_id") != job_id:
-            raise RunDirectoryInUse(
-                f"{layout.root} already holds the run of another job (job_id {existing.get('job_id')!r}, "
-                f"created {time.ctime(existing.get('created', 0))}); trainspect never merges or overwrites runs: "
-                "choose a new out_dir"
-            ) from None
-        return
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, default=str)
+        check_run_directory(layout, job_id)
+    finally:
+        os.unlink(tmp)
 
 
 def write_worker_manifest(layout: RunLayout, worker: str, **fields: Any) -> None:
@@ -75,3 +97,23 @@ def write_worker_manifest(layout: RunLayout, worker: str, **fields: Any) -> None
 def mark_job_end(layout: RunLayout) -> None:
     """Write the end marker: readers then know the job is over."""
     layout.end_marker.write_text(f"{time.time():.6f}\n", encoding="utf-8")
+
+
+def read_worker_manifests(layout: RunLayout) -> dict[str, dict[str, Any]]:
+    """Return every worker manifest by worker name (unreadable ones are skipped)."""
+    out: dict[str, dict[str, Any]] = {}
+    if not layout.workers_dir.is_dir():
+        return out
+    for path in sorted(layout.workers_dir.glob("*.json")):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        out[str(doc.get("worker", path.stem))] = doc
+    return out
+
+
+def all_workers_ended(layout: RunLayout, world_size: int) -> bool:
+    """Whether ``world_size`` workers have recorded their end (the last one to close writes the end marker)."""
+    ended = [w for w in read_worker_manifests(layout).values() if w.get("end_time") is not None]
+    return len(ended) >= world_size

@@ -216,6 +216,21 @@ class Trial:
                 time.sleep(poll)
                 self.refresh()
 
+    def incomplete_steps(self) -> dict[int, list[str]]:
+        """Return ``{global step: workers that did not write it}`` for steps some worker is missing.
+
+        While the job runs these may still complete; after the end (or a crash) they are the steps a dead or slow
+        rank never wrote. They are left out of :meth:`steps` unless ``show_incomplete_steps=True``.
+        """
+        self._maybe_refresh()
+        expected = set(self.workers())
+        out = {}
+        for step in self._index.sorted_steps:
+            missing = expected - self._index.steps[step].workers
+            if missing and len(expected) > 1:
+                out[step] = sorted(missing)
+        return out
+
     # --- workers, collections, tensors ---------------------------------------------------------------------
     def workers(self) -> list[str]:
         """Return the sorted worker names (``worker_0`` …)."""
