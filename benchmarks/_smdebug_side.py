@@ -1,8 +1,8 @@
 """smdebug 1.0.34's side of the benchmarks; run with bench-env/smdebug/bin/python (prints one JSON line).
 
-    python benchmarks/_smdebug_side.py overhead W1 STEPS PAIRS     -> {"ratio": ..., "ratios": [...]}
-    python benchmarks/_smdebug_side.py write W1 STEPS OUT          -> writes a save_all run into OUT
-    python benchmarks/_smdebug_side.py read OUT                    -> {"seconds": ..., "bytes": ..., "values": ...}
+python benchmarks/_smdebug_side.py overhead W1 STEPS PAIRS     -> {"ratio": ..., "ratios": [...]}
+python benchmarks/_smdebug_side.py write W1 STEPS OUT          -> writes a save_all run into OUT
+python benchmarks/_smdebug_side.py read OUT                    -> {"seconds": ..., "bytes": ..., "values": ...}
 """
 
 from __future__ import annotations

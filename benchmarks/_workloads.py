@@ -36,7 +36,9 @@ def make(workload: str, seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer
     """Return model, optimizer, loss module and 16 fixed (x, y) batches."""
     torch.manual_seed(seed)
     if workload == "W1":
-        model: nn.Module = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+        model: nn.Module = nn.Sequential(
+            nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10)
+        )
         xs = [torch.randn(128, 784) for _ in range(16)]
     else:
         model = CNN()
@@ -62,13 +64,16 @@ def train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: nn.Module, batc
 
 
 def paired_ratio(
-    workload: str, steps: int, pairs: int, instrumented: Callable[[nn.Module, torch.optim.Optimizer, nn.Module, list[Any], int], float]
+    workload: str,
+    steps: int,
+    pairs: int,
+    instrumented: Callable[[nn.Module, torch.optim.Optimizer, nn.Module, list[Any], int], float],
 ) -> tuple[float, list[float]]:
     """Median ratio of instrumented/plain over ``pairs`` pairs, each pair fresh, order alternated."""
     ratios = []
     for i in range(pairs):
         times = {}
-        for kind in (("plain", "inst") if i % 2 == 0 else ("inst", "plain")):
+        for kind in ("plain", "inst") if i % 2 == 0 else ("inst", "plain"):
             model, opt, loss_fn, batches = make(workload)
             train(model, opt, loss_fn, batches, 3)  # warm-up (allocator, first-call costs), not timed
             if kind == "plain":

@@ -84,7 +84,9 @@ def smdebug_read(steps: int, base: Path) -> dict | None:
         return None
     out = base / "smd_run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    subprocess.run([str(SMD_PY), str(SIDE), "write", "W1", str(steps), str(out)], check=True, capture_output=True, env=env)
+    subprocess.run(
+        [str(SMD_PY), str(SIDE), "write", "W1", str(steps), str(out)], check=True, capture_output=True, env=env
+    )
     _drop_caches_warm(out)
     proc = subprocess.run([str(SMD_PY), str(SIDE), "read", str(out)], capture_output=True, text=True, env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
@@ -140,7 +142,9 @@ def main() -> None:
         print(f"  trainspect Trial, every value   {secs:7.2f} s  {ts_rate / 1e6:8.0f} MB/s")
         print(f"  np.load of the same arrays      {np_secs:7.2f} s  {np_rate / 1e6:8.0f} MB/s")
         ok = ts_rate >= 0.5 * np_rate
-        print(f"  trainspect / np.load            {ts_rate / np_rate:7.2f}x   target >= 0.50x: {'ok' if ok else 'MISSED'}")
+        print(
+            f"  trainspect / np.load            {ts_rate / np_rate:7.2f}x   target >= 0.50x: {'ok' if ok else 'MISSED'}"
+        )
         if not ok:
             missed.append("vs np.load")
         if not args.no_smdebug:
@@ -148,9 +152,13 @@ def main() -> None:
             if smd:
                 smd_rate = smd["bytes"] / smd["seconds"]
                 ratio = ts_rate / smd_rate
-                print(f"  smdebug trial, every value      {smd['seconds']:7.2f} s  {smd_rate / 1e6:8.0f} MB/s "
-                      f"({smd['values']} tensor-steps of its own run)")
-                print(f"  trainspect / smdebug            {ratio:7.2f}x   target >= 5x: {'ok' if ratio >= 5 else 'MISSED'}")
+                print(
+                    f"  smdebug trial, every value      {smd['seconds']:7.2f} s  {smd_rate / 1e6:8.0f} MB/s "
+                    f"({smd['values']} tensor-steps of its own run)"
+                )
+                print(
+                    f"  trainspect / smdebug            {ratio:7.2f}x   target >= 5x: {'ok' if ratio >= 5 else 'MISSED'}"
+                )
                 if ratio < 5:
                     missed.append("vs smdebug")
         opened, first, median = random_access(base)

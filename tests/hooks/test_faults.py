@@ -48,7 +48,12 @@ def test_disk_full_disables_capture_with_one_warning_and_training_goes_on(out_di
         return real(self, *args)
 
     tiny = Tiny()
-    hook = ts.torch.Hook(out_dir, export_tensorboard=False, include_collections=["weights", "losses"], save_config=ts.SaveConfig(save_interval=1))
+    hook = ts.torch.Hook(
+        out_dir,
+        export_tensorboard=False,
+        include_collections=["weights", "losses"],
+        save_config=ts.SaveConfig(save_interval=1),
+    )
     tiny.register(hook)
     tiny.train(3)
     assert hook.collector._writer.wait_idle(10)
@@ -73,7 +78,12 @@ def test_a_tensor_that_cannot_be_converted_disables_the_hook_with_one_warning(ou
     monkeypatch.setenv("TRAINSPECT_TESTING", "0")
     caplog.set_level(logging.WARNING)
     tiny = Tiny()
-    hook = ts.torch.Hook(out_dir, export_tensorboard=False, include_collections=["weights", "losses"], save_config=ts.SaveConfig(save_interval=1))
+    hook = ts.torch.Hook(
+        out_dir,
+        export_tensorboard=False,
+        include_collections=["weights", "losses"],
+        save_config=ts.SaveConfig(save_interval=1),
+    )
     tiny.register(hook)
     tiny.train(2)
     hook.save_tensor("not_a_tensor", object())  # must not raise
@@ -118,7 +128,15 @@ def test_nan_and_inf_are_stored_and_read_back_exactly(out_dir):
     hook = ts.torch.Hook(
         out_dir,
         export_tensorboard=True,
-        include_collections=[ts.Collection("odd", include_regex=["^odd"], reduction_config=ts.ReductionConfig(reductions=["min", "max", "mean"], abs_reductions=["max"], save_raw_tensor=True))],
+        include_collections=[
+            ts.Collection(
+                "odd",
+                include_regex=["^odd"],
+                reduction_config=ts.ReductionConfig(
+                    reductions=["min", "max", "mean"], abs_reductions=["max"], save_raw_tensor=True
+                ),
+            )
+        ],
         save_config=ts.SaveConfig(save_interval=1),
     )
     tiny.register(hook)
@@ -132,5 +150,10 @@ def test_nan_and_inf_are_stored_and_read_back_exactly(out_dir):
     reds = trial.tensor("odd_values").reduction_values(0)
     assert np.isnan(reds[("min", False)]) and np.isnan(reds[("mean", False)]) and np.isnan(reds[("max", True)])
     inf = trial.tensor("odd_inf")
-    assert inf.reduction_values(1) == {("min", False): 1.0, ("max", False): np.inf, ("mean", False): np.inf, ("max", True): np.inf}
+    assert inf.reduction_values(1) == {
+        ("min", False): 1.0,
+        ("max", False): np.inf,
+        ("mean", False): np.inf,
+        ("max", True): np.inf,
+    }
     np.testing.assert_array_equal(inf.value(1), [1.0, np.inf])

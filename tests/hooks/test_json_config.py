@@ -41,7 +41,10 @@ CONFIG = {
     },
     "CollectionConfigurations": [
         {"CollectionName": "weights", "CollectionParameters": {"train.save_steps": "1,3", "save_interval": "4"}},
-        {"collectionname": "gradients", "collectionparameters": {"reductions": "mean,abs_max,l2", "SAVE_INTERVAL": "3"}},
+        {
+            "collectionname": "gradients",
+            "collectionparameters": {"reductions": "mean,abs_max,l2", "SAVE_INTERVAL": "3"},
+        },
     ],
 }
 
@@ -54,7 +57,9 @@ def _check(out_dir, tiny):
     g = trial.tensor(G0)
     assert g.steps(mode=ModeKeys.TRAIN) == [0, 3]
     assert g.has_reductions_only(3)
-    np.testing.assert_allclose(g.reduction_value(3, "max", abs=True), np.abs(tiny.log[3].grads["0.weight"]).max(), rtol=1e-6)
+    np.testing.assert_allclose(
+        g.reduction_value(3, "max", abs=True), np.abs(tiny.log[3].grads["0.weight"]).max(), rtol=1e-6
+    )
     bias = trial.tensor(tname("2.bias"))  # include_regex, hook save config: train every 2, eval every 1
     assert bias.steps(mode=ModeKeys.TRAIN) == [0, 2, 4]
     assert bias.steps(mode=ModeKeys.EVAL) == [0, 1, 2]
@@ -90,7 +95,10 @@ def test_create_from_json_file_env(tmp_path, monkeypatch):
     ],
 )
 def test_invalid_json_config_raises_config_error_naming_key_and_value(tmp_path, hook_params, collections, words):
-    path = _write(tmp_path, {"LocalPath": str(tmp_path / "run"), "HookParameters": hook_params, "CollectionConfigurations": collections})
+    path = _write(
+        tmp_path,
+        {"LocalPath": str(tmp_path / "run"), "HookParameters": hook_params, "CollectionConfigurations": collections},
+    )
     with pytest.raises(ts.ConfigError) as err:
         ts.torch.Hook.create_from_json_file(path)
     for word in words:

@@ -81,7 +81,10 @@ def test_save_config_per_collection(out_dir):
     weights = ts.Collection("weights", save_config=ts.SaveConfig(save_interval=2))
     grads = ts.Collection("gradients", save_config=ts.SaveConfig(save_steps=[1], save_interval=3))
     hook = ts.torch.Hook(
-        out_dir, export_tensorboard=False, include_collections=[weights, grads], save_config=ts.SaveConfig(save_interval=100)
+        out_dir,
+        export_tensorboard=False,
+        include_collections=[weights, grads],
+        save_config=ts.SaveConfig(save_interval=100),
     )
     tiny.register(hook)
     tiny.train(7)
@@ -96,7 +99,10 @@ def test_losses_disabled_by_end_step_zero(out_dir):
     tiny = Tiny()
     losses = ts.Collection("losses", save_config=ts.SaveConfig(end_step=0))
     hook = ts.torch.Hook(
-        out_dir, export_tensorboard=False, include_collections=["weights", losses], save_config=ts.SaveConfig(save_interval=1)
+        out_dir,
+        export_tensorboard=False,
+        include_collections=["weights", losses],
+        save_config=ts.SaveConfig(save_interval=1),
     )
     tiny.register(hook)
     tiny.train(2)
@@ -104,7 +110,12 @@ def test_losses_disabled_by_end_step_zero(out_dir):
     assert LOSS not in ts.create_trial(out_dir).tensor_names()
 
 
-REDUCTIONS = ts.ReductionConfig(reductions=["min", "max", "mean", "std", "variance", "sum", "prod"], abs_reductions=["mean", "max"], norms=["l1", "l2"], abs_norms=["l2"])
+REDUCTIONS = ts.ReductionConfig(
+    reductions=["min", "max", "mean", "std", "variance", "sum", "prod"],
+    abs_reductions=["mean", "max"],
+    norms=["l1", "l2"],
+    abs_norms=["l2"],
+)
 
 
 def _check_reductions(tensor, step, expected_array):
@@ -161,14 +172,18 @@ def test_reductions_with_raw_tensor_and_per_collection(out_dir):
     w, g = trial.tensor(W0), trial.tensor(G0)
     np.testing.assert_array_equal(w.value(1), tiny.log[1].weights["0.weight"])
     assert set(w.reduction_values(1)) == {("mean", False)}
-    np.testing.assert_allclose(w.reduction_value(1, "mean"), tiny.log[1].weights["0.weight"].astype(np.float64).mean(), rtol=1e-6)
+    np.testing.assert_allclose(
+        w.reduction_value(1, "mean"), tiny.log[1].weights["0.weight"].astype(np.float64).mean(), rtol=1e-6
+    )
     assert set(g.reduction_values(1)) == {("max", True)}
     assert g.has_reductions_only(1)
 
 
 def test_reduction_value_computed_from_raw_when_only_raw_saved(out_dir):
     tiny = Tiny()
-    hook = ts.torch.Hook(out_dir, export_tensorboard=False, include_collections=["weights"], save_config=ts.SaveConfig(save_interval=1))
+    hook = ts.torch.Hook(
+        out_dir, export_tensorboard=False, include_collections=["weights"], save_config=ts.SaveConfig(save_interval=1)
+    )
     tiny.register(hook)
     tiny.train(2)
     hook.close()

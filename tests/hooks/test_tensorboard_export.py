@@ -19,14 +19,18 @@ def run(tmp_path):
     tiny = Tiny()
     weights = ts.Collection("weights", save_config=ts.SaveConfig(save_interval=2))
     grads = ts.Collection("gradients", reduction_config=ts.ReductionConfig(reductions=["mean"], norms=["l2"]))
-    hook = ts.torch.Hook(out_dir, include_collections=[weights, grads, "losses"], save_config=ts.SaveConfig(save_interval=1))
+    hook = ts.torch.Hook(
+        out_dir, include_collections=[weights, grads, "losses"], save_config=ts.SaveConfig(save_interval=1)
+    )
     tiny.register(hook)
     hook.set_mode(ModeKeys.TRAIN)
     tiny.train(4)
     hook.set_mode(ModeKeys.EVAL)
     tiny.evaluate(2)
     hook.close()
-    acc = event_accumulator.EventAccumulator(str(out_dir), size_guidance={event_accumulator.SCALARS: 0, event_accumulator.HISTOGRAMS: 0})
+    acc = event_accumulator.EventAccumulator(
+        str(out_dir), size_guidance={event_accumulator.SCALARS: 0, event_accumulator.HISTOGRAMS: 0}
+    )
     acc.Reload()
     return tmp_path / "logs", tiny, acc
 
@@ -43,7 +47,9 @@ def test_losses_and_reductions_are_scalars(run):
     np.testing.assert_allclose([e.value for e in eval_losses], [r.loss for r in tiny.log[4:]], rtol=1e-6)
     means = acc.Scalars(f"{G0}/mean")
     assert [e.step for e in means] == [0, 1, 2, 3]
-    np.testing.assert_allclose([e.value for e in means], [r.grads["0.weight"].astype(np.float64).mean() for r in tiny.log[:4]], rtol=1e-5)
+    np.testing.assert_allclose(
+        [e.value for e in means], [r.grads["0.weight"].astype(np.float64).mean() for r in tiny.log[:4]], rtol=1e-5
+    )
     l2 = acc.Scalars(f"{G0}/l2")
     np.testing.assert_allclose(l2[2].value, np.linalg.norm(tiny.log[2].grads["0.weight"]), rtol=1e-5)
 
@@ -77,7 +83,11 @@ def test_gradient_histograms_when_raw(tmp_path):
 def test_no_histograms_when_save_histogram_is_off(tmp_path):
     out_dir = tmp_path / "nohist"
     tiny = Tiny()
-    hook = ts.torch.Hook(out_dir, include_collections=[ts.Collection("weights", save_histogram=False)], save_config=ts.SaveConfig(save_interval=1))
+    hook = ts.torch.Hook(
+        out_dir,
+        include_collections=[ts.Collection("weights", save_histogram=False)],
+        save_config=ts.SaveConfig(save_interval=1),
+    )
     tiny.register(hook)
     tiny.train(2)
     hook.close()

@@ -17,14 +17,20 @@ def _hook(out_dir, **kw):
 
 def test_weights_before_update_gradients_after_backward_and_losses(out_dir):
     tiny = Tiny()
-    hook = _hook(out_dir, save_config=ts.SaveConfig(save_interval=1), include_collections=["weights", "biases", "gradients", "losses"])
+    hook = _hook(
+        out_dir,
+        save_config=ts.SaveConfig(save_interval=1),
+        include_collections=["weights", "biases", "gradients", "losses"],
+    )
     tiny.register(hook)
     tiny.train(5)
     hook.close()
 
     trial = ts.create_trial(out_dir)
     assert trial.steps() == [0, 1, 2, 3, 4]
-    assert sorted(trial.tensor_names()) == sorted([LOSS] + [tname(p) for p in PARAMS] + [f"gradient/{tname(p)}" for p in PARAMS])
+    assert sorted(trial.tensor_names()) == sorted(
+        [LOSS] + [tname(p) for p in PARAMS] + [f"gradient/{tname(p)}" for p in PARAMS]
+    )
     for step, rec in enumerate(tiny.log):
         for p in PARAMS:
             np.testing.assert_array_equal(trial.tensor(tname(p)).value(step), rec.weights[p])
@@ -121,7 +127,9 @@ def test_custom_collection_by_regex_with_its_own_save_config(out_dir):
     hook.close()
     trial = ts.create_trial(out_dir)
     names = trial.tensor_names(collection="first_layer")
-    assert names == sorted([tname("0.weight"), tname("0.bias"), f"gradient/{tname('0.weight')}", f"gradient/{tname('0.bias')}"])
+    assert names == sorted(
+        [tname("0.weight"), tname("0.bias"), f"gradient/{tname('0.weight')}", f"gradient/{tname('0.bias')}"]
+    )
     assert trial.tensor(tname("0.bias")).steps() == [0, 3, 6]
     np.testing.assert_array_equal(trial.tensor(tname("0.weight")).value(6), tiny.log[6].weights["0.weight"])
 
@@ -155,7 +163,10 @@ def test_optimizer_variables_lr_and_momentum(out_dir):
         sched.step()
     hook.close()
     trial = ts.create_trial(out_dir)
-    assert trial.tensor_names(collection="optimizer_variables") == ["optimizer/lr_group_0", "optimizer/momentum_group_0"]
+    assert trial.tensor_names(collection="optimizer_variables") == [
+        "optimizer/lr_group_0",
+        "optimizer/momentum_group_0",
+    ]
     lrs = [float(trial.tensor("optimizer/lr_group_0").value(s)) for s in range(3)]
     assert lrs == [r.lr for r in tiny.log] == [0.1, 0.05, 0.025]
     assert float(trial.tensor("optimizer/momentum_group_0").value(2)) == 0.9
@@ -195,7 +206,10 @@ def test_shared_parameters_are_one_tensor(out_dir):
     hook.close()
     trial = ts.create_trial(out_dir)
     assert trial.tensor_names(collection="weights") == [tname("0.weight")]
-    assert trial.tensor_names(collection="gradients") == [f"gradient/{tname('0.bias')}", f"gradient/{tname('0.weight')}"]
+    assert trial.tensor_names(collection="gradients") == [
+        f"gradient/{tname('0.bias')}",
+        f"gradient/{tname('0.weight')}",
+    ]
     for step, (w, g) in enumerate(recorded):
         np.testing.assert_array_equal(trial.tensor(tname("0.weight")).value(step), w)
         # the gradient accumulated over both uses
@@ -248,7 +262,9 @@ def test_torch_compiled_model(out_dir):
     boundary, the parameters and the post-accumulate gradient hooks behave as in eager mode (~8 s on a 2-core CPU).
     """
     tiny = Tiny()
-    hook = _hook(out_dir, include_collections=["weights", "gradients", "losses"], save_config=ts.SaveConfig(save_interval=1))
+    hook = _hook(
+        out_dir, include_collections=["weights", "gradients", "losses"], save_config=ts.SaveConfig(save_interval=1)
+    )
     tiny.register(hook)
     tiny.model = torch.compile(tiny.model)
     tiny.train(3)
@@ -258,4 +274,6 @@ def test_torch_compiled_model(out_dir):
     for step, rec in enumerate(tiny.log):
         assert float(trial.tensor(LOSS).value(step)) == np.float32(rec.loss)
         np.testing.assert_array_equal(trial.tensor(tname("0.weight")).value(step), rec.weights["_orig_mod.0.weight"])
-        np.testing.assert_array_equal(trial.tensor(f"gradient/{tname('0.weight')}").value(step), rec.grads["_orig_mod.0.weight"])
+        np.testing.assert_array_equal(
+            trial.tensor(f"gradient/{tname('0.weight')}").value(step), rec.grads["_orig_mod.0.weight"]
+        )

@@ -37,7 +37,9 @@ def test_tensor_names_filters(written):
     # eval steps carry no gradients
     assert trial.tensor_names(step=0, mode=ModeKeys.EVAL) == sorted([LOSS] + [tname(p) for p in PARAMS])
     assert trial.tensor_names(step=4) == trial.tensor_names(step=0, mode=ModeKeys.EVAL)
-    assert trial.tensor_names(step=1, mode=ModeKeys.TRAIN, regex="^gradient") == sorted(f"gradient/{tname(p)}" for p in PARAMS)
+    assert trial.tensor_names(step=1, mode=ModeKeys.TRAIN, regex="^gradient") == sorted(
+        f"gradient/{tname(p)}" for p in PARAMS
+    )
     with pytest.raises(ValueError, match="regex or collection"):
         trial.tensor_names(regex=".*", collection="weights")
 
@@ -115,7 +117,12 @@ def test_random_access_reads_only_the_record(written, monkeypatch):
 
 def test_live_refresh_and_end_detection(out_dir):
     tiny = Tiny()
-    hook = ts.torch.Hook(out_dir, export_tensorboard=False, include_collections=["weights", "losses"], save_config=ts.SaveConfig(save_interval=1))
+    hook = ts.torch.Hook(
+        out_dir,
+        export_tensorboard=False,
+        include_collections=["weights", "losses"],
+        save_config=ts.SaveConfig(save_interval=1),
+    )
     tiny.register(hook)
     tiny.train(3)
     hook.collector._writer.wait_idle(10)

@@ -92,14 +92,29 @@ class BackgroundWriter:
         self._wake.set()
         return self._idle.wait(timeout)
 
-    def close(self, timeout: float = 60.0) -> None:
-        """Write what is queued, flush, and stop the thread."""
+    def close(self, timeout: float = 60.0) -> bool:
+        """Write what is queued, flush, and stop the thread; return False if it did not finish within ``timeout``.
+
+        When it did not finish, the rest of the queue is dropped with one warning; the thread may still be inside
+        the current batch, so the caller must not close the files it writes to.
+        """
         if self._thread is None:
-            return
+            return True
         self._stop = True
         self._wake.set()
         self._thread.join(timeout)
+        if self._thread.is_alive():
+            dropped = len(self._drain())
+            self.failed = TimeoutError(f"still writing after {timeout:.0f} s at close")
+            log.warning(
+                "trainspect: %s could not finish writing within %.0f s at close; %d queued step(s) dropped",
+                self.name,
+                timeout,
+                dropped,
+            )
+            return False
         self._thread = None
+        return True
 
     def _run(self) -> None:
         while True:

@@ -84,7 +84,7 @@ def iter_file_frames(path: str, start: int = 0) -> Iterator[tuple[int, int, byte
     yield from scan.records
 
 
-def read_frame_at(fd: int, offset: int, length: int) -> bytes:
+def read_frame_at(fd: int, offset: int, length: int) -> memoryview:
     """Read and check the record whose header starts at ``offset`` with a payload of ``length`` bytes.
 
     Raises:
@@ -96,7 +96,7 @@ def read_frame_at(fd: int, offset: int, length: int) -> bytes:
     if len(raw) < HEADER_SIZE + length:
         raise CorruptRecord(f"record at byte {offset} is truncated")
     magic, version, _kind, rec_len, crc = HEADER.unpack_from(raw, 0)
-    payload = raw[HEADER_SIZE:]
+    payload = memoryview(raw)[HEADER_SIZE:]  # no copy of the payload
     if magic != MAGIC or rec_len != length or zlib.crc32(payload) & 0xFFFFFFFF != crc:
         raise CorruptRecord(f"record at byte {offset} fails its checksum")
     return payload

@@ -104,7 +104,8 @@ class RunWriter:
 
     def close(self, end_job: bool | None = None) -> None:
         """Drain the queue, close the files, record the worker's end, and (chief) write the end marker."""
-        self._bg.close()
+        if not self._bg.close():
+            return  # the writer thread still owns the files; it was told to drop the rest
         for closer in (self._files, self._tb):
             if closer is not None:
                 try:

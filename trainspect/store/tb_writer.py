@@ -17,6 +17,7 @@ from trainspect.modes import ModeKeys
 __all__ = ["TensorBoardWriter", "tb_tag"]
 
 _BINS = 30
+_SAMPLE = 1 << 14
 
 
 def _crc32c_function() -> Callable[[bytes], int]:
@@ -38,6 +39,19 @@ def _crc32c_function() -> Callable[[bytes], int]:
 
 
 _CRC32C = _crc32c_function()
+
+
+def _uniform_counts(flat: np.ndarray, lo: float, hi: float, bins: int) -> np.ndarray:
+    """Counts of ``bins`` equal-width bins over [lo, hi] (the last bin closed), as ``np.histogram`` but ~7x faster.
+
+    Tensors over ``_SAMPLE`` elements are binned from an evenly strided sample of about that many elements.
+    """
+    if flat.size > _SAMPLE:
+        flat = flat[:: -(-flat.size // _SAMPLE)]
+    scale = flat.dtype.type(bins / (hi - lo))
+    idx = ((flat - flat.dtype.type(lo)) * scale).astype(np.intp)
+    np.clip(idx, 0, bins - 1, out=idx)
+    return np.bincount(idx, minlength=bins)
 
 
 def _masked_crc(data: bytes) -> bytes:
@@ -89,16 +103,26 @@ class TensorBoardWriter:
         """Add one histogram of the finite values (no point when there are none)."""
         from tensorboard.compat.proto import summary_pb2
 
-        flat = np.asarray(values, dtype=np.float64).reshape(-1)
-        flat = flat[np.isfinite(flat)]
+        flat = np.asarray(values).reshape(-1)
+        if flat.dtype.kind != "f":
+            flat = flat.astype(np.float64)
         if flat.size == 0:
             return
         lo, hi = float(flat.min()), float(flat.max())
+        if not (math.isfinite(lo) and math.isfinite(hi)):  # NaN or Inf somewhere: keep the finite values only
+            flat = flat[np.isfinite(flat)]
+            if flat.size == 0:
+                return
+            lo, hi = float(flat.min()), float(flat.max())
         if lo == hi:
-            edges = np.array([lo - 0.5, hi + 0.5]) if lo == 0 else np.array([lo - abs(lo) * 0.01, hi + abs(hi) * 0.01])
+            pad = 0.5 if lo == 0 else abs(lo) * 0.01
+            lo_edge, hi_edge, bins = lo - pad, hi + pad, 1
         else:
-            edges = np.linspace(lo, hi, _BINS + 1)
-        counts, edges = np.histogram(flat, bins=edges)
+            lo_edge, hi_edge, bins = lo, hi, _BINS
+        counts = _uniform_counts(flat, lo_edge, hi_edge, bins).astype(np.float64)
+        if flat.size > _SAMPLE:  # bins of a strided sample, scaled to the total count (min, max, sums are exact)
+            counts *= flat.size / counts.sum()
+        edges = np.linspace(lo_edge, hi_edge, bins + 1)
         histo = summary_pb2.HistogramProto(
             min=lo,
             max=hi,
