@@ -71,6 +71,8 @@ class SavePlanner:
             losses.save_config = SaveConfig(save_interval=1)
         self._membership: dict[str, frozenset[str]] = {}
         self._active: set[str] = set()
+        self.generation = 0
+        self._takes_modules = False
         self._plans: dict[str, TensorPlan] = {}
         self._known_count = -1
         self._module_plans: dict[tuple[str, str, int], tuple[frozenset[str], frozenset[str]]] = {}
@@ -161,7 +163,16 @@ class SavePlanner:
         if active != self._active:
             self._active = active
             self._plans.clear()
+            self.generation += 1
+        self._takes_modules = any(
+            self.manager.get(c).module_inputs or self.manager.get(c).module_outputs for c in active
+        )
         return bool(active)
+
+    @property
+    def takes_modules(self) -> bool:
+        """Whether a collection saving at the current step takes module inputs or outputs."""
+        return self._takes_modules
 
     def is_active(self, collection: str) -> bool:
         """Whether a collection saves at the current step."""

@@ -97,6 +97,8 @@ class Hook(Guarded):
         self._saving = False
         self._globals_installed = False
         self._mode_explicit = False
+        self._params_generation = -1
+        self._params_now: list[tuple[str, nn.Parameter]] = []
         self._timer_recorder: Any = None
         self.disabled = off
 
@@ -264,8 +266,19 @@ class Hook(Guarded):
         self._optimizer_stepped = False
         self._extras.on_step_start(self.collector)
         if self._saving:
-            for name, param in self._params:
+            for name, param in self._params_to_save():
                 self._stage(name, param)
+
+    def _params_to_save(self) -> list[tuple[str, nn.Parameter]]:
+        planner = self.collector.planner
+        if self._params_generation != planner.generation:
+            self._params_generation = planner.generation
+            self._params_now = [(n, p) for n, p in self._params if self._wanted(n)]
+        return self._params_now
+
+    def _wanted(self, name: str) -> bool:
+        plan = self.collector.plan(name)
+        return plan.raw or bool(plan.reductions)
 
     def _end_step(self) -> None:
         if not self.collector.step_open:
@@ -308,7 +321,7 @@ class Hook(Guarded):
     def _io_hook(self, path: str) -> Any:
         @guarded()
         def hook(hook_self: Hook, module: nn.Module, args: Any, output: Any) -> None:
-            if not self._saving:
+            if not self._saving or not self.collector.planner.takes_modules:
                 return
             ins, outs = self.collector.planner.module_collections(path, type(module).__name__, module)
             for i, t in enumerate(_outputs(args)) if ins else ():
@@ -365,8 +378,9 @@ class Hook(Guarded):
         if self._saving:
             for i, group in enumerate(optimizer.param_groups):
                 for key in ("lr", "momentum"):
-                    if isinstance(group.get(key), (int, float)):
-                        self._stage(f"optimizer/{key}_group_{i}", torch.tensor(float(group[key]), dtype=torch.float64))
+                    name = f"optimizer/{key}_group_{i}"
+                    if isinstance(group.get(key), (int, float)) and self._wanted(name):
+                        self._stage(name, torch.tensor(float(group[key]), dtype=torch.float64))
         self._optimizer_stepped = True
         if self.collector.mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL):
             self._end_step()
