@@ -10,12 +10,10 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from trainspect import env
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig
-from trainspect.hooks._guard import Guarded, guarded
-from trainspect.hooks.collector import Collector
-from trainspect.hooks.hook_extras import HookExtras
+from trainspect.hooks._guard import guarded
+from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.torch_tensors import Staged, materialize, stage
 from trainspect.modes import ModeKeys, parse_mode
 
@@ -40,7 +38,7 @@ def _unwrap(module: nn.Module) -> nn.Module:
     return module
 
 
-class Hook(Guarded):
+class Hook(HookAPI):
     """Records losses, weights, gradients, module inputs/outputs and optimizer variables of a PyTorch model.
 
     Steps begin at the registered model's forward pass; a training step ends at ``optimizer.step()``. A weight at
@@ -75,15 +73,11 @@ class Hook(Guarded):
         profiler_config: Any = None,
         mlflow_run: Any = None,
     ) -> None:
-        off = env.TRAINSPECT_DISABLE.get()
-        if off:
-            dry_run, rules, profiler_config = True, None, None
-        self._extras = HookExtras(rules=rules, profiler_config=profiler_config, mlflow_run=mlflow_run)
-        self.collector = Collector(
-            out_dir, "pytorch", save_config=save_config, include_collections=include_collections,
-            include_regex=include_regex, reduction_config=reduction_config, save_all=save_all,
-            export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir, dry_run=dry_run,
-            include_workers=include_workers, rules=self._extras.rules,
+        self._setup(
+            "pytorch", out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
+            dry_run=dry_run, reduction_config=reduction_config, save_config=save_config, include_regex=include_regex,
+            include_collections=include_collections, save_all=save_all, include_workers=include_workers, rules=rules,
+            profiler_config=profiler_config, mlflow_run=mlflow_run,
         )  # fmt: skip
         self._handles: list[Any] = []
         self._top: set[int] = set()
@@ -100,35 +94,6 @@ class Hook(Guarded):
         self._params_generation = -1
         self._params_now: list[tuple[str, nn.Parameter]] = []
         self._timer_recorder: Any = None
-        self.disabled = off
-
-    # --- configuration API ---------------------------------------------------------------------------------
-    @property
-    def out_dir(self) -> str:
-        """The run directory."""
-        return str(self.collector.out_dir)
-
-    def get_collection(self, name: str) -> Collection:
-        """Return a collection, creating it when missing; a collection you configure this way is recorded."""
-        coll = self.collector.collections.get(name)
-        self.collector.planner.included.add(name)
-        return coll
-
-    def get_collections(self) -> dict[str, Collection]:
-        """Return every collection by name."""
-        return {c.name: c for c in self.collector.collections}
-
-    def add_collection(self, collection: Collection) -> None:
-        """Add a collection and record it."""
-        self.collector.collections.add(collection)
-        self.collector.planner.included.add(collection.name)
-
-    @classmethod
-    def create_from_json_file(cls, path: str | os.PathLike[str] | None = None) -> Hook:
-        """Build a hook from a JSON config (spec 5.2); the path defaults to ``TRAINSPECT_CONFIG``."""
-        from trainspect.hook_config import hook_kwargs_from_json
-
-        return cls(**hook_kwargs_from_json(path))
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @guarded()
@@ -150,25 +115,8 @@ class Hook(Guarded):
             self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_pre))
             self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_post))
 
-    def __enter__(self) -> Hook:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        """Finish the open step, remove every hook, flush, write verdicts and the end marker.
-
-        Runs even after an internal error disabled the hook, so that the run directory is always finished.
-        """
-        for part in (self._end_step, self._remove_handles, self._close_parts):
-            try:
-                part()
-            except Exception as exc:
-                if env.TRAINSPECT_TESTING.get():
-                    raise
-                self._fail("close", exc)
+    def _close_steps(self) -> list[Any]:
+        return [self._end_step, self._remove_handles]
 
     def _remove_handles(self) -> None:
         for handle in self._handles:
@@ -179,11 +127,6 @@ class Hook(Guarded):
 
             uninstall_dataloader_timer(self._timer_recorder)
             self._timer_recorder = None
-
-    def _close_parts(self) -> None:
-        self._extras.before_close(self.collector)
-        self.collector.close()
-        self._extras.close(self.collector)
 
     # --- registration --------------------------------------------------------------------------------------
     @guarded()

@@ -1,0 +1,121 @@
+"""What every framework hook offers the user, whatever the framework: configuration, collections, lifecycle."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+from trainspect import env
+from trainspect.collections import Collection
+from trainspect.config import ReductionConfig, SaveConfig
+from trainspect.hooks._guard import Guarded
+from trainspect.hooks.collector import Collector
+from trainspect.hooks.hook_extras import HookExtras
+
+__all__ = ["HookAPI"]
+
+H = TypeVar("H", bound="HookAPI")
+
+
+class HookAPI(Guarded):
+    """Shared part of ``trainspect.torch.Hook`` and ``trainspect.keras.Hook`` (a mixin: call :meth:`_setup`).
+
+    Subclasses implement :meth:`start`, and list their closing steps in :meth:`_close_steps`.
+    """
+
+    collector: Collector
+    _extras: HookExtras
+
+    def _setup(
+        self,
+        framework: str,
+        out_dir: str | os.PathLike[str],
+        export_tensorboard: bool = True,
+        tensorboard_dir: str | None = None,
+        dry_run: bool = False,
+        reduction_config: ReductionConfig | None = None,
+        save_config: SaveConfig | None = None,
+        include_regex: Iterable[str] | str | None = None,
+        include_collections: Iterable[str | Collection] | None = None,
+        save_all: bool = False,
+        include_workers: str = "one",
+        rules: Iterable[Any] | str | None = None,
+        profiler_config: Any = None,
+        mlflow_run: Any = None,
+        always_saved: Iterable[str] = (),
+    ) -> None:
+        """Validate the configuration and build the collector (with TRAINSPECT_DISABLE=1, one that records nothing)."""
+        off = env.TRAINSPECT_DISABLE.get()
+        if off:
+            dry_run, rules, profiler_config = True, None, None
+        self._extras = HookExtras(rules=rules, profiler_config=profiler_config, mlflow_run=mlflow_run)
+        self.collector = Collector(
+            out_dir, framework, save_config=save_config, include_collections=include_collections,
+            include_regex=include_regex, reduction_config=reduction_config, save_all=save_all,
+            export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir, dry_run=dry_run,
+            include_workers=include_workers, rules=self._extras.rules, always_saved=always_saved,
+        )  # fmt: skip
+        self.disabled = off
+
+    # --- configuration -------------------------------------------------------------------------------------
+    @property
+    def out_dir(self) -> str:
+        """The run directory."""
+        return str(self.collector.out_dir)
+
+    def get_collection(self, name: str) -> Collection:
+        """Return a collection, creating it when missing; a collection you configure this way is recorded."""
+        coll = self.collector.collections.get(name)
+        self.collector.planner.included.add(name)
+        return coll
+
+    def get_collections(self) -> dict[str, Collection]:
+        """Return every collection by name."""
+        return {c.name: c for c in self.collector.collections}
+
+    def add_collection(self, collection: Collection) -> None:
+        """Add a collection and record it."""
+        self.collector.collections.add(collection)
+        self.collector.planner.included.add(collection.name)
+
+    @classmethod
+    def create_from_json_file(cls: type[H], path: str | os.PathLike[str] | None = None) -> H:
+        """Build a hook from a JSON config (spec 5.2); the path defaults to ``TRAINSPECT_CONFIG``."""
+        from trainspect.hook_config import hook_kwargs_from_json
+
+        return cls(**hook_kwargs_from_json(path))
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start writing (idempotent)."""
+        raise NotImplementedError
+
+    def __enter__(self: H) -> H:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _close_steps(self) -> list[Callable[[], None]]:
+        """The framework's own closing steps, run before the parts close."""
+        return []
+
+    def close(self) -> None:
+        """Finish the open step, detach from the framework, flush, write verdicts and the end marker.
+
+        Runs even after an internal error disabled the hook, so that the run directory is always finished.
+        """
+        for part in [*self._close_steps(), self._close_parts]:
+            try:
+                part()
+            except Exception as exc:
+                if env.TRAINSPECT_TESTING.get():
+                    raise
+                self._fail("close", exc)
+
+    def _close_parts(self) -> None:
+        self._extras.before_close(self.collector)
+        self.collector.close()
+        self._extras.close(self.collector)
