@@ -17,7 +17,7 @@ from trainspect import env
 __all__ = ["main", "build_parser"]
 
 # Subcommands contributed by other modules: each exposes add_parser(subparsers) and run(args) -> int.
-_PLUGINS = ("trainspect.rules.cli",)
+_PLUGINS = ("trainspect.rules.cli", "trainspect.tb_plugin.cli", "trainspect.report.cli")
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

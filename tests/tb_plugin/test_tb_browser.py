@@ -1,0 +1,169 @@
+"""Both views in headless Chromium inside a real TensorBoard (Playwright); screenshots in test-artifacts/."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import XSS, TensorBoardProcess
+
+from trainspect.rules.verdict import Status, Verdict, write_verdicts
+from trainspect.store.layout import RunLayout
+
+playwright_api = pytest.importorskip("playwright.sync_api")  # a declared test dependency ([test] extra)
+
+ARTIFACTS = Path(__file__).parents[2] / "test-artifacts" / "tb_plugin"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def live_logdir(logdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared runs plus one run whose verdicts the tests rewrite (TensorBoard reads a symlink-free copy)."""
+    import shutil
+
+    root = tmp_path_factory.mktemp("browser")
+    for child in logdir.iterdir():
+        shutil.copytree(child, root / child.name)
+    write_verdicts(RunLayout(root / "live").verdicts, [Verdict("CPUBottleneck", Status.IN_PROGRESS, kind="profiler")])
+    return root
+
+
+@pytest.fixture(scope="module")
+def tb_url(live_logdir: Path) -> Iterator[str]:
+    board = TensorBoardProcess(live_logdir, "false")
+    yield board.url
+    board.close()
+
+
+@pytest.fixture(scope="module")
+def page(tb_url: str) -> Iterator[tuple[object, list[str]]]:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with playwright_api.sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
+        context = pw.chromium.launch_persistent_context(profile, executable_path="/usr/bin/chromium", headless=True,
+                                                        args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})  # fmt: skip
+        pg = context.new_page()
+        problems: list[str] = []
+        pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        pg.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        pg.goto(tb_url + "#trainspect")
+        yield pg, problems
+        context.close()
+
+
+def frame(pg):  # noqa: ANN001, ANN201 - the plugin's iframe (data/plugin_entry.html?name=trainspect)
+    pg.wait_for_selector("iframe", timeout=60_000)
+    return pg.frame_locator("iframe")
+
+
+def plugin_frame(pg):  # noqa: ANN001, ANN201
+    return next(f for f in pg.frames if "/data/plugin/trainspect/" in f.url or "plugin_entry" in f.url)
+
+
+def distinct_colours(pg) -> int:  # noqa: ANN001
+    return plugin_frame(pg).evaluate("""() => {
+        const c = document.querySelector('canvas.heatmap-canvas');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        const seen = new Set();
+        for (let i = 0; i < d.length; i += 4 * 7) seen.add(`${d[i]},${d[i + 1]},${d[i + 2]}`);
+        return seen.size;
+    }""")
+
+
+def test_profiler_view_draws_the_heatmap_and_charts(page) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.locator("canvas.heatmap-canvas[data-drawn]").wait_for(timeout=60_000)
+    f.locator("select[aria-label=run]").select_option("synth")
+    f.locator(".rec strong", has_text="LowGPUUtilization").wait_for()
+    f.locator(".controls .muted", has_text="3000 samples").wait_for()  # the synthetic run's 5 minutes at 100 ms
+    drawn = int(f.locator("canvas.heatmap-canvas").get_attribute("data-drawn") or 0)
+    assert drawn % 72 == 0 and drawn >= 72 * 50  # 72 rows (64 cores, 8 GPUs) x one bucket per pixel column
+    assert distinct_colours(pg) > 50  # not blank: a colour scale over many values
+    assert f.locator(".series-card").count() == 5
+    assert f.locator(".series-card canvas").count() >= 5
+    assert f.locator("text=aten::op0").count() == 1
+    assert f.locator("select[aria-label='worker and mode'] option").count() == 2
+    pg.screenshot(path=str(ARTIFACTS / "profiler.png"), full_page=True)
+    assert problems == []
+
+
+def test_zoom_into_a_time_range(page) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    canvas = f.locator("canvas.heatmap-canvas")
+    before = f.locator(".controls .muted").inner_text()
+    box = canvas.bounding_box()
+    assert box is not None
+    pg.mouse.move(box["x"] + 300, box["y"] + 50)
+    pg.mouse.down()
+    pg.mouse.move(box["x"] + 420, box["y"] + 60, steps=4)
+    pg.mouse.up()
+    f.locator(".controls .muted", has_text="samples").filter(has_not_text=before).wait_for()
+    after = f.locator(".controls .muted").inner_text()
+    assert int(after.split(" · ")[1].split()[0]) < 3000  # fewer samples in the zoomed range
+    f.get_by_role("button", name="Reset zoom").click()
+    f.locator(".controls .muted", has_text="3000 samples").wait_for()
+    assert problems == []
+
+
+def test_runs_without_data_say_so(page) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.locator("select[aria-label=run]").select_option("halfwritten")
+    f.locator(".notice", has_text="no profiler data").wait_for()
+    f.locator("select[aria-label=run]").select_option("corrupt")
+    f.locator(".notice", has_text="Skipped damaged data").wait_for()
+    pg.screenshot(path=str(ARTIFACTS / "profiler_corrupt.png"))
+    assert problems == []
+
+
+def test_rules_table_and_detail(page) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.get_by_role("button", name="Rules").click()
+    f.locator("tr.clickable").first.wait_for()
+    rows = f.locator("tr.clickable")
+    assert rows.count() >= 2 + 2 + 2 + 10  # synth, XSS run, live, torch run
+    f.locator(".notice", has_text="corrupt: rules/verdicts.json could not be read").wait_for()
+    f.locator("tr.clickable", has=f.locator("td", has_text="synth")).filter(has_text="LowGPUUtilization").click()
+    detail = f.locator(".rule-detail")
+    detail.locator("th", has_text="threshold_p95").wait_for()
+    assert "Increase the batch size." in detail.inner_text()
+    detail.locator(".chart canvas").wait_for()
+    pg.screenshot(path=str(ARTIFACTS / "rules.png"), full_page=True)
+    assert problems == []
+
+
+def test_xss_run_name_is_harmless(page) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.get_by_role("button", name="Rules").click()
+    cell = f.locator("td", has_text="<img src=x onerror")
+    cell.first.wait_for()
+    assert cell.first.inner_text() == XSS
+    cell.first.click()
+    f.locator(".rule-detail", has_text=XSS).wait_for()
+    assert f.locator("img").count() == 0
+    f.get_by_role("button", name="Profiler").click()
+    f.locator("select[aria-label=run]").select_option(XSS)
+    f.locator("canvas.heatmap-canvas[data-drawn]").wait_for()
+    assert f.locator("img").count() == 0
+    assert pg.evaluate("window.__xss") is None and plugin_frame(pg).evaluate("window.__xss") is None
+    assert problems == []
+
+
+def test_rules_view_follows_new_verdicts(page, live_logdir: Path) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.get_by_role("button", name="Rules").click()
+    live = f.locator("tr.clickable", has=f.locator("td", has_text="live"))
+    live.locator(".chip", has_text="InProgress").wait_for()
+    write_verdicts(RunLayout(live_logdir / "live").verdicts,
+                   [Verdict("CPUBottleneck", Status.ISSUES_FOUND, kind="profiler", triggers=4)])  # fmt: skip
+    f.get_by_role("button", name="Reload").click()
+    live.locator(".chip", has_text="IssuesFound").wait_for(timeout=20_000)
+    assert problems == []

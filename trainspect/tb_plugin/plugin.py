@@ -1,0 +1,278 @@
+"""The trainspect TensorBoard plugin: a Profiler tab and a Rules tab over the runs of the log directory.
+
+Each route handler parses its request and calls an ``_*_impl`` method that returns plain data; errors are
+TensorBoard's ``NotFoundError`` / ``InvalidArgumentError`` and come back as JSON ``{"error": ...}`` with
+status 404 / 400. Routes are documented in docs/http_api.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from tensorboard import errors, plugin_util
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from trainspect.tb_plugin import metadata
+from trainspect.tb_plugin.profiler_view import MAX_COLUMNS, MAX_POINTS, heatmap_view, overview, timeseries_view
+from trainspect.tb_plugin.rules_view import verdict_detail, verdict_rows
+from trainspect.tb_plugin.run_data import RunData
+from trainspect.tb_plugin.runs import RunIndex, RunInfo
+
+__all__ = ["TrainspectPlugin"]
+
+logger = logging.getLogger(__name__)
+
+_STATIC_DIR = Path(__file__).parent / "static"
+_ECHARTS = Path(__file__).parent.parent / "_vendor" / "echarts.min.js"
+_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html", ".svg": "image/svg+xml"}
+_JSON = "application/json"
+_Handler = Callable[[wrappers.Request], wrappers.Response]
+_WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class TrainspectPlugin(base_plugin.TBPlugin):
+    """Profiler and Rules views of trainspect run directories.
+
+    Args:
+        context: TensorBoard's ``TBContext`` (``logdir`` and ``data_provider`` are used).
+
+    Example:
+        >>> import tempfile
+        >>> plugin = TrainspectPlugin(base_plugin.TBContext(logdir=tempfile.mkdtemp()))
+        >>> plugin.is_active(), sorted(plugin.get_plugin_apps())[:2]
+        (False, ['/heatmap', '/index.js'])
+    """
+
+    plugin_name = metadata.PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext) -> None:
+        self._provider = context.data_provider
+        self._index = RunIndex(context.logdir or "")
+        self._data: dict[str, RunData] = {}
+        self._data_lock = threading.Lock()
+        self._overviews: dict[str, tuple[tuple[object, ...], dict[str, Any]]] = {}
+        self._provider_runs: frozenset[str] = frozenset()
+        self._provider_at = float("-inf")
+        self._static = {p.name: p for p in _STATIC_DIR.iterdir() if p.is_file()} if _STATIC_DIR.is_dir() else {}
+
+    # --- TBPlugin -----------------------------------------------------------------------------------
+    def get_plugin_apps(self) -> dict[str, _WSGIApp]:
+        """The route table (paths below ``/data/plugin/trainspect``)."""
+        routes: dict[str, _Handler] = {
+            "/index.js": self._serve_index,
+            "/static/*": self._serve_static,
+            "/vendor/echarts.min.js": self._serve_echarts,
+            "/runs": self._serve_runs,
+            "/profiler": self._serve_profiler,
+            "/heatmap": self._serve_heatmap,
+            "/timeseries": self._serve_timeseries,
+            "/rules": self._serve_rules,
+            "/rule": self._serve_rule,
+        }
+        return {route: _wsgi(handler) for route, handler in routes.items()}
+
+    def is_active(self) -> bool:
+        """Whether a run directory under the log directory holds trainspect data (cached, a few ms)."""
+        return self._index.is_active()
+
+    def frontend_metadata(self) -> base_plugin.FrontendMetadata:
+        """An ES module loaded in an iframe; TensorBoard calls its exported ``render()``."""
+        return base_plugin.FrontendMetadata(es_module_path="/index.js", tab_name=metadata.TAB_NAME)
+
+    def data_plugin_names(self) -> tuple[str, ...]:
+        """None: the plugin reads the run directories, not TensorBoard summaries."""
+        return ()
+
+    # --- static files -------------------------------------------------------------------------------
+    def _file(self, request: wrappers.Request, path: Path | None, expires: int = 0) -> wrappers.Response:
+        if path is None or not path.is_file():
+            return _error(request, errors.NotFoundError("no such file"))
+        ctype = _TYPES.get(path.suffix, "application/octet-stream")
+        return http_util.Respond(request, path.read_bytes(), ctype, expires=expires)
+
+    def _serve_index(self, request: wrappers.Request) -> wrappers.Response:
+        return self._file(request, self._static.get("index.js"))
+
+    def _serve_static(self, request: wrappers.Request) -> wrappers.Response:
+        # Only names listed from the static folder are served: "../", "%2e%2e%2f" and absolute paths miss.
+        name = request.path.split("/static/", 1)[-1]
+        return self._file(request, self._static.get(name))
+
+    def _serve_echarts(self, request: wrappers.Request) -> wrappers.Response:
+        return self._file(request, _ECHARTS, expires=3600)
+
+    # --- JSON routes --------------------------------------------------------------------------------
+    def _serve_runs(self, request: wrappers.Request) -> wrappers.Response:
+        self._refresh_provider_runs(request)
+        return _json(request, self._runs_impl)
+
+    def _serve_profiler(self, request: wrappers.Request) -> wrappers.Response:
+        return _json(request, lambda: self._profiler_impl(request.args.get("run")))
+
+    def _serve_heatmap(self, request: wrappers.Request) -> wrappers.Response:
+        def impl() -> dict[str, Any]:
+            a = request.args
+            columns = _int_arg(a, "columns", 400, 1, MAX_COLUMNS)
+            return self._heatmap_impl(
+                a.get("run"), a.get("node"), _float_arg(a, "start"), _float_arg(a, "end"), columns
+            )
+
+        return _json(request, impl)
+
+    def _serve_timeseries(self, request: wrappers.Request) -> wrappers.Response:
+        def impl() -> dict[str, Any]:
+            a = request.args
+            points = _int_arg(a, "points", 500, 1, MAX_POINTS)
+            return self._timeseries_impl(
+                a.get("run"), a.get("node"), _float_arg(a, "start"), _float_arg(a, "end"), points
+            )
+
+        return _json(request, impl)
+
+    def _serve_rules(self, request: wrappers.Request) -> wrappers.Response:
+        return _json(request, self._rules_impl)
+
+    def _serve_rule(self, request: wrappers.Request) -> wrappers.Response:
+        return _json(request, lambda: self._rule_impl(request.args.get("run"), request.args.get("rule")))
+
+    # --- implementations (plain data in, plain data out) --------------------------------------------
+    def _refresh_provider_runs(self, request: wrappers.Request) -> None:
+        """Remember the runs TensorBoard's data provider knows (works with the Rust data server too)."""
+        if self._provider is None or time.monotonic() - self._provider_at < 1.0:
+            return
+        try:
+            ctx = plugin_util.context(request.environ)
+            eid = plugin_util.experiment_id(request.environ)
+            runs = self._provider.list_runs(ctx, experiment_id=eid)
+            self._provider_runs = frozenset(r.run_name for r in runs)
+            self._provider_at = time.monotonic()
+        except Exception:  # noqa: BLE001 - a failing provider must not hide the runs found on disk
+            self._provider_runs = frozenset()
+
+    def _lookup(self, run: str | None) -> RunInfo:
+        return self._index.lookup(run, self._provider_runs)
+
+    def _run_data(self, info: RunInfo) -> RunData:
+        with self._data_lock:
+            data = self._data.get(info.name)
+            if data is None or data.path != info.path:
+                data = self._data[info.name] = RunData(info.path)
+            return data
+
+    def _runs_impl(self) -> dict[str, Any]:
+        runs = dict(self._index.runs())
+        for name in self._provider_runs - set(runs):
+            try:
+                runs[name] = self._lookup(name)
+            except errors.PublicError:
+                continue
+        listed = [runs[n].to_json() for n in sorted(runs)]
+        return {"version": metadata.PROTOCOL_VERSION, "runs": listed}
+
+    def _profiler_impl(self, run: str | None) -> dict[str, Any]:
+        info = self._lookup(run)
+        data = self._run_data(info)
+        verdicts, _err = data.verdicts()
+        profile = data.profiler()
+        key = data.version(profile)
+        cached = self._overviews.get(info.name)
+        if cached is not None and cached[0] == key:  # a live view polls: recompute only when data changed
+            return cached[1]
+        out = overview(profile, verdicts, data.problems)
+        out["run"] = info.name
+        self._overviews[info.name] = (key, out)
+        return out
+
+    def _heatmap_impl(
+        self, run: str | None, node: str | None, start: float | None, end: float | None, columns: int
+    ) -> dict[str, Any]:
+        data = self._run_data(self._lookup(run))
+        return heatmap_view(data.profiler(), node, start, end, columns)
+
+    def _timeseries_impl(
+        self, run: str | None, node: str | None, start: float | None, end: float | None, points: int
+    ) -> dict[str, Any]:
+        data = self._run_data(self._lookup(run))
+        return timeseries_view(data.profiler(), node, start, end, points)
+
+    def _rules_impl(self) -> dict[str, Any]:
+        rows: list[dict[str, Any]] = []
+        problems = []
+        runs = self._index.runs()
+        for name in sorted(runs):  # the verdict file is checked on every call: a running job creates it late
+            verdicts, err = self._run_data(runs[name]).verdicts()
+            if err:
+                problems.append({"run": name, "error": err})
+            rows.extend(verdict_rows(name, verdicts))
+        return {"rows": rows, "problems": problems, "runs": len(runs)}
+
+    def _rule_impl(self, run: str | None, rule: str | None) -> dict[str, Any]:
+        info = self._lookup(run)
+        verdicts, err = self._run_data(info).verdicts()
+        if err:
+            raise errors.NotFoundError(err)
+        return verdict_detail(info.name, verdicts, rule)
+
+
+def _wsgi(handler: _Handler) -> _WSGIApp:
+    """Turn a ``request -> response`` handler into the WSGI app TensorBoard mounts."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        return handler(wrappers.Request(environ))(environ, start_response)  # type: ignore[no-any-return]
+
+    return app
+
+
+def _error(request: wrappers.Request, exc: errors.PublicError) -> wrappers.Response:
+    return http_util.Respond(request, {"error": str(exc)}, _JSON, code=exc.http_code)
+
+
+def _json(request: wrappers.Request, impl: Callable[[], dict[str, Any]]) -> wrappers.Response:
+    try:
+        body = impl()
+    except errors.PublicError as exc:
+        return _error(request, exc)
+    except Exception as exc:  # noqa: BLE001 - unreadable data must give the view a message, not an HTML 500
+        logger.exception("trainspect plugin: %s failed", request.path)
+        body = {"error": f"internal error in the trainspect plugin ({type(exc).__name__}); see TensorBoard's log"}
+        return http_util.Respond(request, body, _JSON, code=500)
+    try:  # the views already turned NaN into None; json.dumps is ~4x faster than TensorBoard's Cleanse
+        text = json.dumps(body, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return http_util.Respond(request, body, _JSON)
+    return http_util.Respond(request, text, _JSON)
+
+
+def _float_arg(args: Any, name: str) -> float | None:
+    raw = args.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        raise errors.InvalidArgumentError(f"{name}={raw!r} is not a number") from None
+    if not math.isfinite(value):
+        raise errors.InvalidArgumentError(f"{name}={raw!r} is not a finite number")
+    return value
+
+
+def _int_arg(args: Any, name: str, default: int, lo: int, hi: int) -> int:
+    raw = args.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise errors.InvalidArgumentError(f"{name}={raw!r} is not an integer") from None
+    if not lo <= value <= hi:
+        raise errors.InvalidArgumentError(f"{name}={value} is outside {lo}..{hi}")
+    return value

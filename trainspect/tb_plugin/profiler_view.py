@@ -1,0 +1,216 @@
+"""Plain-data views of a run's profiler data for the Profiler tab (the analyses compute; this only shapes).
+
+Every function takes a :class:`~trainspect.profiler.data.ProfilerData` and returns JSON-ready dicts and
+lists: NaN becomes ``None``, times are epoch seconds, durations seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from tensorboard import errors
+
+from trainspect.profiler import analysis
+from trainspect.profiler.arrays import SystemArrays
+from trainspect.profiler.data import ProfilerData
+from trainspect.rules.verdict import Status, Verdict
+from trainspect.tb_plugin.downsample import bucket_means, rows_json
+
+__all__ = ["overview", "heatmap_view", "timeseries_view", "MAX_COLUMNS", "MAX_POINTS"]
+
+MAX_COLUMNS = 1000
+"""The most heatmap time buckets one response holds (72 rows x 1000 buckets is about 0.4 MB of JSON)."""
+
+MAX_POINTS = 2000
+"""The most points per time series in one response."""
+
+_GROUPS = (
+    ("cpu", "CPU (all cores) and I/O wait", "%", ("cpu_total", "cpu_iowait_percent")),
+    ("memory", "Memory used", "%", ("cpu_memory_used_percent",)),
+    ("gpu_memory", "GPU memory used", "%", ("gpu*_memory_used_percent",)),
+    ("io", "Disk I/O", "B/s", ("disk_read_bytes_per_second", "disk_write_bytes_per_second")),
+    ("network", "Network", "B/s", ("network_sent_bytes_per_second", "network_received_bytes_per_second")),
+)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, (float, np.floating)):
+        return None if not math.isfinite(float(value)) else float(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [_clean(r) for r in frame.to_dict("records")]
+
+
+def _status(data: ProfilerData) -> str:
+    if not data.system and not data.framework:
+        return "no_profiler_data"
+    return "ended" if data.job_ended else "running"
+
+
+def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -> dict[str, Any]:
+    """Everything the Profiler tab shows except the heatmap and the time series.
+
+    Returns:
+        ``status`` (``no_profiler_data`` / ``running`` / ``ended``), ``nodes``, ``workers``, ``job``, ``steps``,
+        ``histogram`` (per worker and mode), ``phases``, ``operators``, ``dataloader``, ``recommendations``
+        (triggered profiler rules), ``problems`` (damaged data that was skipped).
+    """
+    nodes = [
+        {
+            "name": name,
+            "samples": len(arr),
+            "interval_ms": arr.interval_ms,
+            "start": float(arr.timestamps[0]) if len(arr) else None,
+            "end": float(arr.timestamps[-1]) if len(arr) else None,
+            "cores": len(arr.cpu_cores),
+            "gpus": len(arr.gpus),
+        }
+        for name, arr in sorted(data.system.items())
+    ]
+    workers = [{"name": w, "node": t.node, "steps": t.step_count} for w, t in sorted(data.framework.items())]
+    hist = analysis.step_histogram(data, bins=30)
+    histogram = [
+        {"worker": w, "mode": m, "bins": [[float(a), float(b), int(c)] for a, b, c in
+                                          zip(g["bin_start"], g["bin_end"], g["count"], strict=True)]}
+        for (w, m), g in hist.groupby(["worker", "mode"], sort=True)
+    ]  # fmt: skip
+    rec = [v for v in verdicts if v.kind == "profiler"]
+    return {
+        "status": _status(data),
+        "source": data.source,
+        "nodes": nodes,
+        "workers": workers,
+        "job": _clean(analysis.job_statistics(data)),
+        "steps": _records(analysis.step_statistics(data)),
+        "histogram": histogram,
+        "phases": _clean(analysis.phase_ratios(data)),
+        "operators": _records(analysis.top_operators(data, n=20)),
+        "dataloader": _records(analysis.dataloader_statistics(data)),
+        "profiler_rules": len(rec),
+        "recommendations": [_recommendation(v) for v in rec if v.status is Status.ISSUES_FOUND],
+        "problems": list(problems),
+    }
+
+
+def _recommendation(v: Verdict) -> dict[str, Any]:
+    return _clean(
+        {
+            "rule": v.rule,
+            "message": v.message,
+            "recommendation": v.recommendation,
+            "triggers": v.triggers,
+            "last_trigger_time": v.last_trigger_time,
+        }
+    )
+
+
+def _node(data: ProfilerData, node: str | None) -> SystemArrays:
+    if not data.system:
+        raise errors.NotFoundError("this run has no system metrics")
+    name = node or sorted(data.system)[0]
+    if name not in data.system:
+        raise errors.NotFoundError(f"no node named {name!r} in this run")
+    return data.system[name]
+
+
+def _range(arr: SystemArrays, start: float | None, end: float | None) -> tuple[float, float]:
+    lo = float(arr.timestamps[0]) if start is None else start
+    hi = float(arr.timestamps[-1]) if end is None else end
+    if hi < lo:
+        raise errors.InvalidArgumentError(f"end {hi} is before start {lo}")
+    return lo, hi
+
+
+def _step_starts(data: ProfilerData, node: str) -> np.ndarray:
+    tabs = [
+        t for t in data.framework.values() if t.step_count and (not t.node or t.node == node or len(data.system) == 1)
+    ]
+    return np.sort(np.concatenate([t.steps["start"] for t in tabs])) if tabs else np.zeros(0)
+
+
+def heatmap_view(
+    data: ProfilerData, node: str | None, start: float | None, end: float | None, columns: int
+) -> dict[str, Any]:
+    """CPU-core and GPU utilisation of one node in at most ``columns`` time buckets, with step boundaries.
+
+    Returns:
+        ``node``, ``rows`` (``cpu0``… ``gpu0``…), ``start``, ``end``, ``bucket_s``, ``columns``, ``values`` (per
+        row, mean % per bucket rounded to an integer, or ``None``), ``step_boundaries`` (step starts in range, at
+        most 4 per bucket), ``full_start`` / ``full_end`` (the node's whole range, for zooming out), ``samples``
+        (rows in range).
+    """
+    arr = _node(data, node)
+    lo, hi = _range(arr, start, end)
+    keys = [f"cpu{i}_utilization_percent" for i in arr.cpu_cores] + [f"gpu{g}_utilization_percent" for g in arr.gpus]
+    idx = [arr.keys.index(k) for k in keys]
+    _t, width, means = bucket_means(arr.timestamps, arr.values[:, idx], lo, hi, min(columns, MAX_COLUMNS))
+    steps = _step_starts(data, arr.node)
+    bounds = steps[(steps >= lo) & (steps <= hi)]
+    limit = 4 * means.shape[0]
+    if len(bounds) > limit:
+        bounds = bounds[np.linspace(0, len(bounds) - 1, limit).round().astype(int)]
+    return {
+        "node": arr.node,
+        "rows": [k.split("_", 1)[0] for k in keys],
+        "start": lo,
+        "end": hi,
+        "bucket_s": width,
+        "columns": int(means.shape[0]),
+        "values": rows_json(means, 0),
+        "step_boundaries": np.round(bounds, 3).tolist(),
+        "full_start": float(arr.timestamps[0]),
+        "full_end": float(arr.timestamps[-1]),
+        "samples": int(np.count_nonzero((arr.timestamps >= lo) & (arr.timestamps <= hi))),
+    }
+
+
+def _group_columns(arr: SystemArrays, patterns: tuple[str, ...]) -> list[tuple[str, np.ndarray]]:
+    out: list[tuple[str, np.ndarray]] = []
+    for pat in patterns:
+        if pat == "cpu_total":
+            if arr.cpu_cores or "cpu_utilization_percent" in arr.keys:
+                out.append(("cpu_utilization_percent", arr.cpu_total().astype(np.float32)))
+        elif "*" in pat:
+            head, tail = pat.split("*")
+            out += [(k, arr.values[:, i]) for i, k in enumerate(arr.keys) if k.startswith(head) and k.endswith(tail)]
+        elif pat in arr.keys:
+            out.append((pat, arr.values[:, arr.keys.index(pat)]))
+    return out
+
+
+def timeseries_view(
+    data: ProfilerData, node: str | None, start: float | None, end: float | None, points: int
+) -> dict[str, Any]:
+    """Memory, GPU memory, I/O and network (and CPU total / I/O wait) of one node, downsampled.
+
+    Returns:
+        ``node``, ``start``, ``end``, ``bucket_s``, ``times`` (bucket starts) and ``groups``: ``[{"id", "title",
+        "unit", "series": [{"key", "values"}]}]``; groups whose metrics were not recorded are left out.
+    """
+    arr = _node(data, node)
+    lo, hi = _range(arr, start, end)
+    groups = []
+    times: list[float] = []
+    width = 0.0
+    for gid, title, unit, patterns in _GROUPS:
+        cols = _group_columns(arr, patterns)
+        if not cols:
+            continue
+        mat = np.stack([c for _k, c in cols], axis=1)
+        t, width, means = bucket_means(arr.timestamps, mat, lo, hi, min(points, MAX_POINTS))
+        times = np.round(t, 3).tolist()
+        values = rows_json(means, 1 if unit == "%" else 0)
+        series = [{"key": k, "values": v} for (k, _c), v in zip(cols, values, strict=True)]
+        groups.append({"id": gid, "title": title, "unit": unit, "series": series})
+    return {"node": arr.node, "start": lo, "end": hi, "bucket_s": width, "times": times, "groups": groups}

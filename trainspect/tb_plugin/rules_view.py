@@ -1,0 +1,96 @@
+"""Plain-data views of rule verdicts for the Rules tab: one table over every run, and one rule's detail."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from tensorboard import errors
+
+from trainspect.rules.verdict import Series, Verdict
+from trainspect.tb_plugin.profiler_view import _clean
+
+__all__ = ["verdict_rows", "verdict_detail", "MAX_SERIES_POINTS"]
+
+MAX_SERIES_POINTS = 2000
+"""The most points of a watched series sent to the chart (trigger points are always kept)."""
+
+
+def verdict_rows(run: str, verdicts: list[Verdict]) -> list[dict[str, Any]]:
+    """One table row per verdict of ``run`` (no series).
+
+    Returns:
+        Rows with ``run, rule, kind, status, triggers, datapoints, last_trigger_step, last_trigger_time, message``.
+    """
+    return [
+        _clean(
+            {
+                "run": run,
+                "rule": v.rule,
+                "kind": v.kind,
+                "status": v.status.value,
+                "triggers": v.triggers,
+                "datapoints": v.datapoints,
+                "last_trigger_step": v.last_trigger_step,
+                "last_trigger_time": v.last_trigger_time,
+                "message": v.message,
+            }
+        )
+        for v in verdicts
+    ]
+
+
+def _series(s: Series, max_points: int) -> dict[str, Any]:
+    x = np.asarray(s.x, dtype=np.float64)
+    y = np.asarray(s.y, dtype=np.float64)
+    n = min(len(x), len(y))
+    x, y = x[:n], y[:n]
+    lookup = {float(a): float(b) for a, b in zip(x, y, strict=True)}
+    trig_x = [float(t) for t in s.trigger_x]
+    if n > max_points:
+        keep = np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
+        x, y = x[keep], y[keep]
+    return _clean(
+        {
+            "label": s.label,
+            "x_unit": s.x_unit,
+            "x": x.tolist(),
+            "y": y.tolist(),
+            "points": n,
+            "trigger_x": trig_x,
+            "trigger_y": [lookup.get(t) for t in trig_x],
+            "threshold": s.threshold,
+        }
+    )
+
+
+def verdict_detail(run: str, verdicts: list[Verdict], rule: str | None) -> dict[str, Any]:
+    """Everything about one rule's verdict in ``run``: parameters, message, recommendation, watched series.
+
+    Raises:
+        InvalidArgumentError: ``rule`` is missing.
+        NotFoundError: the run has no verdict of that rule.
+    """
+    if not rule:
+        raise errors.InvalidArgumentError("missing parameter 'rule'")
+    match = next((v for v in verdicts if v.rule == rule), None)
+    if match is None:
+        raise errors.NotFoundError(f"run {run!r} has no verdict of rule {rule!r}")
+    row = verdict_rows(run, [match])[0]
+    row.update(
+        _clean(
+            {
+                "recommendation": match.recommendation,
+                "parameters": match.parameters,
+                "details": match.details,
+                "tensors": list(match.tensors),
+                "workers": list(match.workers),
+                "first_trigger_step": match.first_trigger_step,
+                "first_trigger_time": match.first_trigger_time,
+                "start_step": match.start_step,
+                "end_step": match.end_step,
+            }
+        )
+    )
+    row["series"] = [_series(s, MAX_SERIES_POINTS) for s in match.series]
+    return row
