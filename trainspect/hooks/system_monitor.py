@@ -182,6 +182,10 @@ class SystemMonitor:
                 if time.monotonic() - last_flush >= self._flush_interval_s:
                     writer.flush()
                     last_flush = time.monotonic()
+            if time.monotonic() - next_at > 0.05:  # a last sample, so that even a short job has one
+                row = self._tick(samplers)
+                if row:
+                    writer.append(time.time(), row)
             writer.flush()
         except Exception:
             self.failed = True
