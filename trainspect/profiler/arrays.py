@@ -201,7 +201,7 @@ class FrameworkTables:
     def steps_df(self) -> pd.DataFrame:
         """Steps as a DataFrame: ``worker, mode (name), mode_step, global_step, start, end, duration``."""
         frame = pd.DataFrame({k: np.asarray(v) for k, v in self.steps.items()})
-        frame["mode"] = [ModeKeys(int(m)).name if int(m) in (1, 2, 3, 4) else str(m) for m in frame["mode"]]
+        frame["mode"] = _names(frame["mode"].to_numpy(), {int(m): m.name for m in ModeKeys})
         frame["duration"] = frame["end"] - frame["start"]
         frame.insert(0, "worker", self.worker)
         return frame
@@ -209,7 +209,19 @@ class FrameworkTables:
     def spans_df(self) -> pd.DataFrame:
         """Spans as a DataFrame: ``worker, kind (name), start, end, duration, global_step, workers, pid``."""
         frame = pd.DataFrame({k: np.asarray(v) for k, v in self.spans.items()})
-        frame["kind"] = [SPAN_NAMES.get(int(k), str(k)) for k in frame["kind"]]
+        frame["kind"] = _names(frame["kind"].to_numpy(), {int(k): v for k, v in SPAN_NAMES.items()})
         frame["duration"] = frame["end"] - frame["start"]
         frame.insert(0, "worker", self.worker)
         return frame
+
+
+def _names(codes: np.ndarray, names: dict[int, str]) -> np.ndarray:
+    """Map integer codes to names, vectorised; unknown codes become their decimal string."""
+    codes = codes.astype(np.int64)
+    if codes.size == 0:
+        return codes.astype(object)
+    lo, hi = int(codes.min()), int(codes.max())
+    if hi - lo > 4096:  # corrupt codes: no dense table
+        return np.array([names.get(int(c), str(int(c))) for c in codes], dtype=object)
+    lookup = np.array([names.get(i, str(i)) for i in range(lo, hi + 1)], dtype=object)
+    return lookup[codes - lo]
