@@ -1,14 +1,16 @@
-"""Zero script change: ``trainspect.autolog()`` and ``trainspect run`` instrument an unmodified PyTorch script.
+"""Zero script change: ``trainspect.autolog()`` and ``trainspect run`` instrument an unmodified PyTorch or Keras script.
 
 Global module hooks find the model (the first top-level module with parameters that is not a loss) and loss modules;
 functional losses (``F.cross_entropy`` …) are wrapped; the optimizer's ``step()`` marks the end of each step. The
-hook closes at interpreter exit.
+hook closes at interpreter exit. Keras is instrumented by :mod:`trainspect.hooks.keras_zcc` (``Model.fit`` …),
+patched when keras is imported; each framework is instrumented only when it is installed.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
+import importlib.util
 import logging
 import os
 import time
@@ -49,11 +51,12 @@ _ACTIVE: list[AutoLogger] = []
 class AutoLogger(Guarded):
     """Patches installed by :func:`autolog`; :meth:`close` removes them and closes the hook."""
 
-    def __init__(self, hook: Any) -> None:
+    def __init__(self, hook: Any, companions: list[Any] | None = None) -> None:
         import torch
         from torch.nn.modules import module as module_mod
 
         self.hook = hook
+        self.companions = list(companions or [])
         self._torch = torch
         self._depth = 0
         self._loss_depth = 0
@@ -118,6 +121,8 @@ class AutoLogger(Guarded):
             setattr(F, fname, original)
         for handle in self._handles:
             handle.remove()
+        for companion in self.companions:
+            companion.close()
         self.hook.close()
         if self in _ACTIVE:
             _ACTIVE.remove(self)
@@ -142,7 +147,7 @@ def autolog(
     if _ACTIVE:
         return _ACTIVE[0]
     from trainspect.hook_config import hook_kwargs_from_json
-    from trainspect.hooks.torch_hook import Hook
+    from trainspect.hooks.keras_zcc import KerasAutoLog
 
     kwargs: dict[str, Any] = {}
     config = config or env.TRAINSPECT_CONFIG.get()
@@ -155,7 +160,16 @@ def autolog(
         kwargs["profiler_config"] = ProfilerConfig(system_monitor_interval_millis=interval)
     kwargs.update(hook_kwargs)
     kwargs["out_dir"] = out_dir or env.TRAINSPECT_OUT_DIR.get() or kwargs.get("out_dir") or _default_out_dir()
-    logger = AutoLogger(Hook(**kwargs))
+    keras_part = KerasAutoLog.install(dict(kwargs), registry=_ACTIVE)
+    if importlib.util.find_spec("torch") is not None:
+        from trainspect.hooks.torch_hook import Hook
+
+        logger: Any = AutoLogger(Hook(**kwargs), companions=[keras_part] if keras_part else [])
+    elif keras_part is not None:
+        logger = keras_part
+    else:
+        log.warning("trainspect: autolog found neither torch nor keras to instrument")
+        return None
     _ACTIVE.append(logger)
     atexit.register(logger.close)
     log.info("trainspect: recording into %s", kwargs["out_dir"])

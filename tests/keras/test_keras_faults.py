@@ -1,0 +1,182 @@
+"""Issue 7: config errors at construction; internal failures never reach fit; unusual models work or say what is missing."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from kerastrain import BATCH, Recorder, data, model
+
+import trainspect as ts
+from trainspect.hooks import keras_model
+
+
+def _warnings(caplog):
+    return [r for r in caplog.records if r.levelno >= logging.WARNING and r.name.startswith("trainspect")]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"include_collections": ["nope"]}, "unknown collection 'nope'"),
+        ({"save_config": {"save_interval": 1}}, "expected a SaveConfig"),
+        ({"include_workers": "some"}, "include_workers='some'"),
+        ({"rules": "everything"}, "rules='everything'"),
+    ],
+)
+def test_config_errors_raise_at_construction(tmp_path, kwargs, match):
+    with pytest.raises((ts.ConfigError, ValueError), match=match):
+        ts.keras.Hook(tmp_path / "run", **kwargs)
+
+
+def test_json_config(tmp_path):
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(
+        json.dumps(
+            {
+                "LocalPath": str(tmp_path / "run"),
+                "HookParameters": {"save_interval": "2"},
+                "CollectionConfigurations": [{"CollectionName": "weights"}],
+            }
+        )
+    )
+    hook = ts.keras.Hook.create_from_json_file(cfg)
+    x, y = data()
+    with hook:
+        model().fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[hook])
+    assert ts.create_trial(tmp_path / "run").tensor("Sequential_dense.kernel").steps() == [0, 2]
+    cfg.write_text(json.dumps({"LocalPath": str(tmp_path / "bad"), "HookParameters": {"save_intervall": "2"}}))
+    with pytest.raises(ts.ConfigError, match="save_intervall"):
+        ts.keras.Hook.create_from_json_file(cfg)
+
+
+def test_an_internal_failure_never_reaches_fit(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("TRAINSPECT_TESTING", "0")
+    caplog.set_level(logging.WARNING)
+    real, calls = keras_model.to_host, {"n": 0}
+
+    def broken(value, plan):
+        calls["n"] += 1
+        if calls["n"] > 6:
+            raise RuntimeError("boom inside trainspect")
+        return real(value, plan)
+
+    monkeypatch.setattr(keras_model, "to_host", broken)
+    x, y = data()
+    m = model()
+    hook = ts.keras.Hook(
+        tmp_path / "run",
+        export_tensorboard=False,
+        include_collections=["weights", "losses"],
+        save_config=ts.SaveConfig(save_interval=1),
+    )
+    hist = m.fit(x, y, batch_size=BATCH, epochs=2, verbose=0, callbacks=[hook])  # must not raise
+    hook.close()
+    assert len(hist.history["loss"]) == 2
+    warns = _warnings(caplog)
+    assert len(warns) == 1 and "disabled" in warns[0].getMessage(), [w.getMessage() for w in warns]
+    assert hook.disabled
+    trial = ts.create_trial(tmp_path / "run")
+    assert trial.loaded_all_steps and 0 in trial.steps()
+
+
+def test_user_errors_pass_through_unchanged(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINSPECT_TESTING", "0")
+    x, y = data()
+    with ts.keras.Hook(tmp_path / "run", export_tensorboard=False) as hook, pytest.raises(ValueError):
+        model().fit(x[:, :3], y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[hook])
+
+
+class Scale(keras.layers.Layer):
+    """A custom layer with its own weight."""
+
+    def build(self, shape):
+        self.alpha = self.add_weight(shape=(shape[-1],), initializer="ones", name="alpha")
+
+    def call(self, x):
+        return x * self.alpha
+
+
+class Net(keras.Model):
+    """A subclassed model with a custom layer."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = Scale()
+        self.dense = keras.layers.Dense(3)
+
+    def call(self, x):
+        return self.dense(self.scale(x))
+
+
+def test_subclassed_model_with_a_custom_layer(tmp_path):
+    keras.backend.clear_session()
+    keras.utils.set_random_seed(0)
+    m = Net()
+    m.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x, y = data()
+    rec = Recorder(x, y)
+    with ts.keras.Hook(
+        tmp_path / "run",
+        export_tensorboard=False,
+        save_config=ts.SaveConfig(save_interval=1),
+        include_collections=["weights", "gradients", "outputs"],
+    ) as hook:
+        m.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[rec, hook])
+    trial = ts.create_trial(tmp_path / "run")
+    assert "Net_scale.alpha" in trial.tensor_names(collection="weights")
+    assert {"scale_output_0", "dense_output_0"} <= set(trial.tensor_names(collection="outputs"))
+    np.testing.assert_allclose(
+        trial.tensor("gradient/Net_scale.alpha").value(2),
+        rec.train.grads[2]["gradient/Net_scale.alpha"],
+        rtol=1e-5,
+        atol=1e-7,
+    )
+
+
+def test_mixed_precision_gradients_are_unscaled(tmp_path):
+    try:
+        m = model(policy="mixed_float16")
+        assert isinstance(m.optimizer, keras.optimizers.LossScaleOptimizer)
+        x, y = data()
+        rec = Recorder(x, y)
+        with ts.keras.Hook(
+            tmp_path / "run",
+            export_tensorboard=False,
+            save_config=ts.SaveConfig(save_interval=1),
+            include_collections=["gradients"],
+        ) as hook:
+            m.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0, callbacks=[rec, hook])
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    trial = ts.create_trial(tmp_path / "run")
+    got = trial.tensor("gradient/Sequential_dense.kernel").value(1)
+    np.testing.assert_allclose(got, rec.train.grads[1]["gradient/Sequential_dense.kernel"], rtol=2e-2, atol=2e-3)
+
+
+def test_jit_compile_captures_gradients_and_says_outputs_are_not(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    m = model(jit_compile=True)
+    x, y = data()
+    rec = Recorder(x, y)
+    with ts.keras.Hook(
+        tmp_path / "run",
+        export_tensorboard=False,
+        save_config=ts.SaveConfig(save_interval=1),
+        include_collections=["gradients", "outputs"],
+    ) as hook:
+        m.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH), epochs=1, verbose=0, callbacks=[rec, hook])
+    warns = _warnings(caplog)
+    assert len(warns) == 1 and "jit_compile=True" in warns[0].getMessage() and "not captured" in warns[0].getMessage()
+    trial = ts.create_trial(tmp_path / "run")
+    assert trial.tensor_names(collection="outputs") == []
+    np.testing.assert_allclose(
+        trial.tensor("gradient/Sequential_dense.kernel").value(3),
+        rec.train.grads[3]["gradient/Sequential_dense.kernel"],
+        rtol=1e-4,
+        atol=1e-6,
+    )

@@ -1,0 +1,187 @@
+"""The Keras 3 hook: a callback translating ``fit``/``evaluate``/``predict`` events into calls on the collector."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import keras
+import numpy as np
+
+from trainspect.collections import Collection
+from trainspect.config import ReductionConfig, SaveConfig
+from trainspect.hooks._guard import guarded
+from trainspect.hooks.hook_api import HookAPI
+from trainspect.hooks.keras_model import ModelView
+from trainspect.modes import ModeKeys
+
+__all__ = ["Hook"]
+
+log = logging.getLogger(__name__)
+
+
+class Hook(keras.callbacks.Callback, HookAPI):
+    """Records losses, metrics, weights, gradients, layer inputs/outputs and optimizer variables of a Keras model.
+
+    Pass it to ``fit``, ``evaluate`` and ``predict`` (``callbacks=[hook]``); close it (or use ``with``) when done.
+    ``fit`` batches are TRAIN steps, validation and ``evaluate`` batches EVAL steps, ``predict`` batches PREDICT
+    steps. A weight at step N is the value used in step N's forward pass, a gradient the one applied at step N.
+    Parameters are those of :class:`~trainspect.hooks.collector.Collector`, plus ``profiler_config`` and
+    ``mlflow_run``; gradients are captured without changing the model or optimizer (see ``keras_taps``).
+
+    Example:
+        >>> import tempfile, numpy as np, keras, trainspect as ts
+        >>> model = keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)])
+        >>> model.compile(optimizer="sgd", loss="mse")
+        >>> out = tempfile.mkdtemp()
+        >>> with ts.keras.Hook(out) as hook:
+        ...     _ = model.fit(np.ones((4, 2)), np.ones((4, 1)), batch_size=2, verbose=0, callbacks=[hook])
+        >>> ts.create_trial(out).tensor_names()
+        ['loss']
+    """
+
+    def __init__(
+        self,
+        out_dir: str | os.PathLike[str],
+        export_tensorboard: bool = True,
+        tensorboard_dir: str | None = None,
+        dry_run: bool = False,
+        reduction_config: ReductionConfig | None = None,
+        save_config: SaveConfig | None = None,
+        include_regex: Iterable[str] | str | None = None,
+        include_collections: Iterable[str | Collection] | None = None,
+        save_all: bool = False,
+        include_workers: str = "one",
+        rules: Iterable[Any] | str | None = None,
+        profiler_config: Any = None,
+        mlflow_run: Any = None,
+    ) -> None:
+        super().__init__()
+        self._setup(
+            "tensorflow", out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
+            dry_run=dry_run, reduction_config=reduction_config, save_config=save_config, include_regex=include_regex,
+            include_collections=include_collections, save_all=save_all, include_workers=include_workers, rules=rules,
+            profiler_config=profiler_config, mlflow_run=mlflow_run, always_saved=("metrics",),
+        )  # fmt: skip
+        self._view: ModelView | None = None
+        self._saving = False
+        self._window_set = False
+
+    # --- lifecycle -----------------------------------------------------------------------------------------
+    @guarded()
+    def start(self) -> None:
+        """Start writing (called by the first ``fit``/``evaluate``/``predict`` and by ``__enter__``)."""
+        self.collector.start()
+        self._extras.start(self.collector)
+        if self._extras.framework_recorder is not None and not self._window_set:
+            from trainspect.hooks.keras_profiling import TFProfilingWindow
+
+            self._window_set = True
+            self._extras.set_window(
+                TFProfilingWindow(self.out_dir, self.collector.worker, self._extras.profiler_config)
+            )
+
+    def _close_steps(self) -> list[Any]:
+        return [self._end_step, self._detach]
+
+    def _detach(self) -> None:
+        view, self._view = self._view, None
+        if view is not None:
+            view.remove()
+
+    def _attach(self, kind: str | None = None) -> None:
+        self.start()
+        model = self.model
+        if self._view is None or self._view.model is not model or (kind and self._view.taps.stale(kind)):
+            self._detach()
+            self._view = ModelView(model, self.collector, self._extras.framework_recorder)
+
+    # --- steps ---------------------------------------------------------------------------------------------
+    # A step ends when the next one begins (or at the end of the epoch, evaluation or prediction): overriding
+    # ``on_*_batch_end`` would stop Keras from dispatching batch-end callbacks on its background thread.
+    def _begin_step(self, mode: ModeKeys) -> None:
+        if self._view is None:
+            self._attach()
+        self._end_step()
+        self.collector.set_mode(mode)
+        self._extras.check_stop(self.collector)
+        self._saving = self.collector.begin_step()
+        self._extras.on_step_start(self.collector)
+        assert self._view is not None
+        self._view.begin_step(self._saving, mode)
+
+    def _end_step(self, metrics: bool = False) -> None:
+        if not self.collector.step_open:
+            return
+        if self._view is not None and not self.disabled:
+            self._view.end_step(self._saving, metrics)
+        self._extras.on_step_end(self.collector, self.collector.end_step())
+
+    # --- keras callbacks -----------------------------------------------------------------------------------
+    @guarded()
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
+        self._attach("train")
+
+    @guarded()
+    def on_predict_begin(self, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
+        self._attach()
+
+    @guarded()
+    def on_test_begin(self, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
+        self._end_step(metrics=self.collector.mode is ModeKeys.TRAIN)  # validation follows an epoch's last batch
+        self._attach("test")
+
+    @guarded()
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
+        self._begin_step(ModeKeys.TRAIN)
+
+    @guarded()
+    def on_test_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
+        self._begin_step(ModeKeys.EVAL)
+
+    @guarded()
+    def on_predict_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
+        self._begin_step(ModeKeys.PREDICT)
+
+    @guarded()
+    def on_epoch_end(self, epoch: int, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
+        self._end_step(metrics=self.collector.mode is ModeKeys.TRAIN)
+
+    @guarded()
+    def on_test_end(self, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
+        self._end_step(metrics=True)
+
+    @guarded()
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:  # noqa: D102
+        self._end_step()
+
+    on_predict_end = on_train_end
+
+    # --- user API ------------------------------------------------------------------------------------------
+    @guarded()
+    def save_scalar(self, name: str, value: float, timestamp: float | None = None) -> None:
+        """Save a scalar at the current step as ``scalar/<name>`` (collection ``scalars``)."""
+        self._save_now(f"scalar/{name}", np.asarray(float(value), dtype=np.float64), ("scalars",))
+
+    @guarded()
+    def save_tensor(
+        self, tensor_name: str, tensor_value: Any, collections_to_write: str | list[str] = "default"
+    ) -> None:
+        """Save any array-like (or tensor) at the current step into the given collections."""
+        colls = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
+        for cname in colls:
+            self.collector.collections.get(cname).add_tensor_name(tensor_name)
+            self.collector.planner.included.add(cname)
+        self._save_now(tensor_name, tensor_value, tuple(colls))
+
+    def _save_now(self, name: str, value: Any, colls: tuple[str, ...]) -> None:
+        from trainspect.hooks.keras_tensors import to_host
+
+        self.start()
+        if not self.collector.step_open:
+            self._saving = self.collector.begin_step()
+        plan = self.collector.planner.forced_plan(name, colls)
+        raw, reds, shape = to_host(np.asarray(value) if not hasattr(value, "shape") else value, plan)
+        self.collector.add(name, plan, raw, reds, shape)
