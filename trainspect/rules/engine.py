@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspect.rules.base import Rule
-from trainspect.rules.source import Needs, TrialSource, build_step, roles_for
+from trainspect.rules.source import Needs, StepAssembler, TrialSource, roles_for
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tally import Tally
 from trainspect.rules.tensor_rule import TensorRule
@@ -105,12 +105,15 @@ def evaluate_tensor_rules(
     wanted = set(steps)
     data = source.fetch(_needs(rules, roles), wanted)
     others = [_other_data(rule, role, wanted) for rule, role in zip(rules, roles, strict=True)]
+    feeds = [
+        (tally, StepAssembler(role, data), other) for tally, role, other in zip(tallies, roles, others, strict=True)
+    ]
     worker = source.worker()
     for step in steps:
         info = source.step_info(step)
-        for tally, role, other in zip(tallies, roles, others, strict=True):
+        for tally, assembler, other in feeds:
             if tally.error is None:
-                tally.feed(build_step(step, info, worker, role, data, _others_at(other, step)))
+                tally.feed(assembler.at(step, info, worker, _others_at(other, step) if other else ()))
     verdicts = []
     for tally in tallies:
         tally.end()

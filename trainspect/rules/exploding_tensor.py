@@ -68,15 +68,23 @@ class ExplodingTensor(TensorRule):
 
     def _bad(self, rec: TensorRecord) -> bool:
         only_nan = self.params["only_nan"]
+        reds = rec.reductions
         if rec.value is not None:
-            arr = np.asarray(rec.value)
-            if not np.issubdtype(arr.dtype, np.floating) and not np.issubdtype(arr.dtype, np.complexfloating):
+            kind = np.asarray(rec.value).dtype.kind
+            if kind not in "fc":
                 return False
+            lo, hi = reds.get(("min", False)), reds.get(("max", False))
+            if kind == "f" and lo is not None and hi is not None:  # min and max propagate NaN and reach ±Inf
+                return (math.isnan(lo) or math.isnan(hi)) if only_nan else not (math.isfinite(lo) and math.isfinite(hi))
+            arr = np.asarray(rec.value)
+            if kind == "f" and arr.size == 1:  # a loss or metric: plain floats are much cheaper than ufuncs
+                v = float(arr.reshape(-1)[0])
+                return math.isnan(v) if only_nan else not math.isfinite(v)
             return bool(np.isnan(arr).any()) if only_nan else not bool(np.isfinite(arr).all())
-        values = [rec.reductions.get(key) for key in (("min", False), ("max", False), ("mean", False))]
+        values = [reds.get(key) for key in (("min", False), ("max", False), ("mean", False))]
         found = [v for v in values if v is not None]
         if not found:
-            found = [v for v in rec.reductions.values() if v is not None]
+            found = [v for v in reds.values() if v is not None]
         if only_nan:
             return any(math.isnan(v) for v in found)
         return any(not math.isfinite(v) for v in found)

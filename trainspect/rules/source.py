@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 
 from trainspect.modes import ModeKeys
-from trainspect.rules.step_data import StepData, parse_reduction, reduce_array
+from trainspect.rules.step_data import StepData, parse_reduction, reduce_array, reduce_rows
 from trainspect.rules.tensor_rule import Select, TensorRule
 from trainspect.step import ReductionKey, TensorRecord
 
-__all__ = ["TrialSource", "Needs", "roles_for"]
+__all__ = ["TrialSource", "Needs", "roles_for", "reduce_series", "build_step", "StepAssembler"]
 
 _log = logging.getLogger(__name__)
 _GLOBAL = ModeKeys.GLOBAL
@@ -138,12 +138,14 @@ class TrialSource:
         saved_steps = [int(s) for s in tensor.steps() if int(s) in steps]
         if not saved_steps:
             return {}
-        values = {} if self._reductions_suffice(tensor, need, saved_steps[0]) else self._values(tensor)
+        values = {} if self._reductions_suffice(tensor, need, saved_steps[0]) else self._values(tensor, steps)
+        reduced = reduce_series(values, need.reductions) if need.reductions else {}
         out = {}
         for step in saved_steps:
             value = values.get(step)
             if value is not None:
-                out[step] = _from_value(name, np.asarray(value), need, colls)
+                raw = value if need.raw else None
+                out[step] = TensorRecord(name, raw, reduced.get(step, {}), colls, tuple(value.shape))
             else:
                 reds = self._saved_reductions(tensor, step, need)
                 if reds:
@@ -160,9 +162,9 @@ class TrialSource:
         return all(key in saved for key in need.reductions)
 
     @staticmethod
-    def _values(tensor: Any) -> dict[int, Any]:
+    def _values(tensor: Any, steps: set[int]) -> dict[int, np.ndarray]:
         try:
-            return {int(k): v for k, v in tensor.values(mode=_GLOBAL).items()}
+            return {int(k): np.asarray(v) for k, v in tensor.values(mode=_GLOBAL).items() if int(k) in steps}
         except Exception:
             return {}
 
@@ -179,11 +181,38 @@ class TrialSource:
         return reds
 
 
-def _from_value(name: str, value: np.ndarray, need: Needs, colls: frozenset[str]) -> TensorRecord:
-    if need.raw:
-        return TensorRecord(name, value, {}, colls, tuple(value.shape))
-    reds = {key: reduce_array(value, *key) for key in need.reductions}
-    return TensorRecord(name, None, reds, colls, tuple(value.shape))
+_CHUNK_BYTES = 64 << 20
+"""Steps of one tensor are stacked and reduced together in chunks of about this many bytes."""
+
+
+def reduce_series(
+    values: Mapping[int, np.ndarray], keys: Iterable[ReductionKey]
+) -> dict[int, dict[ReductionKey, float]]:
+    """Compute reductions of a tensor at every step, stacking same-shaped steps into one array per chunk.
+
+    The results equal :func:`~trainspect.rules.step_data.reduce_array` step by step.
+
+    Example:
+        >>> reduce_series({0: np.array([1.0, 3.0]), 1: np.array([2.0, 2.0])}, [("max", False)])
+        {0: {('max', False): 3.0}, 1: {('max', False): 2.0}}
+    """
+    keys = list(keys)
+    out: dict[int, dict[ReductionKey, float]] = {step: {} for step in values}
+    groups: dict[tuple[tuple[int, ...], str], list[int]] = {}
+    for step, value in values.items():
+        if value.dtype.kind in "fiub" and value.size:
+            groups.setdefault((value.shape, value.dtype.str), []).append(step)
+        else:
+            out[step] = {key: reduce_array(value, *key) for key in keys}
+    for group in groups.values():
+        per_chunk = max(1, _CHUNK_BYTES // max(1, values[group[0]].nbytes))
+        for i in range(0, len(group), per_chunk):
+            chunk = group[i : i + per_chunk]
+            rows = np.stack([values[s] for s in chunk]).reshape(len(chunk), -1)
+            for key in keys:
+                for step, red in zip(chunk, reduce_rows(rows, *key).tolist(), strict=True):
+                    out[step][key] = red
+    return out
 
 
 def _collections(trial: Any) -> dict[str, Any]:
@@ -202,10 +231,37 @@ def build_step(
     others: tuple[Mapping[str, TensorRecord], ...] = (),
 ) -> StepData:
     """Assemble one rule's StepData at one step from fetched series."""
-    grouped: dict[str, list[TensorRecord]] = {}
-    for name, role in roles.items():
-        rec = data.get(name, {}).get(step)
-        if rec is not None:
-            grouped.setdefault(role, []).append(rec)
-    mode, mode_step, wall = info
-    return StepData(step, mode, mode_step, wall, worker, {k: tuple(v) for k, v in grouped.items()}, others)
+    return StepAssembler(roles, data).at(step, info, worker, others)
+
+
+class StepAssembler:
+    """Builds one rule's StepData step after step from fetched series (the role lookups are done once).
+
+    Args:
+        roles: the rule's role of each selected tensor name.
+        data: the fetched series, ``{name: {step: record}}``.
+    """
+
+    def __init__(self, roles: Mapping[str, str], data: Mapping[str, Mapping[int, TensorRecord]]) -> None:
+        by_role: dict[str, list[Mapping[int, TensorRecord]]] = {}
+        for name, role in roles.items():
+            series = data.get(name)
+            if series:
+                by_role.setdefault(role, []).append(series)
+        self._by_role = list(by_role.items())
+
+    def at(
+        self,
+        step: int,
+        info: tuple[ModeKeys, int, float],
+        worker: str,
+        others: tuple[Mapping[str, TensorRecord], ...] = (),
+    ) -> StepData:
+        """Return the StepData of ``step``."""
+        grouped: dict[str, tuple[TensorRecord, ...]] = {}
+        for role, series_list in self._by_role:
+            recs = tuple(rec for rec in (series.get(step) for series in series_list) if rec is not None)
+            if recs:
+                grouped[role] = recs
+        mode, mode_step, wall = info
+        return StepData(step, mode, mode_step, wall, worker, grouped, others)

@@ -15,7 +15,7 @@ import numpy as np
 from trainspect.modes import ModeKeys
 from trainspect.step import ReductionKey, TensorRecord
 
-__all__ = ["Check", "StepData", "parse_reduction", "reduce_array", "tensor_reduction", "as_float"]
+__all__ = ["Check", "StepData", "parse_reduction", "reduce_array", "reduce_rows", "tensor_reduction", "as_float"]
 
 _EMPTY: Mapping[str, tuple[TensorRecord, ...]] = {}
 
@@ -114,6 +114,34 @@ def reduce_array(value: np.ndarray, name: str, abs: bool = False) -> float:  # n
     if name == "prod":
         return float(arr.prod(dtype=np.float64))
     return float(getattr(arr, name)(dtype=np.float64))
+
+
+def reduce_rows(rows: np.ndarray, name: str, abs: bool = False) -> np.ndarray:  # noqa: A002 - smdebug's name
+    """Compute one reduction of each row of a 2-D array (one row per step), as :func:`reduce_array` does per row.
+
+    Real and integer rows only (complex rows go through :func:`reduce_array`); the result is float64.
+
+    Example:
+        >>> reduce_rows(np.array([[1.0, -3.0], [2.0, 2.0]], dtype=np.float32), "mean", abs=True).tolist()
+        [2.0, 2.0]
+    """
+    arr = rows if rows.dtype.kind == "f" else rows.astype(np.float64)
+    if abs:
+        arr = np.abs(arr)
+    if arr.shape[1] == 0:
+        return np.full(arr.shape[0], math.nan)
+    if name in ("min", "max"):
+        out = arr.min(axis=1) if name == "min" else arr.max(axis=1)
+    elif name == "l1":
+        out = np.abs(arr).sum(axis=1, dtype=np.float64)
+    elif name == "l2":
+        out = np.sqrt(np.square(arr, dtype=np.float64).sum(axis=1))
+    elif name in ("variance", "std"):
+        out = arr.var(axis=1, dtype=np.float64)
+        out = out if name == "variance" else np.sqrt(out)
+    else:
+        out = getattr(arr, name)(axis=1, dtype=np.float64)
+    return np.asarray(out, dtype=np.float64)
 
 
 def tensor_reduction(record: TensorRecord, name: str, abs: bool = False) -> float | None:  # noqa: A002

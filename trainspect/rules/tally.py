@@ -66,10 +66,16 @@ class Tally:
         if data.empty and self.rule.needs_tensors:
             return None
         self.inputs_seen += 1
-        self.workers.setdefault(data.worker, None)
-        result = self._guard(lambda: self.rule.check(self.state, data))
+        if data.worker not in self.workers:
+            self.workers[data.worker] = None
+        try:
+            result = self.rule.check(self.state, data)
+        except Exception as exc:  # a failing rule ends as Error, the others go on
+            _log.debug("rule %s failed", self.rule.name, exc_info=True)
+            self.error = exc
+            result = None
         self.last_step = data
-        return self._record(data, result)
+        return self._record(data, result) if result is not None else None
 
     def end(self) -> Check | None:
         """Tell the rule the data has ended (it may judge a pending window)."""

@@ -54,11 +54,11 @@ class WeightUpdateRatio(TensorRule):
         """Return ``large_threshold``."""
         return float(self.params["large_threshold"])
 
-    def init_state(self) -> dict[str, tuple[int, np.ndarray]]:
-        """The previous saved value of each weight."""
+    def init_state(self) -> dict[str, tuple[int, np.ndarray, float]]:
+        """The previous saved value of each weight, with its L2 norm."""
         return {}
 
-    def check(self, state: dict[str, tuple[int, np.ndarray]], data: StepData) -> Check | None:
+    def check(self, state: dict[str, tuple[int, np.ndarray, float]], data: StepData) -> Check | None:
         """Compare each weight with its previous saved value."""
         if not is_training(data.mode):
             return None
@@ -67,11 +67,12 @@ class WeightUpdateRatio(TensorRule):
             if rec.value is None:
                 continue
             cur = np.asarray(rec.value, dtype=np.float64)
+            norm = _l2(cur)
             prev = state.get(rec.name)
-            state[rec.name] = (data.step, cur)
+            state[rec.name] = (data.step, cur, norm)
             if prev is None or prev[1].shape != cur.shape or not self._close_enough(prev[0], data.step):
                 continue
-            ratio = float(np.linalg.norm(cur - prev[1]) / (np.linalg.norm(prev[1]) + self.params["epsilon"]))
+            ratio = float(_l2(cur - prev[1]) / (prev[2] + self.params["epsilon"]))
             if math.isfinite(ratio):
                 ratios[rec.name] = ratio
         return self._judge(ratios) if ratios else None
@@ -94,3 +95,9 @@ class WeightUpdateRatio(TensorRule):
     def insufficient(self, state: Any) -> str:
         """Needs weights at two close training steps."""
         return "needs the weights saved at two training steps (within num_steps when set)"
+
+
+def _l2(x: np.ndarray) -> float:
+    """The L2 (Frobenius) norm, computed as ``numpy.linalg.norm`` does for real arrays, without its overhead."""
+    flat = x.ravel(order="K")
+    return math.sqrt(float(flat.dot(flat)))
