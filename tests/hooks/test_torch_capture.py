@@ -277,3 +277,20 @@ def test_torch_compiled_model(out_dir):
         np.testing.assert_array_equal(
             trial.tensor(f"gradient/{tname('0.weight')}").value(step), rec.grads["_orig_mod.0.weight"]
         )
+
+
+def test_include_regex_captures_module_outputs_by_name(out_dir):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    seen: list[np.ndarray] = []
+    model[1].register_forward_hook(lambda m, i, o: seen.append(o.detach().clone().numpy()))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ts.torch.Hook(out_dir, include_regex=[r"^1_output"], save_config=ts.SaveConfig(save_interval=1)) as hook:
+        hook.register_module(model)
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(5, 4)).sum().backward()
+            opt.step()
+    trial = ts.create_trial(out_dir)
+    assert trial.tensor_names(collection="default") == ["1_output_0"]
+    np.testing.assert_array_equal(trial.tensor("1_output_0").value(2), seen[2])

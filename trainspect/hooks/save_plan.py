@@ -164,10 +164,16 @@ class SavePlanner:
             self._active = active
             self._plans.clear()
             self.generation += 1
-        self._takes_modules = any(
-            self.manager.get(c).module_inputs or self.manager.get(c).module_outputs for c in active
-        )
+        self._takes_modules = any(self._takes_module_tensors(self.manager.get(c)) for c in active)
         return bool(active)
+
+    @staticmethod
+    def _takes_module_tensors(coll: Collection) -> bool:
+        # by module, or by a regex or name that may match "<module>_input_<i>" / "<module>_output_<i>"
+        by_name = coll.name not in ("losses", "weights", "biases", "gradients", "optimizer_variables", "scalars") and (
+            bool(coll.include_regex) or bool(coll.tensor_names)
+        )
+        return coll.module_inputs or coll.module_outputs or by_name
 
     @property
     def takes_modules(self) -> bool:

@@ -267,9 +267,9 @@ class Hook(HookAPI):
             if not self._saving or not self.collector.planner.takes_modules:
                 return
             ins, outs = self.collector.planner.module_collections(path, type(module).__name__, module)
-            for i, t in enumerate(_outputs(args)) if ins else ():
+            for i, t in enumerate(_outputs(args)):  # by module (ins) or by name (include_regex)
                 self._stage(f"{path}_input_{i}", t, ins)
-            for i, t in enumerate(_outputs(output)) if outs else ():
+            for i, t in enumerate(_outputs(output)):
                 self._stage(f"{path}_output_{i}", t, outs)
 
         return lambda module, args, output: hook(self, module, args, output)
