@@ -139,6 +139,10 @@ def test_a_killed_rank_leaves_a_readable_run_that_names_the_missing_worker(tmp_p
     assert set(map(tuple, missing.values())) == {("worker_1",)}
     loss = trial.tensor("MSELoss_output_0")
     assert loss.value(29, worker="worker_0").shape == ()
+    (verdict,) = ts.rules.evaluate(trial, [ts.rules.ExplodingTensor()], write=False)
+    assert "worker_1 did not write 20 step(s) (10-29)" in verdict.message
+    assert verdict.details["missing_workers"] == {"worker_1": 20}
+    assert verdict.datapoints == 10
 
 
 def test_a_second_job_on_the_same_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

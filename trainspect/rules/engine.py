@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -83,13 +84,35 @@ def evaluate(
     for rule in rules:
         if id(rule) not in results:
             results[id(rule)] = _evaluate_other(rule, trial, finished)
-    verdicts = [results[id(r)] for r in rules]
+    verdicts = _note_missing_workers(trial, [results[id(r)] for r in rules])
     if actions:
         fire_actions(rules, verdicts)
     path = getattr(trial, "path", None)
     if write and path is not None:
         _write(path, verdicts, finished)
     return verdicts
+
+
+def _note_missing_workers(trial: Any, verdicts: list[Verdict]) -> list[Verdict]:
+    """Say in every verdict which workers never wrote some steps (a rank that died or lags).
+
+    Those steps are left out of the evaluation rather than judged on partial data.
+    """
+    incomplete = getattr(trial, "incomplete_steps", None)
+    missing = incomplete() if callable(incomplete) else {}
+    if not missing:
+        return verdicts
+    per_worker: dict[str, list[int]] = {}
+    for step, workers in missing.items():
+        for worker in workers:
+            per_worker.setdefault(worker, []).append(step)
+    note = "; ".join(f"{w} did not write {len(s)} step(s) ({min(s)}-{max(s)})" for w, s in sorted(per_worker.items()))
+    out = []
+    for v in verdicts:
+        details = {**v.details, "missing_workers": {w: len(s) for w, s in per_worker.items()}}
+        out.append(replace(v, message=f"{v.message} [incomplete: {note}; those steps were not evaluated]",
+                           details=details))  # fmt: skip
+    return out
 
 
 def evaluate_tensor_rules(
