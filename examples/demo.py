@@ -1,4 +1,4 @@
-"""The trainspect demo: instrumented training -> run directory -> rules -> how to open TensorBoard.
+"""The trainspect demo: instrumented training -> run directory -> report -> MLflow run -> how to open them.
 
 bash scripts/demo.sh            # or: .venv/bin/python examples/demo.py --out runs/demo
 """
@@ -25,7 +25,7 @@ def main() -> None:
     out = Path(args.out).resolve()
     if out.exists():
         shutil.rmtree(out)  # the demo owns this directory; trainspect itself never overwrites a run
-    train(str(out), args.steps)
+    run_id, tracking_uri = _train_in_mlflow(out, args.steps)
     trial = ts.create_trial(out)
     print(f"\nrun directory: {out}")
     print(f"  {len(trial.steps())} steps, {len(trial.tensor_names())} tensors, collections: "
@@ -38,6 +38,28 @@ def main() -> None:
     print(f"  .venv/bin/tensorboard --logdir {out.parent} --host 127.0.0.1")
     print("query it from Python:")
     print(f"  trial = trainspect.create_trial({str(out)!r})")
+    print(f"\nreport: {out / 'report.html'}  (open it in any browser; also in the MLflow run under trainspect/)")
+    print(f"MLflow run {run_id} in the local store {tracking_uri}; open it with:")
+    print(f"  .venv/bin/mlflow ui --backend-store-uri {tracking_uri} --host 127.0.0.1")
+
+
+def _train_in_mlflow(out: Path, steps: int) -> tuple[str, str]:
+    """Train inside an MLflow run of the embedded local store (sqlite, no server); the hook logs to it."""
+    import mlflow
+
+    store = out.parent
+    tracking_uri = f"sqlite:///{store / 'mlflow.db'}"
+    mlflow.set_tracking_uri(tracking_uri)
+    experiment = mlflow.get_experiment_by_name("trainspect-demo")
+    if experiment is None:
+        experiment_id = mlflow.create_experiment("trainspect-demo", (store / "mlartifacts").resolve().as_uri())
+    else:
+        experiment_id = experiment.experiment_id
+    with mlflow.start_run(experiment_id=experiment_id, run_name=out.name) as run:
+        train(str(out), steps)  # the hook sees the active run: losses, summary and tags go to it
+        report = ts.report.write_report(out)
+        mlflow.log_artifact(str(report), "trainspect")
+    return run.info.run_id, tracking_uri
 
 
 if __name__ == "__main__":

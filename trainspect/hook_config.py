@@ -133,6 +133,8 @@ def _extras(top: Mapping[str, Any]) -> dict[str, Any]:
         from trainspect.rules import rules_from_config
 
         kwargs["rules"] = rules_from_config(top["rules"])
+    if top.get("mlflow") is not None:
+        kwargs["mlflow_run"] = top["mlflow"]  # true/false, a run id, or {"RunId", "TrackingUri", ...}: HookExtras
     if top.get("profilerconfig") is not None:
         from trainspect.profiler.config import ProfilerConfig
 

@@ -6,7 +6,9 @@ Each part is optional and framework-neutral; a part that fails is disabled with 
 from __future__ import annotations
 
 import logging
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from trainspect import env
@@ -31,13 +33,19 @@ def _resolve_rules(rules: Any) -> list[Any]:
     return list(rules)
 
 
+_MLFLOW_KEYS = {"run": "run", "runid": "run", "trackinguri": "tracking_uri", "intervals": "interval_s",
+                "priceperhour": "price_per_hour", "logrundir": "log_run_dir", "enabled": "enabled"}  # fmt: skip
+
+
 class HookExtras:
     """Live rules, profiler and MLflow parts of one hook, driven by the framework adapter.
 
     Args:
         rules: rules to evaluate live (or ``"default"``).
         profiler_config: a ``ProfilerConfig`` turning on system and framework profiling.
-        mlflow_run: an MLflow run (or run id) to log to; ``None`` logs to the active run if any.
+        mlflow_run: an MLflow run (or run id) to log to; ``None`` logs to the active run if any; ``True`` the active
+            run or a new one; ``False`` never. A dict gives options: ``{"run": ..., "log_run_dir": bool,
+            "price_per_hour": float, "tracking_uri": str, "interval_s": float}``.
     """
 
     def __init__(self, rules: Any = None, profiler_config: Any = None, mlflow_run: Any = None) -> None:
@@ -48,6 +56,7 @@ class HookExtras:
         self._framework: Any = None
         self._monitor: Any = None
         self._window: Any = None
+        self._mlflow: Any = None
         self._spans: dict[str, float] = {}
         self._started = False
         self._stopped = False
@@ -61,6 +70,8 @@ class HookExtras:
             self._part("live rules", self._start_rules, collector)
         if self.profiler_config is not None:
             self._part("the profiler", self._start_profiler, collector)
+        if self._mlflow_wanted():
+            self._part("MLflow logging", self._start_mlflow, collector)
 
     @staticmethod
     def _part(what: str, fn: Any, collector: Collector) -> None:
@@ -87,6 +98,49 @@ class HookExtras:
         self._monitor = SystemMonitor.for_run(collector.out_dir, self.profiler_config)
         if self._monitor is not None:
             self._monitor.start()
+
+    def _mlflow_options(self) -> tuple[Any, dict[str, Any]]:
+        value = self.mlflow_run
+        if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+            value = value.strip().lower() in ("1", "true", "yes", "on")  # from a JSON config
+        if not isinstance(value, dict):
+            return value, {}
+        opts = {_MLFLOW_KEYS.get(str(k).replace("_", "").lower(), str(k)): v for k, v in value.items()}
+        for key in ("price_per_hour", "interval_s"):
+            if key in opts:
+                opts[key] = float(opts[key])
+        if "log_run_dir" in opts:
+            opts["log_run_dir"] = str(opts["log_run_dir"]).strip().lower() in ("1", "true", "yes", "on")
+        run = opts.pop("run", None)
+        if opts.pop("enabled", True) is False:
+            run = False
+        return run, opts
+
+    def _mlflow_wanted(self) -> bool:
+        flag = env.TRAINSPECT_MLFLOW.get()
+        run, _ = self._mlflow_options()
+        if flag == "0" or run is False:
+            return False
+        if run is not None or flag == "1":
+            return True
+        # a run can only be active if the script imported mlflow; never import it just to find out
+        return "mlflow" in sys.modules or bool(env.MLFLOW_RUN_ID.get())
+
+    def _start_mlflow(self, collector: Collector) -> None:
+        from trainspect.mlflow_plugin.session import MlflowSession
+
+        run, opts = self._mlflow_options()
+        captures = ["tensors"] + (["rules"] if self.rules else [])
+        captures += ["system", "framework"] if self.profiler_config is not None else []
+        self._mlflow = MlflowSession.attach(collector.out_dir, run, captures=tuple(captures), **opts)
+        if self._mlflow is not None:
+            self._mlflow.start()
+            log.info("trainspect: logging to MLflow run %s", self._mlflow.run_id)
+
+    @property
+    def mlflow_session(self) -> Any:
+        """The MLflow session, when logging to MLflow."""
+        return self._mlflow
 
     @property
     def framework_recorder(self) -> Any:
@@ -126,6 +180,8 @@ class HookExtras:
             self._window.on_step_end(collector.global_step)
         if self._live is not None and record is not None:
             self._live.submit(record)
+        if self._mlflow is not None and record is not None:
+            self._mlflow.submit(record)
 
     def _span_start(self, kind: str) -> None:
         if self._framework is not None:
@@ -172,3 +228,28 @@ class HookExtras:
         if self._monitor is not None:
             self._monitor.close()
             self._monitor = None
+        report: tuple[Any, Path] | None = None
+        if (self.rules or self.profiler_config is not None) and not collector.dry_run:
+            report = self._closing_part("the report", self._write_report, collector)
+        if self._mlflow is not None:
+            session, self._mlflow = self._mlflow, None
+            ctx, path = report if report is not None else (None, None)
+            self._closing_part("MLflow logging", lambda c: session.close(report=path, context=ctx), collector)
+
+    def _closing_part(self, what: str, fn: Any, collector: Collector) -> Any:
+        try:
+            return fn(collector)
+        except Exception as exc:
+            if env.TRAINSPECT_TESTING.get():
+                raise
+            log.warning("trainspect: %s failed at close (%s: %s); the run directory is complete",
+                        what, type(exc).__name__, exc)  # fmt: skip
+            return None
+
+    def _write_report(self, collector: Collector) -> tuple[Any, Path]:
+        from trainspect.report.context import ReportContext
+        from trainspect.report.render import write_report
+
+        price = self._mlflow_options()[1].get("price_per_hour")
+        ctx = ReportContext.load(collector.out_dir, price_per_hour=price)
+        return ctx, write_report(collector.out_dir, price_per_hour=price, context=ctx)

@@ -1,0 +1,178 @@
+"""MLflow logging into the embedded local store: tags, metrics, artifacts, the context provider and autolog."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+from mlflow_helpers import train
+
+from trainspect.mlflow_plugin import MlflowLogger, MlflowSink, step_metrics, system_metrics
+from trainspect.mlflow_plugin.context import TrainspectRunContextProvider
+from trainspect.modes import ModeKeys
+from trainspect.step import StepRecord, TensorRecord
+
+
+def _artifacts(client: MlflowClient, run_id: str) -> list[str]:
+    return sorted(a.path for a in client.list_artifacts(run_id, "trainspect"))
+
+
+def test_hook_logs_into_the_active_run(local_store: str, tmp_path: Path) -> None:
+    with mlflow.start_run() as run:
+        train(tmp_path / "run")
+    client = MlflowClient()
+    data = client.get_run(run.info.run_id).data
+    assert data.tags["trainspect.version"] and data.tags["trainspect.captures"] == "tensors,rules,system,framework"
+    assert data.tags["trainspect.rule.VanishingGradient"] in ("NoIssuesFound", "IssuesFound")
+    assert "trainspect.rule.LossNotDecreasing" in data.tags
+    assert "trainspect.rule.StepOutlier" in data.tags  # profiler rules evaluated for the report are logged too
+    for key in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
+                "system/system_memory_usage_percentage", "system/cpu_0_utilization_percentage",
+                "trainspect/step_p50_s", "trainspect/step_p95_s", "trainspect/cpu_p95", "trainspect/duration_s",
+                "trainspect/triggers/VanishingGradient"):  # fmt: skip
+        assert key in data.metrics, key
+    assert data.metrics["trainspect/steps"] == 32
+    loss = client.get_metric_history(run.info.run_id, "train/CrossEntropyLoss_output_0")
+    assert sorted(m.step for m in loss) == list(range(32))
+    assert _artifacts(client, run.info.run_id) == ["trainspect/report.html", "trainspect/verdicts.json"]
+    local = client.download_artifacts(run.info.run_id, "trainspect/verdicts.json", str(tmp_path))
+    rules = {v["rule"] for v in json.loads(Path(local).read_text())["verdicts"]}
+    assert {"VanishingGradient", "LossNotDecreasing", "StepOutlier", "CPUBottleneck"} <= rules
+    assert json.loads((tmp_path / "run" / "mlflow" / "run.json").read_text())["complete"] is True
+
+
+def test_no_active_run_means_no_logging_and_false_means_never(local_store: str, tmp_path: Path) -> None:
+    train(tmp_path / "a", rules=False, epochs=1)
+    assert not (tmp_path / "a" / "mlflow").exists()
+    with mlflow.start_run():
+        train(tmp_path / "b", mlflow_run=False, rules=False, epochs=1)
+    assert not (tmp_path / "b" / "mlflow").exists()
+
+
+def test_forced_logging_creates_and_ends_a_run(
+    local_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRAINSPECT_MLFLOW", "1")
+    train(tmp_path / "forced", rules=False, epochs=1)
+    run_id = json.loads((tmp_path / "forced" / "mlflow" / "run.json").read_text())["run_id"]
+    run = MlflowClient().get_run(run_id)
+    assert run.info.status == "FINISHED" and "train/CrossEntropyLoss_output_0" in run.data.metrics
+
+
+def test_run_context_provider_tags_runs_started_under_trainspect(local_store: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    assert TrainspectRunContextProvider().in_context() is False
+    monkeypatch.setenv("TRAINSPECT_RUN_ACTIVE", "1")
+    monkeypatch.setenv("TRAINSPECT_PROFILE", "100")
+    with mlflow.start_run() as run:  # the entry point registered in pyproject.toml
+        pass
+    tags = MlflowClient().get_run(run.info.run_id).data.tags
+    assert tags["trainspect.captures"] == "tensors,system,framework" and "trainspect.version" in tags
+
+
+def test_autolog_beside_mlflow_autolog(local_store: str, tmp_path: Path) -> None:
+    import torch
+
+    from trainspect.mlflow_plugin import autolog
+
+    autolog(out_dir=str(tmp_path / "auto"))
+    try:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(8, 2)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        with mlflow.start_run() as run:
+            for _ in range(5):
+                opt.zero_grad()
+                torch.nn.functional.cross_entropy(model(torch.randn(4, 8)), torch.tensor([0, 1, 0, 1])).backward()
+                opt.step()
+        # mlflow.end_run (leaving the with-block) closed trainspect first: everything is in the run
+        data = MlflowClient().get_run(run.info.run_id).data
+        assert sorted(m.step for m in MlflowClient().get_metric_history(run.info.run_id,
+                                                                         "train/CrossEntropyLoss_output_0")) == list(range(5))  # fmt: skip
+        assert data.tags["trainspect.captures"] == "tensors"
+        assert "trainspect/steps" not in data.metrics or data.metrics["trainspect/steps"] >= 0
+    finally:
+        autolog(disable=True)
+    from mlflow.utils.autologging_utils import autologging_is_disabled
+
+    assert autologging_is_disabled("trainspect")
+
+
+class _RecordingClient:
+    def __init__(self, fail: bool = False) -> None:
+        self.calls: list[tuple[int, int]] = []
+        self.fail = fail
+
+    def log_batch(self, run_id: str, metrics: Any = (), tags: Any = (), synchronous: Any = None) -> None:
+        if self.fail:
+            raise ConnectionError("server gone")
+        self.calls.append((len(metrics), len(tags)))
+
+
+def test_batches_respect_log_batch_limits(local_store: str) -> None:
+    sink = MlflowSink("r" * 32, local_store)
+    sink.client = _RecordingClient()  # type: ignore[assignment]
+    from mlflow.entities import Metric
+
+    sink.log([Metric(f"m{i}", 1.0, 0, 0) for i in range(2500)], {f"t{i}": "v" for i in range(150)})
+    assert all(m <= 1000 and t <= 100 and m + t <= 1000 for m, t in sink.client.calls)
+    assert sum(m for m, _ in sink.client.calls) == 2500 and sum(t for _, t in sink.client.calls) == 150
+
+
+def test_unreachable_sink_buffers_bounded_and_warns_once(local_store: str, tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    sink = MlflowSink("r" * 32, local_store)
+    sink.client = _RecordingClient(fail=True)  # type: ignore[assignment]
+    logger = MlflowLogger(tmp_path, sink, max_buffer=50)
+    rec = StepRecord(ModeKeys.TRAIN, 0, 0, 1.0, "w", {f"l{i}": TensorRecord(f"l{i}", np.array(1.0)) for i in range(40)})
+    with caplog.at_level(logging.WARNING, logger="trainspect"):
+        for _ in range(5):
+            logger.submit(rec)
+            logger.tick(force=True)
+    assert logger.status()["pending"] == 50 and logger.dropped == 150 and logger.warned
+    assert len([r for r in caplog.records if "cannot log to MLflow" in r.getMessage()]) == 1
+    sink.client = _RecordingClient()  # type: ignore[assignment]
+    assert logger.tick(force=True) and logger.status()["pending"] == 0
+
+
+def test_metric_keys_follow_mlflow_names() -> None:
+    out = system_metrics({"cpu0_utilization_percent": 10.0, "cpu1_utilization_percent": 30.0,
+                          "gpu0_utilization_percent": 50.0, "gpu0_memory_used_bytes": 2e9,
+                          "cpu_memory_used_bytes": 5e8, "disk_read_bytes_per_second": 7.0}, node="algo-2")  # fmt: skip
+    assert out == {
+        "system/algo-2/cpu_0_utilization_percentage": 10.0,
+        "system/algo-2/cpu_1_utilization_percentage": 30.0,
+        "system/algo-2/gpu_0_utilization_percentage": 50.0,
+        "system/algo-2/gpu_0_memory_usage_megabytes": 2000.0,
+        "system/algo-2/system_memory_usage_megabytes": 500.0,
+        "system/algo-2/disk_read_bytes_per_second": 7.0,
+        "system/algo-2/cpu_utilization_percentage": 20.0,
+    }
+    rec = StepRecord(ModeKeys.EVAL, 2, 9, 0.0, "w", {
+        "<b>loss</b>": TensorRecord("<b>loss</b>", np.array([0.5])),
+        "w": TensorRecord("w", None, {("l2", False): 3.0, ("mean", True): 1.0}),
+        "big": TensorRecord("big", np.ones(3)),
+    })  # fmt: skip
+    assert step_metrics(rec) == {"eval/_b_loss_/b_": 0.5, "eval/w/l2": 3.0, "eval/w/abs_mean": 1.0}
+
+
+def test_json_config_mlflow_key_reaches_the_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainspect.hook_config import hook_kwargs_from_json
+    from trainspect.hooks.hook_extras import HookExtras
+
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text(json.dumps({"LocalPath": str(tmp_path / "r"),
+                               "MLflow": {"RunId": "a" * 32, "TrackingUri": "sqlite:///x.db", "PricePerHour": "2"}}))  # fmt: skip
+    extras = HookExtras(mlflow_run=hook_kwargs_from_json(cfg)["mlflow_run"])
+    assert extras._mlflow_options() == ("a" * 32, {"tracking_uri": "sqlite:///x.db", "price_per_hour": 2.0})
+    assert extras._mlflow_wanted()
+    assert HookExtras(mlflow_run="false")._mlflow_options() == (False, {})
+    assert not HookExtras(mlflow_run={"Enabled": False})._mlflow_wanted()
+    monkeypatch.setenv("TRAINSPECT_MLFLOW", "0")
+    assert not HookExtras(mlflow_run="a" * 32)._mlflow_wanted()

@@ -1,0 +1,68 @@
+"""Against a real ``mlflow server``: the hook's tags, metrics and artifacts read back over REST; compare by run id."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+from mlflow_helpers import train
+
+from trainspect.cli import main
+
+
+def _get(uri: str, route: str, **params: str) -> Any:
+    with urllib.request.urlopen(f"{uri}{route}?{urllib.parse.urlencode(params)}", timeout=30) as r:
+        return json.loads(r.read())
+
+
+@pytest.fixture
+def server_run(mlflow_server: str, tmp_path: Path) -> tuple[str, str, Path]:
+    client = MlflowClient(tracking_uri=mlflow_server)
+    exp = client.create_experiment(f"e-{tmp_path.name}")
+    run = client.create_run(exp)
+    out = tmp_path / "run"
+    train(out, mlflow_run={"run": run.info.run_id, "tracking_uri": mlflow_server, "price_per_hour": 3.825})
+    return mlflow_server, run.info.run_id, out
+
+
+def test_hook_logs_to_a_tracking_server(server_run: tuple[str, str, Path]) -> None:
+    uri, run_id, out = server_run
+    run = _get(uri, "/api/2.0/mlflow/runs/get", run_id=run_id)["run"]
+    tags = {t["key"]: t["value"] for t in run["data"]["tags"]}
+    assert tags["trainspect.captures"] == "tensors,rules,system,framework"
+    assert tags["trainspect.rule.LossNotDecreasing"] in ("IssuesFound", "NoIssuesFound")
+    metrics = {m["key"]: m["value"] for m in run["data"]["metrics"]}
+    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
+            "trainspect/step_p95_s", "trainspect/cost"} <= set(metrics)  # fmt: skip
+    assert metrics["trainspect/price_per_hour"] == pytest.approx(3.825)
+    hist = _get(uri, "/api/2.0/mlflow/metrics/get-history", run_id=run_id, metric_key="train/CrossEntropyLoss_output_0")
+    assert sorted(m["step"] for m in hist["metrics"]) == list(range(32))
+    system = _get(uri, "/api/2.0/mlflow/metrics/get-history", run_id=run_id,
+                  metric_key="system/cpu_utilization_percentage")["metrics"]  # fmt: skip
+    assert len(system) >= 1 and all(0 <= m["value"] <= 100 for m in system)
+    files = _get(uri, "/api/2.0/mlflow/artifacts/list", run_id=run_id, path="trainspect")["files"]
+    assert sorted(f["path"] for f in files) == ["trainspect/report.html", "trainspect/verdicts.json"]
+    report = MlflowClient(tracking_uri=uri).download_artifacts(run_id, "trainspect/report.html", str(out.parent))
+    assert "Rules summary" in Path(report).read_text()
+
+
+def test_compare_two_mlflow_runs_by_id(server_run: tuple[str, str, Path], tmp_path: Path,
+                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+    uri, run_a, _ = server_run
+    client = MlflowClient(tracking_uri=uri)
+    run_b = client.create_run(client.get_run(run_a).info.experiment_id).info.run_id
+    train(tmp_path / "b", mlflow_run={"run": run_b, "tracking_uri": uri}, rules=False, epochs=1)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    mlflow.set_tracking_uri(uri)
+    try:
+        assert main(["compare", run_a, run_b, "--price-per-hour", "A=3.825", "B=3.825"]) == 0
+    finally:
+        mlflow.set_tracking_uri("")
+    text = capsys.readouterr().out
+    assert run_a in text and run_b in text and "step time p95" in text and "saving" in text

@@ -1,0 +1,127 @@
+"""The report opened in headless Chromium: every section present, charts drawn, no console errors, no network."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import synth_run
+
+from trainspect.report import default_registry, render_compare, render_report, summary_for
+from trainspect.rules.verdict import Status, Verdict
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+XSS = "<img src=x onerror=alert(1)>"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    assert Path(CHROMIUM).exists(), "install Debian's chromium (apt-get install chromium) for the browser tests"
+    with sync_playwright() as p:
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("profile")),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=ARGS,
+            viewport={"width": 1280, "height": 900},
+        )
+        yield ctx
+        ctx.close()
+
+
+def _open(browser: Any, html_file: Path, shot: str) -> dict[str, Any]:
+    page = browser.new_page()
+    seen: dict[str, Any] = {"errors": [], "blocked": [], "dialogs": []}
+    page.on("console", lambda m: m.type == "error" and seen["errors"].append(m.text))
+    page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+    page.on("dialog", lambda d: (seen["dialogs"].append(d.message), d.dismiss()))
+
+    def route(r: Any) -> None:
+        if r.request.url.startswith(("file:", "about:")):
+            r.continue_()
+        else:
+            seen["blocked"].append(r.request.url)
+            r.abort()
+
+    page.route("**/*", route)
+    page.goto(html_file.as_uri(), wait_until="load")
+    page.wait_for_selector("body[data-charts-ready]")
+    seen["sections"] = page.eval_on_selector_all("section[data-section]", "els => els.map(e => e.id)")
+    seen["charts"] = int(page.get_attribute("body", "data-charts-ready") or 0)
+    seen["drawn"] = page.evaluate("window.trainspectDrawAll()")
+    seen["canvases"] = page.eval_on_selector_all("[data-chart] canvas", "els => els.length")
+    page.wait_for_timeout(300)
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / shot), full_page=False)
+    seen["text"] = page.inner_text("body")
+    page.close()
+    return seen
+
+
+def test_report_in_chromium(browser: Any, synthetic_run: Path, tmp_path: Path) -> None:
+    html = tmp_path / "report.html"
+    html.write_text(render_report(synthetic_run, price_per_hour=3.825))
+    seen = _open(browser, html, "report-synthetic.png")
+    assert seen["errors"] == [] and seen["blocked"] == [] and seen["dialogs"] == []
+    assert seen["sections"] == [s.id for s in default_registry().sections()]
+    assert seen["charts"] > 10 and seen["drawn"] == seen["charts"] and seen["canvases"] >= seen["charts"]
+    assert (ARTIFACTS / "report-synthetic.png").stat().st_size > 10_000
+
+
+def test_torch_run_report_in_chromium(browser: Any, torch_run: Path) -> None:
+    seen = _open(browser, torch_run / "report.html", "report-torch.png")
+    assert seen["errors"] == [] and seen["blocked"] == []
+    assert "Tensors and losses" in seen["text"] and seen["drawn"] > 0
+
+
+def test_html_in_names_does_not_execute(browser: Any, tmp_path: Path) -> None:
+    from trainspect.rules import Series
+
+    run = synth_run.write_run(tmp_path / "run", seconds=30, steps=100, verdicts=[
+        Verdict(f"R{XSS}", Status.ISSUES_FOUND, message=f"{XSS}</script><script>alert(2)</script>", triggers=1,
+                tensors=(XSS,), series=(Series(f"{XSS}</script><!--", (0, 1), (1.0, 2.0)),))])  # fmt: skip
+    html = tmp_path / "x.html"
+    html.write_text(render_report(run))
+    seen = _open(browser, html, "report-xss.png")
+    assert seen["dialogs"] == [] and seen["errors"] == []
+    assert XSS in seen["text"]  # shown as text
+
+
+def test_compare_page_in_chromium(browser: Any, tmp_path: Path) -> None:
+    a = synth_run.write_run(tmp_path / "a", seconds=60, steps=100)
+    b = synth_run.write_run(tmp_path / "b", seconds=60, steps=100, cpu=60)
+    html = tmp_path / "compare.html"
+    html.write_text(render_compare(summary_for(a, 14.688), summary_for(b, 3.825)))
+    seen = _open(browser, html, "compare.png")
+    assert seen["errors"] == [] and seen["blocked"] == [] and seen["sections"] == ["comparison"]
+    assert "saving" in seen["text"] and seen["drawn"] == 1
+    shutil.copy(html, ARTIFACTS / "compare.html")
+
+
+def test_report_in_a_sandboxed_iframe_like_mlflows_artifact_view(browser: Any, synthetic_run: Path) -> None:
+    """MLflow shows HTML artifacts as <iframe sandbox="allow-scripts" src=blob:...>: no same-origin access."""
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.set_content("<html><body><iframe id=f sandbox='allow-scripts' style='width:1200px;height:800px'></iframe>"
+                     "</body></html>")  # fmt: skip
+    page.evaluate("html => { document.getElementById('f').src = URL.createObjectURL("
+                  "new Blob([html], {type: 'text/html'})); }", render_report(synthetic_run))  # fmt: skip
+    frame = page.frame_locator("#f")
+    frame.locator("body[data-charts-ready]").wait_for(timeout=30_000)
+    assert int(frame.locator("body").get_attribute("data-charts-ready") or 0) > 10
+    assert frame.locator("section[data-section]").count() == len(default_registry().sections())
+    assert frame.locator("[data-chart] canvas").count() >= 1  # the first charts are drawn in view
+    assert errors == []
+    page.close()

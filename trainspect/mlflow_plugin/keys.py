@@ -1,0 +1,111 @@
+"""Metric keys: trainspect's system metrics under MLflow's own ``system/`` names, step records as metrics."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from trainspect.step import StepRecord
+
+__all__ = ["system_key", "system_metrics", "step_metrics", "safe_key", "MAX_KEY_LENGTH"]
+
+MAX_KEY_LENGTH = 250
+_UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /:]")
+
+# trainspect key -> (MLflow key without "system/", factor)
+_FIXED = {
+    "cpu_utilization_percent": ("cpu_utilization_percentage", 1.0),
+    "cpu_memory_used_percent": ("system_memory_usage_percentage", 1.0),
+    "cpu_memory_used_bytes": ("system_memory_usage_megabytes", 1e-6),
+    "cpu_iowait_percent": ("cpu_iowait_percentage", 1.0),
+}
+_PATTERNS = (
+    (re.compile(r"^cpu(\d+)_utilization_percent$"), "cpu_{}_utilization_percentage", 1.0),
+    (re.compile(r"^gpu(\d+)_utilization_percent$"), "gpu_{}_utilization_percentage", 1.0),
+    (re.compile(r"^gpu(\d+)_memory_used_percent$"), "gpu_{}_memory_usage_percentage", 1.0),
+    (re.compile(r"^gpu(\d+)_memory_used_bytes$"), "gpu_{}_memory_usage_megabytes", 1e-6),
+    (re.compile(r"^gpu(\d+)_power_watts$"), "gpu_{}_power_usage_watts", 1.0),
+    (re.compile(r"^gpu(\d+)_temperature_celsius$"), "gpu_{}_temperature_celsius", 1.0),
+)
+
+
+def safe_key(name: str) -> str:
+    """An MLflow-valid metric key (allowed characters only, at most 250 characters).
+
+    Example:
+        >>> safe_key("train/<img src=x>")
+        'train/_img src_x_'
+    """
+    key = _UNSAFE.sub("_", name).replace("//", "/").strip("/") or "_"
+    return key[:MAX_KEY_LENGTH]
+
+
+def system_key(key: str, node: str | None = None) -> tuple[str, float]:
+    """The MLflow key of a trainspect system metric and the factor applied to its value.
+
+    MLflow's own names where one exists (``system/cpu_utilization_percentage``, ``system/gpu_0_utilization_percentage``
+    …), else ours in the same namespace; ``node`` adds ``system/<node>/`` as MLflow does for multi-node jobs.
+
+    Example:
+        >>> system_key("gpu0_utilization_percent")
+        ('system/gpu_0_utilization_percentage', 1.0)
+        >>> system_key("cpu3_utilization_percent", "algo-2")
+        ('system/algo-2/cpu_3_utilization_percentage', 1.0)
+    """
+    prefix = f"system/{safe_key(node)}/" if node else "system/"
+    if key in _FIXED:
+        name, factor = _FIXED[key]
+        return prefix + name, factor
+    for pattern, template, factor in _PATTERNS:
+        m = pattern.match(key)
+        if m:
+            return prefix + template.format(m.group(1)), factor
+    return prefix + safe_key(key), 1.0
+
+
+def system_metrics(means: Mapping[str, float], node: str | None = None) -> dict[str, float]:
+    """MLflow system metrics from one node's mean sample (``cpu_utilization_percentage`` derived from the cores).
+
+    Example:
+        >>> system_metrics({"cpu0_utilization_percent": 10.0, "cpu1_utilization_percent": 30.0})
+        {'system/cpu_0_utilization_percentage': 10.0, 'system/cpu_1_utilization_percentage': 30.0, \
+'system/cpu_utilization_percentage': 20.0}
+    """
+    out: dict[str, float] = {}
+    cores = []
+    for key, value in means.items():
+        if value is None or not math.isfinite(value):
+            continue
+        name, factor = system_key(key, node)
+        out[name] = float(value) * factor
+        if key.startswith("cpu") and key.endswith("_utilization_percent") and key[3:4].isdigit():
+            cores.append(float(value))
+    total, _ = system_key("cpu_utilization_percent", node)
+    if total not in out and cores:
+        out[total] = sum(cores) / len(cores)
+    return out
+
+
+def step_metrics(record: StepRecord) -> dict[str, float]:
+    """Scalar tensors (losses, ``save_scalar``) and reductions of a step as ``<mode>/<name>[/<reduction>]`` metrics.
+
+    Example:
+        >>> import numpy as np
+        >>> from trainspect.modes import ModeKeys
+        >>> from trainspect.step import TensorRecord
+        >>> rec = StepRecord(ModeKeys.TRAIN, 3, 3, 0.0, "w", {"loss": TensorRecord("loss", np.array(0.5))})
+        >>> step_metrics(rec)
+        {'train/loss': 0.5}
+    """
+    mode = record.mode.name.lower()
+    out: dict[str, float] = {}
+    for name, t in record.tensors.items():
+        if t.value is not None and t.value.size == 1:
+            v = float(t.value.reshape(-1)[0])
+            if math.isfinite(v):
+                out[safe_key(f"{mode}/{name}")] = v
+        for (red, absolute), v in t.reductions.items():
+            if v is not None and math.isfinite(v):
+                out[safe_key(f"{mode}/{name}/{'abs_' if absolute else ''}{red}")] = float(v)
+    return out

@@ -1,0 +1,235 @@
+"""``MlflowLogger``: logs a running job to an MLflow run from a background thread.
+
+The training thread only enqueues step records (:meth:`MlflowLogger.submit`). Once per ``interval_s`` the thread
+tails the run directory's system metrics (each node's new samples averaged into one point under MLflow's
+``system/`` names), turns the queued records into metrics, and sends one batch. If the tracking server is
+unreachable the metrics wait in a bounded buffer (oldest dropped first) and are retried with back-off; one warning
+says so, the run directory keeps everything, and ``trainspect mlflow-sync DIR --run-id ID`` uploads it later.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric
+
+from trainspect.mlflow_plugin.keys import step_metrics, system_metrics
+from trainspect.mlflow_plugin.sink import MlflowSink
+from trainspect.mlflow_plugin.system_tail import SystemTail
+from trainspect.step import StepRecord
+from trainspect.store.manifest import write_json_atomic
+
+__all__ = ["MlflowLogger", "sync_file"]
+
+log = logging.getLogger(__name__)
+
+
+def sync_file(run_dir: str | os.PathLike[str]) -> Path:
+    """Where the logger records which MLflow run a run directory belongs to (``<run>/mlflow/run.json``)."""
+    return Path(run_dir) / "mlflow" / "run.json"
+
+
+class MlflowLogger:
+    """Logs system metrics and step records of one run directory to one MLflow run.
+
+    Args:
+        run_dir: the run directory to tail.
+        sink: where to send (an :class:`~trainspect.mlflow_plugin.sink.MlflowSink`).
+        interval_s: seconds between batches (one request per interval for all nodes).
+        max_buffer: the most metrics kept while the server is unreachable.
+        max_queue: the most step records waiting for the thread (more are dropped).
+        owns_run: end the MLflow run at :meth:`close` (it was created for this job).
+        tail_system: log the run directory's system metrics as they arrive.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        sink: MlflowSink,
+        interval_s: float = 1.0,
+        max_buffer: int = 100_000,
+        max_queue: int = 10_000,
+        owns_run: bool = False,
+        tail_system: bool = True,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.sink = sink
+        self.interval_s = float(interval_s)
+        self.owns_run = owns_run
+        self.tail_system = tail_system
+        self._max_queue = max_queue
+        self._records: collections.deque[StepRecord] = collections.deque()
+        self._pending: collections.deque[Metric] = collections.deque(maxlen=max_buffer)
+        self._tags: dict[str, str] = {}
+        self._tail = SystemTail(self.run_dir)
+        self._seen_nodes: set[str] = set()
+        self._sys_step: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._retry_at = 0.0
+        self._failures = 0
+        self.dropped = 0
+        self.requests = 0
+        self.warned = False
+
+    # --- training thread ---------------------------------------------------------------------------------------
+    def submit(self, record: StepRecord) -> None:
+        """Queue a step record (called by the hook on the training thread; constant time)."""
+        if len(self._records) < self._max_queue:
+            self._records.append(record)
+        else:
+            self.dropped += 1
+
+    def add_metrics(self, metrics: list[Metric]) -> None:
+        """Queue ready-made metrics (used by ``mlflow-sync``)."""
+        self._pending.extend(metrics)
+
+    def set_tags(self, tags: dict[str, str]) -> None:
+        """Queue run tags."""
+        with self._lock:
+            self._tags.update(tags)
+
+    # --- lifecycle -------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the background thread (idempotent)."""
+        if self._thread is not None:
+            return
+        self._record_sync(complete=False)
+        self._thread = threading.Thread(target=self._run, name="trainspect-mlflow", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.tick()
+            except Exception:  # never let the thread die silently; the run directory keeps the data
+                log.warning("trainspect: MLflow logging stopped after an internal error", exc_info=True)
+                return
+
+    def tick(self, force: bool = False) -> bool:
+        """Collect new system samples and queued records, then send what is pending; return whether all was sent."""
+        self._collect()
+        return self._flush(force)
+
+    def _collect(self) -> None:
+        new: list[Metric] = self._system()
+        while self._records:
+            rec = self._records.popleft()
+            ts = int(rec.wall_time * 1000) if rec.wall_time else int(time.time() * 1000)
+            new.extend(Metric(k, v, ts, int(rec.mode_step)) for k, v in step_metrics(rec).items())
+        overflow = len(self._pending) + len(new) - (self._pending.maxlen or 0)
+        if overflow > 0:
+            self.dropped += overflow
+        self._pending.extend(new)
+
+    def _system(self) -> list[Metric]:
+        out: list[Metric] = []
+        if not self.tail_system:
+            return out
+        new = self._tail.poll()
+        self._seen_nodes.update(new)
+        multi = len(self._seen_nodes) > 1
+        for node, (last, means) in new.items():
+            values = system_metrics(means, node if multi else None)
+            step = self._sys_step.get(node, 0)
+            self._sys_step[node] = step + 1
+            out.extend(Metric(k, v, int(last * 1000), step) for k, v in values.items())
+        return out
+
+    def _flush(self, force: bool) -> bool:
+        if not force and time.monotonic() < self._retry_at:
+            return False
+        with self._lock:
+            tags, self._tags = self._tags, {}
+        batch = list(self._pending)
+        if not batch and not tags:
+            return True
+        try:
+            self.sink.log(batch, tags)
+        except Exception as exc:
+            with self._lock:
+                self._tags = {**tags, **self._tags}
+            self._failed(exc)
+            return False
+        for _ in range(len(batch)):
+            self._pending.popleft()
+        self.requests += 1
+        if self._failures:
+            log.info("trainspect: MLflow reachable again; %d buffered metrics sent", len(batch))
+        self._failures = 0
+        self._retry_at = 0.0
+        return True
+
+    def _failed(self, exc: Exception) -> None:
+        self._failures += 1
+        self._retry_at = time.monotonic() + min(30.0, 2.0 ** min(self._failures, 5))
+        if not self.warned:
+            self.warned = True
+            log.warning(
+                "trainspect: cannot log to MLflow run %s at %s (%s: %s); training goes on, metrics are buffered "
+                "(at most %d) and retried, the run directory keeps everything; upload later with: "
+                "trainspect mlflow-sync %s --run-id %s",
+                self.sink.run_id, self.sink.tracking_uri, type(exc).__name__, str(exc)[:200],
+                self._pending.maxlen, self.run_dir, self.sink.run_id,
+            )  # fmt: skip
+
+    def close(self, final_metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
+              artifacts: list[tuple[str, str]] | None = None, run_dir_artifacts: bool = False) -> bool:  # fmt: skip
+        """Stop the thread, send the rest, the summary metrics, tags and artifacts; return whether all arrived.
+
+        Args:
+            final_metrics: summary metrics logged at the last step.
+            tags: run tags (rule verdicts …).
+            artifacts: ``(local file, artifact folder)`` pairs.
+            run_dir_artifacts: also upload the whole run directory under ``trainspect/run``.
+        """
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30.0)
+            self._thread = None
+        if tags:
+            self.set_tags(tags)
+        self._collect()
+        if final_metrics:
+            now = int(time.time() * 1000)
+            self._pending.extend(Metric(k, float(v), now, 0) for k, v in final_metrics.items() if math.isfinite(v))
+        ok = self._flush(force=True) and self.sink.reachable()
+        if ok:
+            ok = self._upload(artifacts or [], run_dir_artifacts)
+        if ok and self.owns_run:
+            self.sink.end("FINISHED")
+        self._record_sync(complete=ok and self.dropped == 0)
+        return ok
+
+    def _upload(self, artifacts: list[tuple[str, str]], run_dir_artifacts: bool) -> bool:
+        try:
+            for path, folder in artifacts:
+                if Path(path).exists():
+                    self.sink.log_artifact(path, folder)
+            if run_dir_artifacts:
+                self.sink.log_artifacts(self.run_dir, "trainspect/run")
+            return True
+        except Exception as exc:
+            self._failed(exc)
+            return False
+
+    def _record_sync(self, complete: bool) -> None:
+        try:
+            write_json_atomic(sync_file(self.run_dir), {
+                "run_id": self.sink.run_id, "tracking_uri": self.sink.tracking_uri, "complete": complete,
+                "dropped_metrics": self.dropped, "updated": time.time()})  # fmt: skip
+        except OSError as exc:
+            log.debug("trainspect: could not write %s: %s", sync_file(self.run_dir), exc)
+
+    def status(self) -> dict[str, Any]:
+        """Counters for tests and benchmarks: ``requests``, ``pending``, ``dropped``, ``warned``."""
+        return {"requests": self.requests, "pending": len(self._pending), "dropped": self.dropped,
+                "warned": self.warned}  # fmt: skip

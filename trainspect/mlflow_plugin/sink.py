@@ -1,0 +1,117 @@
+"""``MlflowSink``: one MLflow run as a place to send metric batches, tags and artifacts, failing fast.
+
+Against a tracking server the batches go straight to ``/api/2.0/mlflow/runs/log-batch`` with no retries and a short
+timeout, so an unreachable server costs the background thread seconds, not MLflow's minutes of back-off; the caller
+keeps the batch and retries later. Local stores (``sqlite:``, ``file:``) go through ``MlflowClient``.
+Every batch respects ``log_batch``'s limits (1000 metrics, 100 tags, 1000 entities per request).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from mlflow.entities import Metric, RunTag
+from mlflow.tracking import MlflowClient
+
+__all__ = ["MlflowSink", "MAX_METRICS_PER_BATCH", "MAX_TAGS_PER_BATCH", "run_id_of"]
+
+MAX_METRICS_PER_BATCH = 1000
+MAX_TAGS_PER_BATCH = 100
+MAX_TAG_VALUE = 8000
+_TIMEOUT_S = 5.0
+
+
+def run_id_of(run: Any) -> str:
+    """The id of an MLflow ``Run``, ``ActiveRun`` or run-id string.
+
+    Raises:
+        ValueError: ``run`` is none of these.
+    """
+    if isinstance(run, str) and run:
+        return run
+    info = getattr(run, "info", None)
+    if info is not None and getattr(info, "run_id", None):
+        return str(info.run_id)
+    raise ValueError(f"mlflow_run={run!r}: expected an MLflow Run, ActiveRun or run id")
+
+
+class MlflowSink:
+    """Sends metrics, tags and artifacts to one MLflow run.
+
+    Args:
+        run_id: the run.
+        tracking_uri: the tracking URI (default: MLflow's current one).
+    """
+
+    def __init__(self, run_id: str, tracking_uri: str | None = None) -> None:
+        import mlflow
+
+        self.run_id = run_id
+        self.tracking_uri = tracking_uri or mlflow.get_tracking_uri()
+        self.client = MlflowClient(tracking_uri=self.tracking_uri)
+        self._rest = self.tracking_uri.startswith(("http://", "https://"))
+
+    def log(self, metrics: Sequence[Metric] = (), tags: Mapping[str, str] | None = None) -> None:
+        """Send metrics and tags in as many requests as the limits need; raises on the first failure."""
+        tag_items = [(k, str(v)[:MAX_TAG_VALUE]) for k, v in (tags or {}).items()]
+        for i in range(0, max(len(tag_items), 1), MAX_TAGS_PER_BATCH):
+            chunk = tag_items[i : i + MAX_TAGS_PER_BATCH]
+            if chunk:
+                self._batch([], [RunTag(k, v) for k, v in chunk])
+        for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+            self._batch(list(metrics[i : i + MAX_METRICS_PER_BATCH]), [])
+
+    def _batch(self, metrics: list[Metric], tags: list[RunTag]) -> None:
+        if not self._rest:
+            self.client.log_batch(self.run_id, metrics=metrics, tags=tags, synchronous=True)
+            return
+        from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+        body = {
+            "run_id": self.run_id,
+            "metrics": [{"key": m.key, "value": m.value, "timestamp": m.timestamp, "step": m.step} for m in metrics],
+            "tags": [{"key": t.key, "value": t.value} for t in tags],
+        }
+        endpoint = "/api/2.0/mlflow/runs/log-batch"
+        resp = http_request(self._creds(), endpoint, "POST", max_retries=0, timeout=_TIMEOUT_S, json=body)
+        verify_rest_response(resp, endpoint)
+
+    def _creds(self) -> Any:
+        return self.client._tracking_client.store.get_host_creds()
+
+    def reachable(self) -> bool:
+        """Whether the tracking server answers now (always True for local stores)."""
+        if not self._rest:
+            return True
+        from mlflow.utils.rest_utils import http_request
+
+        try:
+            return http_request(self._creds(), "/health", "GET", max_retries=0, timeout=_TIMEOUT_S).status_code == 200
+        except Exception:
+            return False
+
+    def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        """Upload one file."""
+        self.client.log_artifact(self.run_id, os.fspath(path), artifact_path)
+
+    def log_artifacts(self, directory: str | os.PathLike[str], artifact_path: str | None = None) -> None:
+        """Upload a directory tree."""
+        self.client.log_artifacts(self.run_id, os.fspath(directory), artifact_path)
+
+    def end(self, status: str = "FINISHED") -> None:
+        """Mark the run terminated."""
+        self.client.set_terminated(self.run_id, status)
+
+
+def metrics_of(values: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> list[Metric]:
+    """``Metric`` entities of one step."""
+    ts = int(time.time() * 1000) if timestamp_ms is None else int(timestamp_ms)
+    return [Metric(k, float(v), ts, int(step)) for k, v in values.items()]
+
+
+def flatten(groups: Iterable[list[Metric]]) -> list[Metric]:
+    """One list from several."""
+    return [m for g in groups for m in g]

@@ -1,0 +1,149 @@
+"""Built-in framework-metrics sections: phase ratios, step durations, operators, Python hotspots, dataloader."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainspect.profiler.analysis import (
+    dataloader_statistics,
+    phase_ratios,
+    python_hotspots,
+    step_histogram,
+    step_statistics,
+    top_operators,
+)
+from trainspect.report import charts
+from trainspect.report.context import ReportContext
+from trainspect.report.sections import Page, Section
+
+__all__ = ["PhaseRatioSection", "StepDurationSection", "OperatorSection", "PythonSection", "DataloaderSection"]
+
+
+class PhaseRatioSection(Section):
+    """Train/eval/other and forward/backward ratios (SageMaker report part 4)."""
+
+    id = "framework-ratios"
+    title = "Framework metrics: where the time went"
+    requires = ("steps",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add the two ratio pies and their advice."""
+        ratios = phase_ratios(ctx.profiler)
+        modes, spans = ratios.get("modes", {}), ratios.get("spans", {})
+        if modes:
+            page.chart(charts.pie_chart(modes, "Training loop: TRAIN / EVAL / between steps (%)"), height=280)
+            if modes.get("other", 0.0) > 25.0:
+                page.note(f"{modes['other']:.0f}% of the training loop was spent between steps (data loading, "
+                          "logging, checkpoints, evaluation outside the hook): increase dataloader workers or "
+                          "pre-fetch data.", warn=True)  # fmt: skip
+        if spans:
+            page.chart(charts.pie_chart(spans, "Step time: forward / backward / optimizer / dataloader (%)"), 280)
+            fwd, bwd = spans.get("forward", 0.0), spans.get("backward", 0.0)
+            if fwd and bwd:
+                page.p(f"Forward to backward ratio: {fwd / bwd:.2f} (backward passes usually take about twice as "
+                       "long as forward passes).")  # fmt: skip
+
+
+class StepDurationSection(Section):
+    """Step-duration statistics, histogram and timeline per worker and mode (SageMaker report part 7)."""
+
+    id = "step-durations"
+    title = "Step durations"
+    requires = ("steps",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add the statistics table, histogram and duration over time."""
+        stats = step_statistics(ctx.profiler)
+        page.table(["worker", "mode", "steps", "mean (s)", "min", "p50", "p95", "p99", "max", "between steps (s)"],
+                   stats.itertuples(index=False, name=None))  # fmt: skip
+        hist = step_histogram(ctx.profiler, bins=50)
+        for (worker, mode), grp in hist.groupby(["worker", "mode"], sort=True):
+            cats = [f"{(a + b) / 2:.4g}" for a, b in zip(grp["bin_start"], grp["bin_end"], strict=True)]
+            page.chart(charts.bar_chart(cats, {"steps": grp["count"].tolist()}, f"Step duration histogram "
+                                        f"({worker}, {mode})", x_name="s", y_name="steps"), height=260)  # fmt: skip
+        series = {}
+        for worker, tab in sorted(ctx.profiler.framework.items()):
+            if tab.step_count:
+                series[worker] = (tab.steps["start"], tab.steps["end"] - tab.steps["start"])
+        page.chart(charts.line_chart(series, "Step duration over time", y_name="s"), height=280)
+        worst = stats.sort_values("max", ascending=False).head(1)
+        if len(worst) and float(worst["max"].iloc[0]) > 3 * float(worst["p50"].iloc[0]) > 0:
+            page.note("Some steps take more than three times the median: look for CPU or I/O bottlenecks, "
+                      "garbage collection or checkpointing at those times (see StepOutlier).", warn=True)  # fmt: skip
+
+
+class OperatorSection(Section):
+    """The most expensive CPU and GPU operators of the detailed-profiling window."""
+
+    id = "operators"
+    title = "Top CPU and GPU operators"
+    requires = ("operators",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add a table and a bar chart per device."""
+        for device in ("cpu", "gpu"):
+            ops = top_operators(ctx.profiler, device=device, n=15)
+            if ops.empty:
+                page.note(f"No {device.upper()} operator was recorded in the detailed window.")
+                continue
+            page.h3(f"{device.upper()} operators")
+            top = ops.iloc[0]
+            page.p(f"The most expensive {device.upper()} operator is {top['name']} ({top['percent']:.1f}% of "
+                   f"{device.upper()} self time on {top['worker']}).")  # fmt: skip
+            page.table(["worker", "operator", "calls", "self time (µs)", "total time (µs)", "%"],
+                       ops[["worker", "name", "calls", "self_time_us", "total_time_us", "percent"]].itertuples(
+                           index=False, name=None))  # fmt: skip
+            top10 = ops.head(10).iloc[::-1]
+            page.chart(charts.bar_chart(top10["name"].tolist(), {"self time (µs)": top10["self_time_us"].tolist()},
+                                        f"{device.upper()} operators by self time", horizontal=True), 300)  # fmt: skip
+
+
+class PythonSection(Section):
+    """Functions with the most own time in the Python-profiled steps."""
+
+    id = "python"
+    title = "Python hotspots"
+    requires = ("python",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add the hotspot table."""
+        hot = python_hotspots(ctx.profiler, n=20)
+        page.table(["worker", "function", "file", "line", "calls", "own time (s)", "cumulative (s)"],
+                   hot.itertuples(index=False, name=None))  # fmt: skip
+
+
+class DataloaderSection(Section):
+    """Dataloader waits and worker count (SageMaker report part 10)."""
+
+    id = "dataloader"
+    title = "Dataloader analysis"
+    requires = ("dataloader",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add the statistics, the wait histogram and worker-count advice."""
+        stats = dataloader_statistics(ctx.profiler)
+        page.table(["worker", "num_workers", "waits", "mean (s)", "p50", "p95", "max", "total (s)", "% of loop"],
+                   stats.itertuples(index=False, name=None))  # fmt: skip
+        cores = max((len(a.cpu_cores) for a in ctx.profiler.system.values()), default=0)
+        for _, row in stats.iterrows():
+            page.note(_advice(row["worker"], row["num_workers"], row["loop_percent"], cores),
+                      warn=bool(row["loop_percent"] > 10))  # fmt: skip
+        waits = [tab.spans["end"] - tab.spans["start"] for tab in ctx.profiler.framework.values()]
+        waits = [w[k == 4] for w, k in zip(waits, [t.spans["kind"] for t in ctx.profiler.framework.values()],
+                                           strict=True)]  # fmt: skip
+        flat = np.concatenate(waits) if waits else np.zeros(0)
+        if len(flat):
+            counts, edges = np.histogram(flat, bins=40)
+            cats = [f"{(edges[i] + edges[i + 1]) / 2:.3g}" for i in range(len(counts))]
+            page.chart(charts.bar_chart(cats, {"waits": counts.tolist()}, "Dataloader wait times", x_name="s"), 240)
+
+
+def _advice(worker: str, num_workers: object, loop_percent: float, cores: int) -> str:
+    n = None if num_workers is None or num_workers != num_workers else int(num_workers)  # type: ignore[call-overload]
+    share = f"{worker} waited for data {loop_percent:.0f}% of its training loop"
+    if loop_percent > 10 and (n is None or cores == 0 or n < cores):
+        target = f" (up to {cores}, the number of cores)" if cores else ""
+        return f"{share}: increase dataloader workers (num_workers={n}){target}, set pin_memory=True and pre-fetch."
+    if cores and n is not None and n > 2 * cores:
+        return f"{share}; {n} dataloader workers on {cores} cores: decrease num_workers to avoid contention."
+    return f"{share}: data loading is not a bottleneck."

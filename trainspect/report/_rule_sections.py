@@ -1,0 +1,131 @@
+"""Built-in sections on rules and tensors: rules summary, one section per triggered rule, the tensor side."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import numpy as np
+
+from trainspect.modes import ModeKeys
+from trainspect.report import charts
+from trainspect.report.context import ReportContext
+from trainspect.report.sections import Page, Section
+from trainspect.rules.verdict import Verdict
+
+__all__ = ["RulesSummarySection", "TriggeredRulesSection", "TensorSection", "MAX_LOSS_POINTS"]
+
+MAX_LOSS_POINTS = 2000
+_HIDDEN = {"OverallSystemUsage", "OverallFrameworkMetrics"}
+
+
+def _params(v: Verdict) -> str:
+    return ", ".join(f"{k}={val}" for k, val in v.parameters.items())
+
+
+def _triggered(v: Verdict) -> bool:
+    return v.triggers > 0 or v.issues_found
+
+
+class RulesSummarySection(Section):
+    """All rules, sorted by triggers, with parameters and recommendations (SageMaker report part 5)."""
+
+    id = "rules-summary"
+    title = "Rules summary"
+    requires = ("verdicts",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add the lead sentence and the summary table."""
+        verdicts = sorted((v for v in ctx.verdicts if v.rule not in _HIDDEN), key=lambda v: (-v.triggers, v.rule))
+        top = verdicts[0] if verdicts else None
+        if top is not None and _triggered(top):
+            page.p(f"The rule that triggered most is {top.rule}: {top.triggers} times over {top.datapoints} "
+                   f"datapoints. {top.recommendation}")  # fmt: skip
+        elif verdicts:
+            page.p("No rule found issues.")
+        rows = [[v.rule, v.kind, str(v.status), v.triggers, v.datapoints, v.message,
+                 v.recommendation if _triggered(v) else "", _params(v)] for v in verdicts]  # fmt: skip
+        page.table(["rule", "kind", "status", "triggers", "datapoints", "finding", "recommendation", "parameters"],
+                   rows)  # fmt: skip
+
+
+class TriggeredRulesSection(Section):
+    """One part per rule that triggered: its message, recommendation, what it saw and its chart."""
+
+    id = "triggered-rules"
+    title = "Rules that found issues"
+    requires = ("verdicts", "triggered")
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add one sub-section per triggered rule."""
+        for v in sorted((v for v in ctx.verdicts if _triggered(v)), key=lambda v: (-v.triggers, v.rule)):
+            page.h3(v.rule)
+            page.p(v.message)
+            if v.recommendation:
+                page.note(f"Recommendation: {v.recommendation}", warn=True)
+            page.kv(_where(v))
+            for s in v.series:
+                x_type = "time" if s.x_unit in ("s", "time", "epoch_s", "second") else "value"
+                opt = charts.line_chart({s.label: (np.asarray(s.x, float), np.asarray(s.y, float))}, s.label,
+                                        x_type=x_type, mark_x=s.trigger_x, threshold=s.threshold)  # fmt: skip
+                page.chart(opt, height=260)
+
+
+def _when(t: float | None) -> str | None:
+    return None if t is None else dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%H:%M:%S UTC")
+
+
+def _where(v: Verdict) -> list[tuple[str, Any]]:
+    rows: list[tuple[str, Any]] = [("Triggers", v.triggers), ("Datapoints", v.datapoints)]
+    if v.first_trigger_step is not None:
+        rows.append(("Steps", f"{v.first_trigger_step} … {v.last_trigger_step}"))
+    if v.first_trigger_time is not None:
+        rows.append(("Time", f"{_when(v.first_trigger_time)} … {_when(v.last_trigger_time)}"))
+    if v.tensors:
+        shown = ", ".join(v.tensors[:20]) + (f" and {len(v.tensors) - 20} more" if len(v.tensors) > 20 else "")
+        rows.append(("Tensors", shown))
+    if v.workers:
+        rows.append(("Workers", ", ".join(v.workers)))
+    rows.append(("Parameters", _params(v)))
+    return rows
+
+
+def _loss_curve(tensor: Any, mode: ModeKeys) -> tuple[np.ndarray, np.ndarray]:
+    steps = tensor.steps(mode)
+    if len(steps) > MAX_LOSS_POINTS:
+        steps = [steps[i] for i in np.linspace(0, len(steps) - 1, MAX_LOSS_POINTS).round().astype(int)]
+    ys = []
+    for s in steps:
+        try:
+            ys.append(float(np.asarray(tensor.value(s, mode)).reshape(-1)[0]))
+        except Exception:
+            ys.append(float("nan"))
+    return np.asarray(steps, dtype=float), np.asarray(ys, dtype=float)
+
+
+class TensorSection(Section):
+    """The tensor side: loss curves per mode and tensor-rule verdicts with the steps and tensors involved."""
+
+    id = "tensors"
+    title = "Tensors and losses"
+    requires = ("tensors",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add the loss curves and the tensor-rule table."""
+        trial = ctx.trial
+        losses = trial.tensor_names(collection="losses")
+        page.p(f"{len(trial.tensor_names())} tensors saved over {len(trial.steps())} steps by "
+               f"{len(trial.workers())} worker(s).")  # fmt: skip
+        if not losses:
+            page.note("No loss was saved: register the loss (hook.register_loss(loss_fn)) to see its curve.")
+        for mode in trial.modes():
+            series = {name: _loss_curve(trial.tensor(name), mode) for name in losses[:8]}
+            series = {k: v for k, v in series.items() if len(v[0])}
+            if series:
+                page.chart(charts.line_chart(series, f"Loss ({mode.name})", x_type="value", y_name="loss"), 280)
+        tensor_verdicts = [v for v in ctx.verdicts if v.kind == "tensor"]
+        if tensor_verdicts:
+            rows = [[v.rule, str(v.status), v.triggers,
+                     None if v.first_trigger_step is None else f"{v.first_trigger_step} … {v.last_trigger_step}",
+                     ", ".join(v.tensors[:10]), v.message] for v in tensor_verdicts]  # fmt: skip
+            page.table(["rule", "status", "triggers", "steps", "tensors", "finding"], rows)

@@ -1,0 +1,192 @@
+"""Built-in sections on the job and the hardware: summary, system usage, heatmap, cost."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from trainspect.profiler.analysis import job_statistics, utilization_statistics
+from trainspect.profiler.arrays import SystemArrays
+from trainspect.profiler.heatmap import heatmap
+from trainspect.report import charts
+from trainspect.report.context import ReportContext
+from trainspect.report.sections import Page, Section
+from trainspect.report.summary import summarize
+
+__all__ = ["JobSummarySection", "SystemUsageSection", "HeatmapSection", "CostSection", "usage_advice"]
+
+_TABLE_METRICS = {
+    "cpu_total_utilization_percent": "CPU (mean of cores)",
+    "cpu_utilization_percent": "CPU (all cores)",
+    "cpu_memory_used_percent": "CPU memory",
+    "cpu_iowait_percent": "I/O wait",
+    "gpu_total_utilization_percent": "GPU (mean of GPUs)",
+    "disk_read_bytes_per_second": "Disk read",
+    "disk_write_bytes_per_second": "Disk write",
+    "network_sent_bytes_per_second": "Network sent",
+    "network_received_bytes_per_second": "Network received",
+}
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "–"
+    return dt.datetime.fromtimestamp(t, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class JobSummarySection(Section):
+    """Training job summary: start, end, phases and their pie chart (SageMaker report part 2)."""
+
+    id = "job-summary"
+    title = "Training job summary"
+    requires = ("profiler",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add the job statistics table and the phases chart."""
+        stats = job_statistics(ctx.profiler)
+        rows: list[tuple[str, Any]] = [("Start time", _when(stats.get("start"))), ("End time", _when(stats.get("end"))),
+                                       ("Job duration (s)", stats.get("duration_s"))]  # fmt: skip
+        if "training_loop_s" not in stats:
+            page.kv(rows)
+            page.note("No step was recorded, so initialization and finalization cannot be told apart from training.")
+            return
+        rows += [
+            ("Training loop start", _when(stats["training_loop_start"])),
+            ("Training loop end", _when(stats["training_loop_end"])),
+            ("Initialization (s)", stats["initialization_s"]),
+            ("Training loop (s)", stats["training_loop_s"]),
+            ("Finalization (s)", stats["finalization_s"]),
+            ("Initialization %", stats["initialization_percent"]),
+            ("Training loop %", stats["training_loop_percent"]),
+            ("Finalization %", stats["finalization_percent"]),
+        ]
+        page.kv(rows)
+        phases = {"Initialization": stats["initialization_s"], "Training loop": stats["training_loop_s"],
+                  "Finalization": stats["finalization_s"] or 0.0}  # fmt: skip
+        page.chart(charts.pie_chart(phases, "Job phases (seconds)"), height=280)
+        if stats["initialization_s"] > stats["training_loop_s"]:
+            page.note("Initialization took longer than the training loop: check data download, model loading and "
+                      "compilation before the first step.", warn=True)  # fmt: skip
+        if not ctx.profiler.job_ended:
+            page.note("The job has not ended (no end marker): the figures cover what was recorded so far.")
+
+
+def usage_advice(cpu_p95: float | None, gpu_p95: float | None, gpu_p50: float | None) -> str:
+    """SageMaker's plain-language advice from a node's CPU and GPU utilisation percentiles."""
+    if gpu_p95 is None:
+        if cpu_p95 is not None and cpu_p95 < 70:
+            return (f"CPU utilisation p95 is {cpu_p95:.0f}%: the node is underused. Consider a smaller instance, or "
+                    "increase the batch size.")  # fmt: skip
+        return "No GPU was recorded; the CPU is busy, which is expected for CPU training."
+    if gpu_p50 is not None and gpu_p50 > 70:
+        return f"GPUs are well utilised (p50 {gpu_p50:.0f}%)."
+    if cpu_p95 is not None and cpu_p95 > 70:
+        return (f"GPU utilisation p95 is {gpu_p95:.0f}% while CPU p95 is {cpu_p95:.0f}%: a CPU bottleneck is likely. "
+                "Increase dataloader workers, pre-fetch data, or move preprocessing to the GPU.")  # fmt: skip
+    return (f"GPU utilisation p95 is {gpu_p95:.0f}% and CPU p95 {cpu_p95 or 0:.0f}%: the instance is underused. "
+            "Consider a smaller instance, or increase the batch size.")  # fmt: skip
+
+
+def _p(stats: pd.DataFrame, node: str, metric: str, col: str) -> float | None:
+    sel = stats[(stats["node"] == node) & (stats["metric"] == metric)]
+    return float(sel[col].iloc[0]) if len(sel) else None
+
+
+def _series(arr: SystemArrays) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    if arr.cpu_cores or "cpu_utilization_percent" in arr.keys:
+        out["CPU"] = (arr.timestamps, arr.cpu_total())
+    for key, label in (("cpu_memory_used_percent", "CPU memory"), ("cpu_iowait_percent", "I/O wait")):
+        col = arr.column(key)
+        if col is not None:
+            out[label] = (arr.timestamps, col)
+    for g in arr.gpus:
+        for key, label in (
+            (f"gpu{g}_utilization_percent", f"GPU {g}"),
+            (f"gpu{g}_memory_used_percent", f"GPU {g} mem"),
+        ):
+            col = arr.column(key)
+            if col is not None:
+                out[label] = (arr.timestamps, col)
+    return out
+
+
+class SystemUsageSection(Section):
+    """System usage per node: percentiles table, advice and time series (SageMaker report part 3)."""
+
+    id = "system-usage"
+    title = "System usage statistics"
+    requires = ("system",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add per-node advice, the percentile table and the utilisation time series."""
+        stats = utilization_statistics(ctx.profiler)
+        for node, arr in sorted(ctx.profiler.system.items()):
+            page.h3(f"Node {node}")
+            cpu95 = _p(stats, node, "cpu_total_utilization_percent", "p95")
+            if cpu95 is None:
+                cpu95 = _p(stats, node, "cpu_utilization_percent", "p95")
+            gpu95 = _p(stats, node, "gpu_total_utilization_percent", "p95")
+            gpu50 = _p(stats, node, "gpu_total_utilization_percent", "p50")
+            page.note(usage_advice(cpu95, gpu95, gpu50), warn=gpu50 is None or gpu50 <= 70)
+            sel = stats[stats["node"] == node]
+            rows = []
+            for _, r in sel.iterrows():
+                label = _TABLE_METRICS.get(r["metric"])
+                if label is None and not r["metric"].startswith("gpu"):
+                    continue
+                rows.append(
+                    [label or r["metric"], r["unit"], r["min"], r["max"], r["p50"], r["p90"], r["p95"], r["p99"]]
+                )
+            page.table(["metric", "unit", "min", "max", "p50", "p90", "p95", "p99"], rows)
+            page.chart(charts.line_chart(_series(arr), f"Utilisation over time ({node})", y_name="%"), height=340)
+            io: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+            for key, label in _TABLE_METRICS.items():
+                col = arr.column(key)
+                if key.endswith("_per_second") and col is not None:
+                    io[label] = (arr.timestamps, col)
+            if io:
+                page.chart(charts.line_chart(io, f"Disk and network ({node})", y_name="bytes/s"), height=260)
+
+
+class HeatmapSection(Section):
+    """The utilisation heatmap: CPU cores and GPUs over time, with step boundaries."""
+
+    id = "heatmap"
+    title = "Utilisation heatmap"
+    requires = ("system",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add one heatmap per node."""
+        page.p("Each row is a CPU core or a GPU, each column a time bucket; darker means busier. Idle GPUs next to "
+               "busy cores point at an input pipeline bottleneck.")  # fmt: skip
+        for node in sorted(ctx.profiler.system):
+            hm = heatmap(ctx.profiler, node=node, max_columns=200)
+            if not hm["rows"]:
+                page.note(f"Node {node} recorded no per-core or GPU utilisation.")
+                continue
+            height = max(220, min(900, 14 * len(hm["rows"]) + 140))
+            page.chart(charts.heatmap_chart(hm, f"Utilisation % ({node}, {hm['bucket_s']:.1f} s buckets)"), height)
+
+
+class CostSection(Section):
+    """What the run cost at the given hourly price, and what a smaller instance might save."""
+
+    id = "cost"
+    title = "Cost"
+    requires = ("price",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add the cost table and advice."""
+        s = summarize(ctx)
+        cost = f"${s.cost:.4f}" if s.cost is not None else None
+        page.kv([("Price per instance-hour", f"${ctx.price_per_hour:.3f}"), ("Instances (nodes)", s.instances),
+                 ("Duration (s)", s.duration_s), ("Cost", cost)])  # fmt: skip
+        util = s.gpu_p95 if s.gpu_p95 is not None else s.cpu_p95
+        if util is not None and util < 70:
+            page.note(f"Utilisation p95 is {util:.0f}%: a smaller or cheaper instance would likely do the same "
+                      "work for less. Compare runs with `trainspect compare A B --price-per-hour A=.. B=..`.",
+                      warn=True)  # fmt: skip

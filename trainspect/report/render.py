@@ -1,0 +1,171 @@
+"""Render a run's report: sections in, one self-contained HTML file out (Jinja2, inlined ECharts)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from trainspect.report._framework_sections import (
+    DataloaderSection,
+    OperatorSection,
+    PhaseRatioSection,
+    PythonSection,
+    StepDurationSection,
+)
+from trainspect.report._rule_sections import RulesSummarySection, TensorSection, TriggeredRulesSection
+from trainspect.report._system_sections import CostSection, HeatmapSection, JobSummarySection, SystemUsageSection
+from trainspect.report.context import REQUIREMENT_HINTS, ReportContext
+from trainspect.report.sections import Page, SectionRegistry
+from trainspect.store.layout import RunLayout
+
+__all__ = ["default_registry", "render_report", "write_report", "script_json"]
+
+log = logging.getLogger(__name__)
+
+_VENDOR = Path(__file__).resolve().parent.parent / "_vendor" / "echarts.min.js"
+
+
+def default_registry(plugins: bool = True) -> SectionRegistry:
+    """The built-in sections in SageMaker's order, then the entry-point plugins."""
+    reg = SectionRegistry()
+    for section in (JobSummarySection(), SystemUsageSection(), HeatmapSection(), PhaseRatioSection(),
+                    StepDurationSection(), OperatorSection(), PythonSection(), DataloaderSection(),
+                    RulesSummarySection(), TriggeredRulesSection(), TensorSection(), CostSection()):  # fmt: skip
+        reg.register(section)
+    if plugins:
+        reg.load_entry_points()
+    return reg
+
+
+def script_json(obj: Any) -> str:
+    r"""JSON safe inside ``<script>``: ``<``, ``>`` and ``&`` are escaped, so ``</script>`` and ``<!--`` cannot occur.
+
+    Example:
+        >>> script_json({"a": "</script><!--"})
+        '{"a":"\\u003c/script\\u003e\\u003c!--"}'
+    """
+    text = json.dumps(obj, allow_nan=False, default=str, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+@lru_cache(maxsize=1)
+def _echarts() -> str:
+    return _VENDOR.read_text(encoding="utf-8").replace("</script", "<\\/script")
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("trainspect.report", "templates"),
+        autoescape=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        undefined=jinja2.StrictUndefined,
+    )
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if obj == obj and abs(obj) != float("inf") else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _sections(ctx: ReportContext, registry: SectionRegistry) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    all_charts: dict[str, Any] = {}
+    for section in registry.sections():
+        missing = section.missing(ctx)
+        entry: dict[str, Any] = {"id": section.id, "title": section.title, "blocks": [], "skipped": []}
+        if missing:
+            entry["skipped"] = [REQUIREMENT_HINTS[m] for m in missing]
+            out.append(entry)
+            continue
+        page = Page(prefix=section.id)
+        try:
+            section.build(ctx, page)
+        except Exception as exc:
+            log.warning("trainspect report: section %s failed: %s", section.id, exc, exc_info=True)
+            page = Page(prefix=section.id)
+            page.note(f"This section could not be rendered ({type(exc).__name__}: {exc}); the data may be damaged.",
+                      warn=True)  # fmt: skip
+        entry["blocks"] = page.blocks
+        all_charts.update(page.charts)
+        out.append(entry)
+    return out, all_charts
+
+
+def render_report(
+    ctx: ReportContext | str | os.PathLike[str],
+    price_per_hour: float | None = None,
+    registry: SectionRegistry | None = None,
+    title: str | None = None,
+) -> str:
+    """Return the report's HTML.
+
+    Args:
+        ctx: a loaded :class:`ReportContext`, or a run directory to load.
+        price_per_hour: the hourly price per instance (cost section); overrides the context's.
+        registry: the sections (default: :func:`default_registry`).
+        title: the page title (default: the run directory's name).
+    """
+    if not isinstance(ctx, ReportContext):
+        ctx = ReportContext.load(ctx, price_per_hour=price_per_hour)
+    elif price_per_hour is not None:
+        ctx.price_per_hour = price_per_hour
+    sections, chart_options = _sections(ctx, registry or default_registry())
+    from trainspect import __version__
+
+    name = title or (ctx.run_dir.name if ctx.run_dir is not None else "run")
+    return (
+        _environment()
+        .get_template("report.html.j2")
+        .render(
+            title=name,
+            run_dir=str(ctx.run_dir),
+            generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+            version=__version__,
+            problems=ctx.problems,
+            sections=sections,
+            charts_json=script_json(_finite(chart_options)),
+            echarts_js=_echarts(),
+        )
+    )
+
+
+def write_report(
+    run_dir: str | os.PathLike[str],
+    out: str | os.PathLike[str] | None = None,
+    price_per_hour: float | None = None,
+    registry: SectionRegistry | None = None,
+    context: ReportContext | None = None,
+) -> Path:
+    """Render the report of a run directory and write it atomically; return its path.
+
+    Args:
+        run_dir: the run directory.
+        out: the HTML file (default: ``<run_dir>/report.html``).
+        price_per_hour: the hourly price per instance, for the cost section.
+        registry: the sections (default: :func:`default_registry`).
+        context: the run, already loaded (default: ``ReportContext.load(run_dir)``).
+    """
+    target = Path(out) if out is not None else RunLayout(run_dir).report
+    ctx = context or ReportContext.load(run_dir, price_per_hour=price_per_hour)
+    html = render_report(ctx, price_per_hour=price_per_hour, registry=registry)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".report-", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(html)
+    os.replace(tmp, target)
+    return target
