@@ -15,6 +15,7 @@ from trainspect import env
 from trainspect.exceptions import TrainingStopped
 from trainspect.hooks.collector import Collector
 from trainspect.step import StepRecord
+from trainspect.store.manifest import all_workers_ended
 
 __all__ = ["HookExtras"]
 
@@ -132,7 +133,9 @@ class HookExtras:
         run, opts = self._mlflow_options()
         captures = ["tensors"] + (["rules"] if self.rules else [])
         captures += ["system", "framework"] if self.profiler_config is not None else []
-        self._mlflow = MlflowSession.attach(collector.out_dir, run, captures=tuple(captures), **opts)
+        ident = collector.identity
+        worker = collector.worker if ident.world_size > 1 and not ident.chief else None
+        self._mlflow = MlflowSession.attach(collector.out_dir, run, captures=tuple(captures), worker=worker, **opts)
         if self._mlflow is not None:
             self._mlflow.start()
             log.info("trainspect: logging to MLflow run %s", self._mlflow.run_id)
@@ -229,12 +232,25 @@ class HookExtras:
             self._monitor.close()
             self._monitor = None
         report: tuple[Any, Path] | None = None
-        if (self.rules or self.profiler_config is not None) and not collector.dry_run:
+        if (self.rules or self.profiler_config is not None) and not collector.dry_run and self._job_complete(collector):
             report = self._closing_part("the report", self._write_report, collector)
         if self._mlflow is not None:
             session, self._mlflow = self._mlflow, None
             ctx, path = report if report is not None else (None, None)
             self._closing_part("MLflow logging", lambda c: session.close(report=path, context=ctx), collector)
+
+    @staticmethod
+    def _job_complete(collector: Collector, timeout: float = 30.0) -> bool:
+        """In a multi-worker job, the chief waits (bounded) for the others, then reports for the whole job."""
+        ident = collector.identity
+        if ident.world_size <= 1:
+            return True
+        if not ident.chief:
+            return False
+        deadline = time.monotonic() + timeout
+        while not all_workers_ended(collector.layout, ident.world_size) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return True
 
     def _closing_part(self, what: str, fn: Any, collector: Collector) -> Any:
         try:

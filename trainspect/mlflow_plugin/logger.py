@@ -47,6 +47,8 @@ class MlflowLogger:
         max_queue: the most step records waiting for the thread (more are dropped).
         owns_run: end the MLflow run at :meth:`close` (it was created for this job).
         tail_system: log the run directory's system metrics as they arrive.
+        key_prefix: prefix of step metric keys (``worker_1/`` for the other workers of a distributed job).
+        record_sync: keep ``<run>/mlflow/run.json`` (the chief's logger does; other workers attach through it).
     """
 
     def __init__(
@@ -58,12 +60,16 @@ class MlflowLogger:
         max_queue: int = 10_000,
         owns_run: bool = False,
         tail_system: bool = True,
+        key_prefix: str = "",
+        record_sync: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.sink = sink
         self.interval_s = float(interval_s)
         self.owns_run = owns_run
         self.tail_system = tail_system
+        self.key_prefix = key_prefix
+        self.record_sync = record_sync
         self._max_queue = max_queue
         self._records: collections.deque[StepRecord] = collections.deque()
         self._pending: collections.deque[Metric] = collections.deque(maxlen=max_buffer)
@@ -124,7 +130,8 @@ class MlflowLogger:
         while self._records:
             rec = self._records.popleft()
             ts = int(rec.wall_time * 1000) if rec.wall_time else int(time.time() * 1000)
-            new.extend(Metric(k, v, ts, int(rec.mode_step)) for k, v in step_metrics(rec).items())
+            prefix = self.key_prefix
+            new.extend(Metric(prefix + k, v, ts, int(rec.mode_step)) for k, v in step_metrics(rec).items())
         overflow = len(self._pending) + len(new) - (self._pending.maxlen or 0)
         if overflow > 0:
             self.dropped += overflow
@@ -222,6 +229,8 @@ class MlflowLogger:
             return False
 
     def _record_sync(self, complete: bool) -> None:
+        if not self.record_sync:
+            return
         try:
             write_json_atomic(sync_file(self.run_dir), {
                 "run_id": self.sink.run_id, "tracking_uri": self.sink.tracking_uri, "complete": complete,

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,21 @@ def verdict_tags(verdicts: list[Verdict]) -> dict[str, str]:
     return {f"trainspect.rule.{v.rule}": str(v.status) for v in verdicts}
 
 
+def _chief_run(run_dir: Path, wait_s: float) -> tuple[str, str | None] | None:
+    """Return ``(run id, tracking uri)`` the chief recorded, waiting up to ``wait_s`` seconds."""
+    from trainspect.mlflow_plugin.logger import sync_file
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            doc = json.loads(sync_file(run_dir).read_text(encoding="utf-8"))
+            return str(doc["run_id"]), doc.get("tracking_uri")
+        except (OSError, ValueError, KeyError):
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)
+
+
 class MlflowSession:
     """One hook's MLflow logging.
 
@@ -76,21 +92,42 @@ class MlflowSession:
         interval_s: seconds between batches.
         price_per_hour: instance price, for the ``trainspect/cost`` metric.
         log_run_dir: also upload the run directory as artifacts at close.
+        worker: set for the non-chief workers of a distributed job: they log their step metrics under
+            ``<worker>/`` into the chief's run, and leave system metrics, verdicts and the report to the chief.
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], run_id: str, tracking_uri: str | None = None,
                  owns_run: bool = False, captures: tuple[str, ...] = ("tensors",), interval_s: float = 1.0,
-                 price_per_hour: float | None = None, log_run_dir: bool = False) -> None:  # fmt: skip
+                 price_per_hour: float | None = None, log_run_dir: bool = False,
+                 worker: str | None = None) -> None:  # fmt: skip
         self.run_dir = Path(run_dir)
         self.sink = MlflowSink(run_id, tracking_uri)
-        self.logger = MlflowLogger(run_dir, self.sink, interval_s=interval_s, owns_run=owns_run)
+        self.worker = worker
+        self.logger = MlflowLogger(
+            run_dir, self.sink, interval_s=interval_s, owns_run=owns_run and worker is None,
+            tail_system=worker is None, key_prefix=f"{worker}/" if worker else "", record_sync=worker is None,
+        )  # fmt: skip
         self.captures = captures
         self.price_per_hour = price_per_hour
         self.log_run_dir = log_run_dir
 
     @classmethod
     def attach(cls, run_dir: str | os.PathLike[str], mlflow_run: Any = None, **kwargs: Any) -> MlflowSession | None:
-        """Resolve the run and build a session (None when there is no run to log to)."""
+        """Resolve the run and build a session (None when there is no run to log to).
+
+        With ``worker`` (a non-chief rank), the run is the one the chief recorded in ``<run>/mlflow/run.json``,
+        waited for up to ``wait_s`` seconds.
+        """
+        worker = kwargs.pop("worker", None)
+        wait_s = float(kwargs.pop("wait_s", 30.0))
+        if worker is not None:
+            shared = _chief_run(Path(run_dir), wait_s)
+            if shared is None:
+                log.warning("trainspect: %s found no MLflow run of the chief in %s; MLflow logging is off for it",
+                            worker, run_dir)  # fmt: skip
+                return None
+            kwargs.setdefault("tracking_uri", shared[1])
+            return cls(run_dir, shared[0], worker=worker, **kwargs)
         resolved = resolve_run(mlflow_run, kwargs.get("tracking_uri"), run_name=Path(run_dir).name)
         if resolved is None:
             return None
@@ -118,6 +155,8 @@ class MlflowSession:
             report: the report file to upload as ``trainspect/report.html``.
             context: a loaded ``trainspect.report.ReportContext`` (read from the run directory when None).
         """
+        if self.worker is not None:
+            return self.logger.close()
         from trainspect.report.context import ReportContext
         from trainspect.report.summary import summarize
 
