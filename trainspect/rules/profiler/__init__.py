@@ -11,6 +11,7 @@ from trainspect.rules.profiler.max_initialization_time import MaxInitializationT
 from trainspect.rules.profiler.overall_framework_metrics import OverallFrameworkMetrics
 from trainspect.rules.profiler.overall_system_usage import OverallSystemUsage
 from trainspect.rules.profiler.step_outlier import StepOutlier
+from trainspect.rules.profiler.worker_straggler import WorkerStraggler
 
 __all__ = [
     "PROFILER_RULES",
@@ -25,6 +26,7 @@ __all__ = [
     "OverallFrameworkMetrics",
     "OverallSystemUsage",
     "StepOutlier",
+    "WorkerStraggler",
 ]
 
 PROFILER_RULES = [
@@ -36,6 +38,7 @@ PROFILER_RULES = [
     LoadBalancing,
     MaxInitializationTime,
     StepOutlier,
+    WorkerStraggler,
     Dataloader,
     OverallSystemUsage,
     OverallFrameworkMetrics,
