@@ -9,7 +9,6 @@ from typing import Any
 
 from trainspect.config import ReductionConfig, SaveConfig, SaveConfigMode, parse_bool
 from trainspect.exceptions import ConfigError
-from trainspect.modes import ModeKeys
 
 __all__ = [
     "Collection",
@@ -211,8 +210,3 @@ def _builtin(name: str) -> Collection:
     if name in SCALAR_COLLECTIONS:
         coll.save_histogram = False
     return coll
-
-
-def mode_names() -> list[str]:
-    """Return the mode prefixes accepted in JSON configs (``train.``, ``eval.`` …)."""
-    return [m.name.lower() for m in ModeKeys]

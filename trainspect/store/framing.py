@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import struct
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["HEADER", "HEADER_SIZE", "MAGIC", "frame", "FrameScan", "scan_frames", "read_frame_at", "CorruptRecord"]
@@ -74,14 +73,6 @@ def scan_frames(buf: bytes | memoryview, base_offset: int = 0) -> FrameScan:
             out.append((base_offset + pos, kind, payload))
         pos = end
     return FrameScan(out, base_offset + pos, corrupt, pos < n)
-
-
-def iter_file_frames(path: str, start: int = 0) -> Iterator[tuple[int, int, bytes]]:
-    """Yield the good records of a whole file from ``start`` (convenience for small files)."""
-    with open(path, "rb") as fh:
-        fh.seek(start)
-        scan = scan_frames(fh.read(), start)
-    yield from scan.records
 
 
 def read_frame_at(fd: int, offset: int, length: int) -> memoryview:

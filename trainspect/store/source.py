@@ -12,7 +12,7 @@ import numpy as np
 
 from trainspect.collections import Collection
 from trainspect.modes import ModeKeys
-from trainspect.store.framing import CorruptRecord, read_frame_at, scan_frames
+from trainspect.store.framing import read_frame_at, scan_frames
 from trainspect.store.index import Entry, TrialIndex
 from trainspect.store.layout import RunLayout
 from trainspect.store.run_writer import COLLECTIONS_FILE
@@ -154,8 +154,3 @@ class TrainspectSource:
         if key not in self._warned:
             self._warned.add(key)
             log.warning("trainspect: %s", message)
-
-
-def is_corrupt(exc: BaseException) -> bool:
-    """Return whether an exception is a corrupt-record error."""
-    return isinstance(exc, CorruptRecord)

@@ -141,8 +141,3 @@ class TensorBoardWriter:
     def close(self) -> None:
         """Flush and close."""
         self._file.close()
-
-
-def finite(value: float) -> bool:
-    """Return whether a float is finite (TensorBoard shows NaN scalars as gaps)."""
-    return math.isfinite(value)
