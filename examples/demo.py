@@ -1,4 +1,4 @@
-"""The trainspect demo: instrumented training -> run directory -> report -> MLflow run -> how to open them.
+"""The trainspect demo: instrumented training -> rules -> report -> MLflow run -> how to open them.
 
 bash scripts/demo.sh            # or: .venv/bin/python examples/demo.py --out runs/demo
 """
@@ -34,6 +34,9 @@ def main() -> None:
     train_steps = loss.steps(ts.modes.TRAIN)
     first, last = loss.value(train_steps[0], ts.modes.TRAIN), loss.value(train_steps[-1], ts.modes.TRAIN)
     print(f"  loss went from {first.item():.3f} (step 0) to {last.item():.3f} (step {train_steps[-1]})")
+    print("rules:")
+    for verdict in ts.rules.load_verdicts(out):
+        print(f"  {verdict.rule:28s} {verdict.status.value:14s} {verdict.message[:90]}")
     print("\nopen it in TensorBoard:")
     print(f"  .venv/bin/tensorboard --logdir {out.parent} --host 127.0.0.1")
     print("query it from Python:")
@@ -56,9 +59,9 @@ def _train_in_mlflow(out: Path, steps: int) -> tuple[str, str]:
     else:
         experiment_id = experiment.experiment_id
     with mlflow.start_run(experiment_id=experiment_id, run_name=out.name) as run:
-        train(str(out), steps)  # the hook sees the active run: losses, summary and tags go to it
-        report = ts.report.write_report(out)
-        mlflow.log_artifact(str(report), "trainspect")
+        # rules and profiling on: the hook evaluates the default rules live, writes report.html at close and,
+        # seeing the active run, logs losses, system metrics, rule tags, summary metrics and the report to it
+        train(str(out), steps, rules="default", profile=True)
     return run.info.run_id, tracking_uri
 
 

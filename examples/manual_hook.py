@@ -23,8 +23,16 @@ def make_data(n: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
     return centers[labels] + torch.randn(n, 20, generator=gen), labels
 
 
-def train(out_dir: str, steps: int = 300, lr: float = 0.1) -> str:
-    """Train a small MLP with the hook and return the run directory."""
+def train(out_dir: str, steps: int = 300, lr: float = 0.1, rules: str | None = None, profile: bool = False) -> str:
+    """Train a small MLP with the hook and return the run directory.
+
+    Args:
+        out_dir: the run directory.
+        steps: training steps.
+        lr: learning rate.
+        rules: ``"default"`` to evaluate the default rules live.
+        profile: also record system and framework metrics.
+    """
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 4))
     loss_fn = nn.CrossEntropyLoss()
@@ -34,6 +42,8 @@ def train(out_dir: str, steps: int = 300, lr: float = 0.1) -> str:
         out_dir,
         save_config=ts.SaveConfig(save_interval=25),
         include_collections=["weights", "biases", "gradients", "losses", "optimizer_variables"],
+        rules=rules,
+        profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=200) if profile else None,
     )
     with hook:
         hook.register_module(model)

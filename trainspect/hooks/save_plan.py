@@ -73,7 +73,7 @@ class SavePlanner:
         self._active: set[str] = set()
         self.generation = 0
         self._takes_modules = False
-        self._plans: dict[str, TensorPlan] = {}
+        self._plans: dict[object, TensorPlan] = {}
         self._known_count = -1
         self._module_plans: dict[tuple[str, str, int], tuple[frozenset[str], frozenset[str]]] = {}
 
@@ -199,13 +199,12 @@ class SavePlanner:
 
     def plan(self, name: str, extra: Iterable[str] = ()) -> TensorPlan:
         """Return what to save of a tensor at this step (``extra``: collections it joins by module)."""
-        extra = tuple(extra)
-        if not extra and name in self._plans:
-            return self._plans[name]
-        colls = [c for c in self.membership(name, extra) if c in self._active]
-        plan = self._make_plan(colls) if colls else _NOTHING
-        if not extra:
-            self._plans[name] = plan
+        key = (name, extra) if extra else name
+        plan = self._plans.get(key)
+        if plan is None:
+            colls = [c for c in self.membership(name, extra) if c in self._active]
+            plan = self._make_plan(colls) if colls else _NOTHING
+            self._plans[key] = plan
         return plan
 
     def _make_plan(self, names: list[str]) -> TensorPlan:

@@ -93,6 +93,7 @@ class Hook(HookAPI):
         self._mode_explicit = False
         self._params_generation = -1
         self._params_now: list[tuple[str, nn.Parameter]] = []
+        self._grads_now = self._grads_active = self._io_active = self._optimizer_now = False
         self._timer_recorder: Any = None
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -208,15 +209,20 @@ class Hook(HookAPI):
         self._saving = self.collector.begin_step()
         self._optimizer_stepped = False
         self._extras.on_step_start(self.collector)
+        self._grads_active = self._io_active = False
         if self._saving:
             for name, param in self._params_to_save():
                 self._stage(name, param)
+            self._grads_active = self._grads_now
+            self._io_active = self.collector.planner.takes_modules
 
     def _params_to_save(self) -> list[tuple[str, nn.Parameter]]:
         planner = self.collector.planner
         if self._params_generation != planner.generation:
             self._params_generation = planner.generation
             self._params_now = [(n, p) for n, p in self._params if self._wanted(n)]
+            self._grads_now = any(self._wanted(f"gradient/{n}") for n, _ in self._params)
+            self._optimizer_now = self._wanted("optimizer/lr_group_0") or self._wanted("optimizer/momentum_group_0")
         return self._params_now
 
     def _wanted(self, name: str) -> bool:
@@ -264,27 +270,33 @@ class Hook(HookAPI):
     def _io_hook(self, path: str) -> Any:
         @guarded()
         def hook(hook_self: Hook, module: nn.Module, args: Any, output: Any) -> None:
-            if not self._saving or not self.collector.planner.takes_modules:
-                return
             ins, outs = self.collector.planner.module_collections(path, type(module).__name__, module)
             for i, t in enumerate(_outputs(args)):  # by module (ins) or by name (include_regex)
                 self._stage(f"{path}_input_{i}", t, ins)
             for i, t in enumerate(_outputs(output)):
                 self._stage(f"{path}_output_{i}", t, outs)
 
-        return lambda module, args, output: hook(self, module, args, output)
+        def cheap(module: nn.Module, args: Any, output: Any) -> None:  # the common case costs one attribute test
+            if self._io_active:
+                hook(self, module, args, output)
+
+        return cheap
 
     def _grad_hook(self, name: str) -> Any:
         @guarded()
         def hook(hook_self: Hook, param: torch.Tensor) -> None:
-            if self._saving and param.grad is not None:
+            if param.grad is not None:
                 plan = self.collector.plan(name)
                 if plan.raw or plan.reductions:
                     staged = stage(name, param.grad, plan)
                     if staged is not None:
                         self._grads[name] = staged
 
-        return lambda param: hook(self, param)
+        def cheap(param: torch.Tensor) -> None:
+            if self._grads_active:
+                hook(self, param)
+
+        return cheap
 
     @guarded()
     def _on_loss_pre(self, module: nn.Module, args: Any) -> None:
@@ -318,7 +330,7 @@ class Hook(HookAPI):
         self._extras.on_optimizer_end()
         if not self.collector.step_open:
             return
-        if self._saving:
+        if self._saving and self._optimizer_now:
             for i, group in enumerate(optimizer.param_groups):
                 for key in ("lr", "momentum"):
                     name = f"optimizer/{key}_group_{i}"

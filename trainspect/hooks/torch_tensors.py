@@ -20,8 +20,8 @@ class Staged:
 
     name: str
     plan: TensorPlan
-    raw: torch.Tensor | None
-    reductions: torch.Tensor | None
+    raw: np.ndarray | torch.Tensor | None
+    reductions: np.ndarray | torch.Tensor | None
     shape: tuple[int, ...]
 
 
@@ -47,12 +47,17 @@ def _reduce(t: torch.Tensor, name: str, absolute: bool) -> torch.Tensor:
     return _OPS[name](x)
 
 
-def _host_copy(t: torch.Tensor) -> torch.Tensor:
+def _host_copy(t: torch.Tensor) -> np.ndarray | torch.Tensor:
+    """A host copy: a NumPy array for CPU tensors, a pinned tensor being filled asynchronously for device ones."""
     x = t.detach()
     if x.dtype == torch.bfloat16:
         x = x.float()
+    if x.layout != torch.strided:
+        x = x.to_dense()
+    if x.is_conj():
+        x = x.resolve_conj()
     if x.device.type == "cpu":
-        return x.clone()
+        return x.numpy().copy()
     out = torch.empty(x.shape, dtype=x.dtype, pin_memory=torch.cuda.is_available())
     out.copy_(x, non_blocking=True)
     return out
@@ -72,14 +77,12 @@ def stage(name: str, tensor: Any, plan: TensorPlan) -> Staged | None:
 
 def materialize(staged: list[Staged]) -> list[tuple[Staged, np.ndarray | None, dict[ReductionKey, float]]]:
     """Wait once for pending device copies, then return NumPy values and reductions."""
-    if torch.cuda.is_available() and any(
-        (s.raw is not None and s.raw.is_pinned()) or (s.reductions is not None and s.reductions.is_pinned())
-        for s in staged
-    ):
-        torch.cuda.synchronize()
+    if any(isinstance(s.raw, torch.Tensor) or isinstance(s.reductions, torch.Tensor) for s in staged):
+        torch.cuda.synchronize()  # device copies were issued non-blocking: one wait per saved step
     out = []
     for s in staged:
-        value = s.raw.numpy() if s.raw is not None else None
+        raw = s.raw
+        value = raw.numpy() if isinstance(raw, torch.Tensor) else raw
         reds: dict[ReductionKey, float] = {}
         if s.reductions is not None:
             reds = dict(zip(s.plan.reductions, s.reductions.tolist(), strict=True))

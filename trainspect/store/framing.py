@@ -1,7 +1,8 @@
 """Record framing shared by every trainspect file: a 12-byte header, then the payload.
 
-Header (little-endian): magic ``b"TS"`` (2 bytes), format version (u8), record kind (u8), payload length (u32),
-``zlib.crc32`` of the payload (u32). A reader detects a truncated last record (too few bytes) and a corrupt
+Header (little-endian): magic ``b"TS"`` (2 bytes), framing version (u8), record kind (u8), payload length (u32),
+checksum of the payload (u32): CRC-32C (Castagnoli, hardware-accelerated through the ``crc32c`` package) in version 2,
+``zlib.crc32`` in version 1 (still read). A reader detects a truncated last record (too few bytes) and a corrupt
 one (bad magic or checksum) record by record; it skips them and reports them, it never returns them.
 """
 
@@ -10,14 +11,22 @@ from __future__ import annotations
 import logging
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+import crc32c  # type: ignore[import-not-found]
 
 __all__ = ["HEADER", "HEADER_SIZE", "MAGIC", "frame", "FrameScan", "scan_frames", "read_frame_at", "CorruptRecord"]
 
 MAGIC = b"TS"
 HEADER = struct.Struct("<2sBBII")
 HEADER_SIZE = HEADER.size
-_VERSION = 1
+_VERSION = 2
+_CHECKSUMS: dict[int, Callable[[Any], int]] = {
+    1: lambda data: zlib.crc32(data) & 0xFFFFFFFF,
+    2: lambda data: int(crc32c.crc32c(data)),
+}
 _MAX_LEN = 1 << 40
 log = logging.getLogger(__name__)
 
@@ -28,7 +37,7 @@ class CorruptRecord(Exception):
 
 def frame(kind: int, payload: bytes | memoryview) -> bytes:
     """Return the header for ``payload`` (write the header, then the payload)."""
-    return HEADER.pack(MAGIC, _VERSION, kind, len(payload), zlib.crc32(payload) & 0xFFFFFFFF)
+    return HEADER.pack(MAGIC, _VERSION, kind, len(payload), _CHECKSUMS[_VERSION](payload))
 
 
 @dataclass
@@ -56,7 +65,7 @@ def scan_frames(buf: bytes | memoryview, base_offset: int = 0) -> FrameScan:
     pos, corrupt, n = 0, 0, len(buf)
     while pos + HEADER_SIZE <= n:
         magic, version, kind, length, crc = HEADER.unpack_from(buf, pos)
-        if magic != MAGIC or version != _VERSION or length > _MAX_LEN:
+        if magic != MAGIC or version not in _CHECKSUMS or length > _MAX_LEN:
             corrupt += 1
             nxt = _next_magic(buf, pos + 1)
             if nxt < 0:
@@ -67,7 +76,7 @@ def scan_frames(buf: bytes | memoryview, base_offset: int = 0) -> FrameScan:
         if end > n:
             return FrameScan(out, base_offset + pos, corrupt, True)
         payload = bytes(buf[pos + HEADER_SIZE : end])
-        if zlib.crc32(payload) & 0xFFFFFFFF != crc:
+        if _CHECKSUMS[version](payload) != crc:
             corrupt += 1
         else:
             out.append((base_offset + pos, kind, payload))
@@ -75,19 +84,23 @@ def scan_frames(buf: bytes | memoryview, base_offset: int = 0) -> FrameScan:
     return FrameScan(out, base_offset + pos, corrupt, pos < n)
 
 
-def read_frame_at(fd: int, offset: int, length: int) -> memoryview:
-    """Read and check the record whose header starts at ``offset`` with a payload of ``length`` bytes.
+def read_frame_at(buf: Any, offset: int, length: int) -> memoryview:
+    """Check and return (without copying) the payload of the record whose header starts at ``offset``.
+
+    Args:
+        buf: the file's bytes, typically an ``mmap`` of it.
+        offset: where the record's header starts.
+        length: the payload length the index recorded.
 
     Raises:
         CorruptRecord: the bytes there are missing, truncated or fail the checksum.
     """
-    import os
-
-    raw = os.pread(fd, HEADER_SIZE + length, offset)
-    if len(raw) < HEADER_SIZE + length:
+    end = offset + HEADER_SIZE + length
+    if offset < 0 or end > len(buf):
         raise CorruptRecord(f"record at byte {offset} is truncated")
-    magic, version, _kind, rec_len, crc = HEADER.unpack_from(raw, 0)
-    payload = memoryview(raw)[HEADER_SIZE:]  # no copy of the payload
-    if magic != MAGIC or rec_len != length or zlib.crc32(payload) & 0xFFFFFFFF != crc:
+    magic, version, _kind, rec_len, crc = HEADER.unpack_from(buf, offset)
+    payload = memoryview(buf)[offset + HEADER_SIZE : end]
+    check = _CHECKSUMS.get(version)
+    if magic != MAGIC or rec_len != length or check is None or check(payload) != crc:
         raise CorruptRecord(f"record at byte {offset} fails its checksum")
     return payload

@@ -22,6 +22,12 @@ class Entry:
     shape: tuple[int, ...] | None
     reductions: dict[str, Any] | None
     codec: int = 0  # 0: trainspect raw record, 1: smdebug TFRecord event
+    inline: Any = None  # a one-element value stored in the index entry itself
+
+    @property
+    def has_value(self) -> bool:
+        """Whether the raw value was saved (in the data file or inline)."""
+        return self.file is not None or self.inline is not None
 
 
 @dataclass(slots=True)

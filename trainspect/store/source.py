@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import mmap
 import os
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import numpy as np
 
 from trainspect.collections import Collection
 from trainspect.modes import ModeKeys
-from trainspect.store.framing import read_frame_at, scan_frames
+from trainspect.store.framing import HEADER_SIZE, read_frame_at, scan_frames
 from trainspect.store.index import Entry, TrialIndex
 from trainspect.store.layout import RunLayout
 from trainspect.store.run_writer import COLLECTIONS_FILE
@@ -30,7 +31,7 @@ class TrainspectSource:
     def __init__(self, root: Path) -> None:
         self.layout = RunLayout(root)
         self._offsets: dict[Path, int] = {}
-        self._fds: dict[str, int] = {}
+        self._maps: dict[str, Any] = {}
         self.corrupt_records = 0
         self._warned: set[str] = set()
 
@@ -96,7 +97,11 @@ class TrainspectSource:
             if red:
                 red = {k: _NONFINITE.get(v, v) if isinstance(v, str) else v for k, v in red.items()}
             shape = tuple(e["s"]) if "s" in e else None
-            if "o" in e:
+            if "v" in e:
+                value = e["v"]
+                value = _NONFINITE.get(value, value) if isinstance(value, str) else value
+                entry = Entry(None, 0, 0, e["d"], shape, red, inline=value)
+            elif "o" in e:
                 entry = Entry(data_file, int(e["o"]), int(e["l"]), e["d"], shape, red)
             else:
                 entry = Entry(None, 0, 0, None, shape, red)
@@ -108,13 +113,26 @@ class TrainspectSource:
         Raises:
             CorruptRecord: the record is truncated or fails its checksum.
         """
-        assert entry.file is not None and entry.dtype is not None and entry.shape is not None
-        fd = self._fds.get(entry.file)
-        if fd is None:
-            fd = os.open(entry.file, os.O_RDONLY)
-            self._fds[entry.file] = fd
-        payload = read_frame_at(fd, entry.offset, entry.length)
+        assert entry.dtype is not None and entry.shape is not None
+        if entry.inline is not None:
+            return np.array(entry.inline, dtype=np.dtype(entry.dtype)).reshape(entry.shape)
+        assert entry.file is not None
+        payload = read_frame_at(self._mapped(entry.file, entry.offset + HEADER_SIZE + entry.length), entry.offset,
+                                entry.length)  # fmt: skip
         return np.frombuffer(payload, dtype=np.dtype(entry.dtype)).reshape(entry.shape)
+
+    def _mapped(self, path: str, needed: int) -> Any:
+        """The file mapped read-only, remapped when the job has appended past the old mapping."""
+        current = self._maps.get(path)
+        if current is not None and len(current) >= needed:
+            return current
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size == 0:
+                return b""
+            mapped = mmap.mmap(fh.fileno(), size, access=mmap.ACCESS_READ)
+        self._maps[path] = mapped  # an older mapping stays alive while arrays still view it
+        return mapped
 
     def collections(self) -> dict[str, Collection]:
         """Return the collections the workers recorded (merged across workers)."""
@@ -145,10 +163,8 @@ class TrainspectSource:
         return sorted(names)
 
     def close(self) -> None:
-        """Close the file descriptors kept open for reading."""
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        """Drop the file mappings (arrays already returned keep theirs alive)."""
+        self._maps.clear()
 
     def _warn(self, key: str, message: str) -> None:
         if key not in self._warned:

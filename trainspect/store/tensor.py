@@ -73,7 +73,7 @@ class Tensor:
         return per_worker[worker]
 
     def _read(self, entry: Entry, step: int, mode: ModeKeys | str) -> np.ndarray:
-        if entry.file is None:
+        if not entry.has_value:
             raise TensorUnavailableForStep(self.name, step, parse_mode(mode), has_reductions=bool(entry.reductions))
         try:
             return self._source.read(entry)
@@ -154,7 +154,7 @@ class Tensor:
 
     def has_reductions_only(self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL) -> bool:
         """Return whether only reductions (no raw value) were saved at a step."""
-        return self._entry(step, mode, None).file is None
+        return not self._entry(step, mode, None).has_value
 
     def __repr__(self) -> str:
         return f"Tensor({self.name!r})"

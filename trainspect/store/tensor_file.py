@@ -36,6 +36,11 @@ def _float(v: float) -> float | str:
     return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
 
 
+def _scalar(arr: np.ndarray) -> float | int | bool | str:
+    value = arr.reshape(-1)[0].item()
+    return _float(value) if isinstance(value, float) else value
+
+
 class TensorFileWriter:
     """Appends steps to ``data-NNNNNN.bin`` and ``index-NNNNNN.idx`` in one worker's tensor folder."""
 
@@ -76,7 +81,10 @@ class TensorFileWriter:
 
     def _write_tensor(self, t: TensorRecord) -> dict[str, Any]:
         entry: dict[str, Any] = {"n": t.name}
-        if t.value is not None:
+        if t.value is not None and t.value.size == 1 and t.value.dtype.kind in "fiub":
+            arr = np.asarray(t.value)  # losses and other scalars live in the index entry: no data record
+            entry.update(v=_scalar(arr), d=arr.dtype.str, s=list(arr.shape))
+        elif t.value is not None:
             arr = np.asarray(t.value)
             if not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr)  # note: this would turn a 0-d array into 1-d; 0-d is contiguous
