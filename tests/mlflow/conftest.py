@@ -2,52 +2,23 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import time
-import urllib.request
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from mlflow_helpers import free_port
+from mlflow_helpers import free_port, start_server, stop_server
 
 
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _migrated_db: Path) -> Iterator[str]:
     """The URI of a tracking server started for the session (stopped after)."""
-    import shutil
-
     tmp = tmp_path_factory.mktemp("mlflow-server")
     shutil.copy(_migrated_db, tmp / "db.sqlite")
     port = free_port()
-    exe = Path(sys.executable).parent / "mlflow"
-    log = (tmp / "server.log").open("w")
-    proc = subprocess.Popen(
-        [str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp}/db.sqlite", "--default-artifact-root",
-         str(tmp / "art"), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    uri = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 180
-    while True:
-        try:
-            with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
-                if r.status == 200:
-                    break
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise RuntimeError(f"mlflow server did not start: {(tmp / 'server.log').read_text()[-2000:]}")
-        time.sleep(0.5)
-    yield uri
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-    log.close()
+    proc = start_server(tmp / "db.sqlite", tmp / "art", port, tmp / "server.log")
+    yield f"http://127.0.0.1:{port}"
+    stop_server(proc)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 
@@ -38,3 +41,35 @@ def train(out: Path, mlflow_run: object = None, epochs: int = 2, rules: bool = T
                 loss_fn(model(x), y).backward()
                 opt.step()
                 time.sleep(0.03)  # a few system samples (100 ms) per epoch
+
+
+def start_server(db: Path, artifacts: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
+    """Start ``mlflow server`` (sqlite, 127.0.0.1) and wait until /health answers."""
+    exe = Path(sys.executable).parent / "mlflow"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [str(exe), "server", "--backend-store-uri", f"sqlite:///{db}", "--default-artifact-root", str(artifacts),
+             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 180
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError(f"mlflow server did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.5)
+
+
+def stop_server(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a server started by :func:`start_server`."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()

@@ -41,3 +41,38 @@ def test_unreachable_server_then_mlflow_sync(tmp_path: Path, local_store: str,
     ]
     assert json.loads((out / "mlflow" / "run.json").read_text())["complete"] is True
     assert main(["mlflow-sync", str(tmp_path / "nope"), "--run-id", run_id]) == 2
+
+
+def test_server_going_away_mid_run(tmp_path: Path, _migrated_db: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import shutil
+    import threading
+
+    from mlflow_helpers import start_server, stop_server
+
+    shutil.copy(_migrated_db, tmp_path / "db.sqlite")
+    port = free_port()
+    uri = f"http://127.0.0.1:{port}"
+    server = start_server(tmp_path / "db.sqlite", tmp_path / "art", port, tmp_path / "server.log")
+    client = MlflowClient(tracking_uri=uri)
+    run_id = client.create_run("0").info.run_id
+    out = tmp_path / "run"
+    killer = threading.Timer(1.0, stop_server, args=(server,))
+    killer.start()  # the server goes away while the job trains (about 2 s per epoch)
+    try:
+        with caplog.at_level(logging.WARNING):
+            train(out, mlflow_run={"run": run_id, "tracking_uri": uri, "interval_s": 0.2}, epochs=2)
+    finally:
+        killer.join()
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING and "mlflow" in r.getMessage().lower()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    assert json.loads((out / "mlflow" / "run.json").read_text())["complete"] is False
+    assert (out / "training_job_end.ts").exists()  # training finished; the run directory has everything
+
+    server = start_server(tmp_path / "db.sqlite", tmp_path / "art", port, tmp_path / "server.log")
+    try:
+        assert main(["mlflow-sync", str(out), "--run-id", run_id, "--tracking-uri", uri]) == 0
+        loss = client.get_metric_history(run_id, "train/CrossEntropyLoss_output_0")
+        assert sorted({m.step for m in loss}) == list(range(32))
+        assert client.get_run(run_id).data.tags["trainspect.rule.VanishingGradient"]
+    finally:
+        stop_server(server)
