@@ -65,6 +65,25 @@ def verdict_tags(verdicts: list[Verdict]) -> dict[str, str]:
     return {f"trainspect.rule.{v.rule}": str(v.status) for v in verdicts}
 
 
+def _per_worker_steps(ctx: Any) -> dict[str, float]:
+    """``trainspect/<worker>/step_p50_s`` and ``step_p95_s`` when the job has several workers."""
+    import numpy as np
+
+    framework = getattr(getattr(ctx, "profiler", None), "framework", None) or {}
+    out: dict[str, float] = {}
+    if len(framework) < 2:
+        return out
+    for worker, tab in sorted(framework.items()):
+        steps = tab.steps
+        if not len(steps.get("start", ())):
+            continue
+        d = np.asarray(steps["end"], dtype=np.float64) - np.asarray(steps["start"], dtype=np.float64)
+        p50, p95 = np.percentile(d, [50, 95])
+        out[f"trainspect/{worker}/step_p50_s"] = float(p50)
+        out[f"trainspect/{worker}/step_p95_s"] = float(p95)
+    return out
+
+
 def _chief_run(run_dir: Path, wait_s: float) -> tuple[str, str | None] | None:
     """Return ``(run id, tracking uri)`` the chief recorded, waiting up to ``wait_s`` seconds."""
     from trainspect.mlflow_plugin.logger import sync_file
@@ -165,7 +184,7 @@ class MlflowSession:
         )
         if self.price_per_hour is not None:
             ctx.price_per_hour = self.price_per_hour
-        metrics = summarize(ctx).to_metrics()
+        metrics = {**summarize(ctx).to_metrics(), **_per_worker_steps(ctx)}
         tmp = Path(tempfile.mkdtemp(prefix="trainspect-mlflow-"))
         verdicts_file = tmp / "verdicts.json"
         verdicts_file.write_text(json.dumps({"schema_version": 1, "verdicts": [v.to_dict() for v in ctx.verdicts]},
