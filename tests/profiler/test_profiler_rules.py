@@ -114,6 +114,16 @@ def test_gpu_memory_increase() -> None:
     assert GPUMemoryIncrease().evaluate(data([system(100, **gpus(1, 90.0))])).status is Status.NO_DATA
 
 
+def test_load_balancing_across_nodes() -> None:
+    busy = system(MIN15, node="a", **gpus(1, 90.0))
+    idle = system(MIN15, node="b", **gpus(1, 10.0))
+    v = LoadBalancing().evaluate(data([busy, idle]))
+    assert v.status is Status.ISSUES_FOUND
+    assert v.details["across_nodes"]["a:gpu0 vs b:gpu0"] > 0.5
+    twin = system(MIN15, node="b", **gpus(1, 90.0))
+    assert LoadBalancing().evaluate(data([busy, twin])).status is Status.NO_ISSUES_FOUND
+
+
 def test_load_balancing_pairwise() -> None:
     cols = {**gpus(2, 90.0), "gpu1_utilization_percent": 10.0}
     v = LoadBalancing().evaluate(data([system(MIN15, **cols)]))

@@ -34,7 +34,8 @@ class LoadBalancing(ProfilerRule):
     """Flag GPUs of a node whose utilisation distributions differ.
 
     For each pair of GPUs on a node (the first with more than ``patience`` samples), the Jensen-Shannon
-    distance between their utilisation histograms above ``threshold`` is a violation, at each scan window.
+    distance between their utilisation histograms above ``threshold`` is a violation, at each scan window. In a
+    multi-node job, GPUs of different nodes are also compared, over the whole run.
     smdebug's code compared only the last GPU with itself (never triggering); this is the intended rule.
 
     Example:
@@ -83,6 +84,12 @@ class LoadBalancing(ProfilerRule):
             series.append(
                 Series(f"{node} largest GPU distance", tuple(ends), tuple(maxima), "s", marks, self.threshold)
             )
+        cross = self._across_nodes(data) if len(data.system) > 1 else {}
+        if cross:
+            details["across_nodes"] = {k: round(d, 4) for k, d in cross.items()}
+            pairs_seen += len(cross)
+            worst = max([worst] + [(d, k) for k, d in cross.items()])
+            triggers += [float(data.end_time() or 0.0)] * sum(d > self.threshold for d in cross.values())
         if most <= self.patience:
             return self.no_data(
                 f"too little data: {most} GPU samples; the rule needs more than patience={self.patience}", most
@@ -92,6 +99,20 @@ class LoadBalancing(ProfilerRule):
         msg = f"largest Jensen-Shannon distance {worst[0]:.3f} ({worst[1]}), threshold {self.threshold:g}"
         status = Status.ISSUES_FOUND if triggers else Status.NO_ISSUES_FOUND
         return self.verdict(status, msg, most, triggers, details, series)
+
+    def _across_nodes(self, data: ProfilerData) -> dict[str, float]:
+        """Distances between GPUs of different nodes over the whole run (multi-node jobs)."""
+        hists: dict[tuple[str, int], np.ndarray] = {}
+        for node, arr in data.system.items():
+            for g in arr.gpus:
+                col = arr.column(f"gpu{g}_utilization_percent")
+                if col is not None:
+                    hists[(node, g)] = np.histogram(col[np.isfinite(col)], EDGES)[0].astype(float)
+        out = {}
+        for a, b in itertools.combinations(sorted(hists), 2):
+            if a[0] != b[0] and hists[a].sum() > self.patience and hists[b].sum() > 0:
+                out[f"{a[0]}:gpu{a[1]} vs {b[0]}:gpu{b[1]}"] = js_distance(hists[a], hists[b])
+        return out
 
     def _pairs(self, hists: dict[int, np.ndarray]) -> dict[tuple[str, str], float]:
         """Distances of the GPU pairs whose first GPU has more than ``patience`` samples."""
