@@ -134,3 +134,19 @@ def test_units_dataframes_and_analyses_on_a_written_run(tmp_path: Path) -> None:
     assert hm["values"][1] == [50.0] * 4 and hm["values"][0][0] == pytest.approx(2.0)  # mean of 0..4
     assert all(v is None or 0 <= v <= 100 for row_ in hm["values"] for v in row_)
     assert StepOutlier().evaluate(data).status is Status.NO_DATA  # 5 steps: too few
+
+
+def test_rules_and_report_commands_on_a_sagemaker_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from trainspect.cli import main
+
+    root = _sagemaker(tmp_path, bad_line=False)
+    (root / "training_job_end.ts").write_text("1\n")  # a downloaded, finished job
+    code = main(["rules", str(root), "--rule", "CPUBottleneck", "--rule", "OverallSystemUsage", "--json"])
+    assert code in (0, 1)
+    verdicts = {v["rule"]: v for v in json.loads(capsys.readouterr().out)}
+    assert verdicts["OverallSystemUsage"]["status"] == "NoIssuesFound"
+    assert verdicts["CPUBottleneck"]["status"] in ("NoIssuesFound", "IssuesFound", "NoData")
+    report = tmp_path / "report.html"
+    assert main(["report", str(root), "-o", str(report)]) == 0
+    html = report.read_text()
+    assert "algo-1" in html and "CPU" in html
