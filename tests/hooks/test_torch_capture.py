@@ -294,3 +294,29 @@ def test_include_regex_captures_module_outputs_by_name(out_dir):
     trial = ts.create_trial(out_dir)
     assert trial.tensor_names(collection="default") == ["1_output_0"]
     np.testing.assert_array_equal(trial.tensor("1_output_0").value(2), seen[2])
+
+
+def test_gradient_and_module_hooks_exist_only_on_saving_steps_and_flush_makes_the_run_readable(out_dir):
+    tiny = Tiny()
+    hook = _hook(out_dir, save_config=ts.SaveConfig(save_interval=3),
+                 include_collections=["gradients", "outputs", "losses"])  # fmt: skip
+    tiny.register(hook)
+    hooked: list[tuple[bool, bool]] = []
+
+    def between() -> None:  # after backward, before optimizer.step(): inside the step
+        grads = any(p._post_accumulate_grad_hooks for p in tiny.model.parameters())
+        modules = any(m._forward_hooks for m in list(tiny.model.modules())[1:])
+        hooked.append((grads, modules))
+
+    tiny.train(7, between=between)
+    assert hooked == [(s % 3 == 0, s % 3 == 0) for s in range(7)]  # nothing slows the steps that save nothing
+    assert not any(p._post_accumulate_grad_hooks for p in tiny.model.parameters())  # removed when the step ended
+    assert hook.flush()
+    trial = ts.create_trial(out_dir)  # readable before close
+    name = f"gradient/{tname('0.weight')}"
+    assert trial.tensor(name).steps() == [0, 3, 6]
+    for step in (0, 3, 6):
+        np.testing.assert_array_equal(trial.tensor(name).value(step), tiny.log[step].grads["0.weight"])
+    assert trial.tensor("0_output_0").steps() == [0, 3, 6]
+    assert trial.tensor(LOSS).steps() == list(range(7))
+    hook.close()

@@ -200,6 +200,10 @@ class Collector(Guarded):
             if all_workers_ended(self.layout, self.identity.world_size):
                 mark_job_end(self.layout)
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until every step handed to the writer is on disk; return whether that happened in ``timeout``."""
+        return self._writer is None or self._writer.wait_idle(timeout)
+
     # --- steps ---------------------------------------------------------------------------------------------
     def set_mode(self, mode: ModeKeys | str) -> None:
         """Switch mode; the open step ends."""
@@ -211,7 +215,8 @@ class Collector(Guarded):
     @guarded(False)
     def begin_step(self) -> bool:
         """Open the next step; return whether anything is saved at it."""
-        self.end_step()
+        if self._record is not None:
+            self.end_step()
         if not self._started:
             self.start()
         self.global_step += 1
@@ -242,10 +247,12 @@ class Collector(Guarded):
             return None
         record = StepRecord(mode, mode_step, gs, wall, self.worker, tensors)
         if self._writer is not None and tensors:
-            hist = frozenset(
-                n for n, t in tensors.items() if n in self._histograms and t.value is not None and t.value.size > 1
-            )
-            self._writer.submit(record, hist if self._tensorboard else frozenset())
+            hist = _NO_HISTOGRAMS
+            if self._histograms and self._tensorboard:
+                hist = frozenset(
+                    n for n, t in tensors.items() if n in self._histograms and t.value is not None and t.value.size > 1
+                )
+            self._writer.submit(record, hist)
             if not self._known_names.issuperset(tensors):
                 self._known_names.update(tensors)
                 for t in tensors.values():
@@ -275,7 +282,7 @@ class Collector(Guarded):
         self._record[name] = TensorRecord(name, value, reductions or {}, plan.collections, shape)
         if plan.histogram:
             self._histograms.add(name)
-        else:
+        elif self._histograms:
             self._histograms.discard(name)
 
     def _collections_doc(self) -> dict[str, Any]:
@@ -287,3 +294,4 @@ class Collector(Guarded):
 
 
 _EMPTY = TensorPlan(False, (), False, frozenset())
+_NO_HISTOGRAMS: frozenset[str] = frozenset()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
@@ -90,6 +91,17 @@ class HookAPI(Guarded):
     def start(self) -> None:
         """Start writing (idempotent)."""
         raise NotImplementedError
+
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Block until everything recorded so far is on disk (and, when logging to MLflow, sent).
+
+        Returns whether that happened within ``timeout`` seconds. Training never needs this; it is for reading a
+        run while it is being written, from the same process.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ok = self.collector.flush(timeout)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return self._extras.flush(left) and ok
 
     def __enter__(self: H) -> H:
         self.start()

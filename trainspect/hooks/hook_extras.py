@@ -35,7 +35,8 @@ def _resolve_rules(rules: Any) -> list[Any]:
 
 
 _MLFLOW_KEYS = {"run": "run", "runid": "run", "trackinguri": "tracking_uri", "intervals": "interval_s",
-                "priceperhour": "price_per_hour", "logrundir": "log_run_dir", "enabled": "enabled"}  # fmt: skip
+                "logeverynsteps": "log_every_n_steps", "priceperhour": "price_per_hour", "logrundir": "log_run_dir",
+                "enabled": "enabled"}  # fmt: skip
 
 
 class HookExtras:
@@ -61,6 +62,10 @@ class HookExtras:
         self._spans: dict[str, float] = {}
         self._started = False
         self._stopped = False
+        self.quiet = True  # no part is running: the per-step callbacks below have nothing to do
+
+    def _update_quiet(self) -> None:
+        self.quiet = all(p is None for p in (self._live, self._framework, self._window, self._mlflow))
 
     def start(self, collector: Collector) -> None:
         """Start the parts (idempotent)."""
@@ -73,6 +78,7 @@ class HookExtras:
             self._part("the profiler", self._start_profiler, collector)
         if self._mlflow_wanted():
             self._part("MLflow logging", self._start_mlflow, collector)
+        self._update_quiet()
 
     @staticmethod
     def _part(what: str, fn: Any, collector: Collector) -> None:
@@ -110,6 +116,8 @@ class HookExtras:
         for key in ("price_per_hour", "interval_s"):
             if key in opts:
                 opts[key] = float(opts[key])
+        if "log_every_n_steps" in opts:
+            opts["log_every_n_steps"] = int(opts["log_every_n_steps"])
         if "log_run_dir" in opts:
             opts["log_run_dir"] = str(opts["log_run_dir"]).strip().lower() in ("1", "true", "yes", "on")
         run = opts.pop("run", None)
@@ -153,6 +161,7 @@ class HookExtras:
     def set_window(self, window: Any) -> None:
         """Attach a framework-specific detailed-profiling window (``on_step_start/on_step_end/close``)."""
         self._window = window
+        self._update_quiet()
 
     # --- steps and spans -----------------------------------------------------------------------------------
     def check_stop(self, collector: Collector) -> None:
@@ -213,6 +222,10 @@ class HookExtras:
         """``optimizer.step()`` ended."""
         self._span_end("optimizer")
 
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send what the MLflow logger has queued now; return whether it arrived."""
+        return self._mlflow is None or self._mlflow.flush(timeout)
+
     # --- closing -------------------------------------------------------------------------------------------
     def before_close(self, collector: Collector) -> None:
         """Called before the collector closes (the last step is already ended)."""
@@ -238,6 +251,7 @@ class HookExtras:
             session, self._mlflow = self._mlflow, None
             ctx, path = report if report is not None else (None, None)
             self._closing_part("MLflow logging", lambda c: session.close(report=path, context=ctx), collector)
+        self._update_quiet()
 
     @staticmethod
     def _job_complete(collector: Collector, timeout: float = 30.0) -> bool:

@@ -153,18 +153,17 @@ class SavePlanner:
     def begin_step(self, mode: ModeKeys, mode_step: int) -> bool:
         """Decide which included collections save at this step; return whether any does."""
         self._include_user_collections()
-        self._module_plans.clear()  # collections may have gained modules since the last step
-        active = set()
-        for name in self.included:
-            coll = self.manager.get(name)
-            cfg = coll.save_config or self.save_config
-            if cfg.should_save_step(mode, mode_step):
-                active.add(name)
+        if self._module_plans:
+            self._module_plans.clear()  # collections may have gained modules since the last step
+        get, default = self.manager.get, self.save_config
+        active = {
+            name for name in self.included if (get(name).save_config or default).modes[mode].should_save(mode_step)
+        }
         if active != self._active:
             self._active = active
             self._plans.clear()
             self.generation += 1
-        self._takes_modules = any(self._takes_module_tensors(self.manager.get(c)) for c in active)
+            self._takes_modules = any(self._takes_module_tensors(get(c)) for c in active)
         return bool(active)
 
     @staticmethod

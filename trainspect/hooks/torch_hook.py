@@ -19,6 +19,8 @@ from trainspect.modes import ModeKeys, parse_mode
 
 __all__ = ["Hook"]
 
+_TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # modes whose steps end at optimizer.step()
+
 
 def _outputs(value: Any) -> list[Any]:
     if isinstance(value, torch.Tensor):
@@ -82,10 +84,12 @@ class Hook(HookAPI):
         self._handles: list[Any] = []
         self._top: set[int] = set()
         self._params: list[tuple[str, nn.Parameter]] = []
+        self._submodules: list[tuple[str, nn.Module]] = []
+        self._step_handles: list[Any] = []
         self._staged: list[Staged] = []
         self._grads: dict[str, Staged] = {}
         self._depth = 0
-        self._loss_depth = 0
+        self._loss_names: set[str] = set()
         self._optimizer_seen = False
         self._optimizer_stepped = False
         self._saving = False
@@ -113,7 +117,8 @@ class Hook(HookAPI):
             )
         if not self._globals_installed:
             self._globals_installed = True
-            self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_pre))
+            if recorder is not None:  # the pre-step hook only times the backward pass and the optimizer
+                self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_pre))
             self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_post))
 
     def _close_steps(self) -> list[Any]:
@@ -143,25 +148,38 @@ class Hook(HookAPI):
         self._top.add(id(module))
         prefix = type(module).__name__
         for pname, param in module.named_parameters():
-            name = f"{prefix}_{pname}"
-            self._params.append((name, param))
-            if param.requires_grad:
-                self._handles.append(param.register_post_accumulate_grad_hook(self._grad_hook(f"gradient/{name}")))
+            self._params.append((f"{prefix}_{pname}", param))
         for path, sub in module.named_modules():
-            self._register_io(path or prefix, sub)
+            object.__setattr__(sub, "_trainspect_name", path or prefix)
+            self._submodules.append((path or prefix, sub))
 
     register_hook = register_module
 
-    def _register_io(self, path: str, module: nn.Module) -> None:
-        object.__setattr__(module, "_trainspect_name", path)
-        self._handles.append(module.register_forward_hook(self._io_hook(path)))
+    def _attach_step_hooks(self) -> None:
+        """Hook gradients and module inputs/outputs for this step only.
+
+        A module or tensor with a hook takes PyTorch's slower call path, so steps that save none of them run
+        without these hooks.
+        """
+        if self._grads_active:
+            for name, param in self._params:
+                if param.requires_grad:
+                    hook = self._grad_hook(f"gradient/{name}")
+                    self._step_handles.append(param.register_post_accumulate_grad_hook(hook))
+        if self._io_active:
+            for path, sub in self._submodules:
+                self._step_handles.append(sub.register_forward_hook(self._io_hook(path)))
+
+    def _detach_step_hooks(self) -> None:
+        handles, self._step_handles = self._step_handles, []
+        for handle in handles:
+            handle.remove()
 
     @guarded()
     def register_loss(self, loss_module: nn.Module) -> None:
         """Record a loss module's output every step (collection ``losses``)."""
         self.start()
         name = f"{type(loss_module).__name__}_output_0"
-        self._handles.append(loss_module.register_forward_pre_hook(self._on_loss_pre))
         self._handles.append(loss_module.register_forward_hook(self._loss_hook(name)))
 
     # --- user API ------------------------------------------------------------------------------------------
@@ -204,17 +222,22 @@ class Hook(HookAPI):
 
     # --- step boundaries -----------------------------------------------------------------------------------
     def _begin_step(self) -> None:
-        self._end_step()
-        self._extras.check_stop(self.collector)
-        self._saving = self.collector.begin_step()
+        collector, extras = self.collector, self._extras
+        if self._step_handles or collector.step_open:
+            self._end_step()
+        if not extras.quiet:
+            extras.check_stop(collector)
+        self._saving = collector.begin_step()
         self._optimizer_stepped = False
-        self._extras.on_step_start(self.collector)
+        if not extras.quiet:
+            extras.on_step_start(collector)
         self._grads_active = self._io_active = False
         if self._saving:
             for name, param in self._params_to_save():
                 self._stage(name, param)
             self._grads_active = self._grads_now
             self._io_active = self.collector.planner.takes_modules
+            self._attach_step_hooks()
 
     def _params_to_save(self) -> list[tuple[str, nn.Parameter]]:
         planner = self.collector.planner
@@ -230,13 +253,21 @@ class Hook(HookAPI):
         return plan.raw or bool(plan.reductions)
 
     def _end_step(self) -> None:
+        if self._step_handles:
+            self._detach_step_hooks()
         if not self.collector.step_open:
             return
-        staged = self._staged + list(self._grads.values())
-        self._staged, self._grads = [], {}
+        staged = self._staged
+        if self._grads:
+            staged += self._grads.values()
+            self._grads = {}
+        self._staged = []
+        collector = self.collector
         for s, value, reds in materialize(staged):
-            self.collector.add(s.name, s.plan, value, reds, s.shape)
-        self._extras.on_step_end(self.collector, self.collector.end_step())
+            collector.add(s.name, s.plan, value, reds, s.shape)
+        record = collector.end_step()
+        if not self._extras.quiet:
+            self._extras.on_step_end(collector, record)
 
     def _stage(self, name: str, tensor: Any, extra: Iterable[str] = ()) -> None:
         plan = self.collector.plan(name, extra)
@@ -251,20 +282,26 @@ class Hook(HookAPI):
         self._depth += 1
         if self._depth > 1:
             return
+        collector = self.collector
         if not self._mode_explicit:
             inferred = ModeKeys.TRAIN if module.training else ModeKeys.EVAL
-            if inferred is not self.collector.mode:
+            if inferred is not collector.mode:
                 self._end_step()
-                self.collector.set_mode(inferred)
-        train = self.collector.mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL)
-        if not self.collector.step_open or not train or not self._optimizer_seen or self._optimizer_stepped:
+                collector.set_mode(inferred)
+        if (
+            not collector.step_open
+            or collector.mode not in _TRAINING
+            or not self._optimizer_seen
+            or self._optimizer_stepped
+        ):
             self._begin_step()
-        self._extras.on_forward_start()
+        if not self._extras.quiet:
+            self._extras.on_forward_start()
 
     @guarded()
     def _on_top_forward(self, module: nn.Module, args: Any, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
-        if self._depth == 0:
+        if self._depth == 0 and not self._extras.quiet:
             self._extras.on_forward_end()
 
     def _io_hook(self, path: str) -> Any:
@@ -276,11 +313,7 @@ class Hook(HookAPI):
             for i, t in enumerate(_outputs(output)):
                 self._stage(f"{path}_output_{i}", t, outs)
 
-        def cheap(module: nn.Module, args: Any, output: Any) -> None:  # the common case costs one attribute test
-            if self._io_active:
-                hook(self, module, args, output)
-
-        return cheap
+        return lambda module, args, output: hook(self, module, args, output)
 
     def _grad_hook(self, name: str) -> Any:
         @guarded()
@@ -292,23 +325,10 @@ class Hook(HookAPI):
                     if staged is not None:
                         self._grads[name] = staged
 
-        def cheap(param: torch.Tensor) -> None:
-            if self._grads_active:
-                hook(self, param)
-
-        return cheap
-
-    @guarded()
-    def _on_loss_pre(self, module: nn.Module, args: Any) -> None:
-        self._loss_depth += 1
+        return lambda param: hook(self, param)
 
     def _loss_hook(self, name: str) -> Any:
-        @guarded()
-        def hook(hook_self: Hook, module: nn.Module, args: Any, output: Any) -> None:
-            self._loss_depth = max(0, self._loss_depth - 1)
-            self.record_loss(name, output)
-
-        return lambda module, args, output: hook(self, module, args, output)
+        return lambda module, args, output: self.record_loss(name, output)
 
     @guarded()
     def record_loss(self, name: str, value: Any) -> None:
@@ -317,7 +337,9 @@ class Hook(HookAPI):
             return
         if not self.collector.step_open:
             self._begin_step()
-        self.collector.collections.get("losses").add_tensor_name(name)
+        if name not in self._loss_names:
+            self._loss_names.add(name)
+            self.collector.collections.get("losses").add_tensor_name(name)
         self._stage(name, value, ("losses",))
 
     @guarded()
@@ -327,7 +349,9 @@ class Hook(HookAPI):
 
     @guarded()
     def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._extras.on_optimizer_end()
+        self._optimizer_seen = True
+        if not self._extras.quiet:
+            self._extras.on_optimizer_end()
         if not self.collector.step_open:
             return
         if self._saving and self._optimizer_now:
@@ -337,5 +361,5 @@ class Hook(HookAPI):
                     if isinstance(group.get(key), (int, float)) and self._wanted(name):
                         self._stage(name, torch.tensor(float(group[key]), dtype=torch.float64))
         self._optimizer_stepped = True
-        if self.collector.mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL):
+        if self.collector.mode in _TRAINING:
             self._end_step()

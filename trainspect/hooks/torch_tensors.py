@@ -38,6 +38,12 @@ _OPS: dict[str, Any] = {
 }
 
 
+_NUMPY_DTYPES = frozenset({
+    torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
+    torch.bool, torch.complex64, torch.complex128,
+})  # fmt: skip
+
+
 def _reduce(t: torch.Tensor, name: str, absolute: bool) -> torch.Tensor:
     x = t.detach()
     if not x.is_floating_point():
@@ -50,6 +56,8 @@ def _reduce(t: torch.Tensor, name: str, absolute: bool) -> torch.Tensor:
 def _host_copy(t: torch.Tensor) -> np.ndarray | torch.Tensor:
     """A host copy: a NumPy array for CPU tensors, a pinned tensor being filled asynchronously for device ones."""
     x = t.detach()
+    if x.is_cpu and x.dtype in _NUMPY_DTYPES and x.layout == torch.strided and not x.is_conj():
+        return x.numpy().copy()  # the common case (losses, CPU weights) in as few calls as possible
     if x.dtype == torch.bfloat16:
         x = x.float()
     if x.layout != torch.strided:
@@ -77,14 +85,16 @@ def stage(name: str, tensor: Any, plan: TensorPlan) -> Staged | None:
 
 def materialize(staged: list[Staged]) -> list[tuple[Staged, np.ndarray | None, dict[ReductionKey, float]]]:
     """Wait once for pending device copies, then return NumPy values and reductions."""
-    if any(isinstance(s.raw, torch.Tensor) or isinstance(s.reductions, torch.Tensor) for s in staged):
-        torch.cuda.synchronize()  # device copies were issued non-blocking: one wait per saved step
     out = []
+    synced = False
     for s in staged:
-        raw = s.raw
+        raw, reductions = s.raw, s.reductions
+        if not synced and (isinstance(raw, torch.Tensor) or isinstance(reductions, torch.Tensor)):
+            torch.cuda.synchronize()  # device copies were issued non-blocking: one wait per saved step
+            synced = True
         value = raw.numpy() if isinstance(raw, torch.Tensor) else raw
         reds: dict[ReductionKey, float] = {}
-        if s.reductions is not None:
-            reds = dict(zip(s.plan.reductions, s.reductions.tolist(), strict=True))
+        if reductions is not None:
+            reds = dict(zip(s.plan.reductions, reductions.tolist(), strict=True))
         out.append((s, value, reds))
     return out

@@ -79,7 +79,8 @@ class BackgroundWriter:
                 return False
             self._pending += nbytes
             self._items.append((item, nbytes))
-            self._idle.clear()
+            if self._idle.is_set():
+                self._idle.clear()
             wake = self._pending >= self._wake_bytes
         if wake:
             self._wake.set()

@@ -60,6 +60,22 @@ def _masked_crc(data: bytes) -> bytes:
     return struct.pack("<I", (((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 
 
+def _varint(n: int) -> bytes:
+    """Protobuf's base-128 varint of an int64 (negative numbers as their 64-bit two's complement)."""
+    if 0 <= n < 0x80:
+        return _SMALL_VARINTS[n]
+    n &= 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+_SMALL_VARINTS = [bytes((i,)) for i in range(0x80)]
+
+
 def tb_tag(name: str, mode: ModeKeys) -> str:
     """Return the TensorBoard tag of a tensor: its name, prefixed by the mode outside training."""
     if mode in (ModeKeys.TRAIN, ModeKeys.GLOBAL):
@@ -80,6 +96,7 @@ class TensorBoardWriter:
         folder.mkdir(parents=True, exist_ok=True)
         name = f"events.out.tfevents.{time.time():010.0f}.{socket.gethostname()}.{os.getpid()}.0{filename_suffix}"
         self._file = open(folder / name, "ab")  # noqa: SIM115 - owned until close()
+        self._scalar_tags: dict[str, bytes] = {}
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2").SerializeToString())
         self._file.flush()
 
@@ -94,10 +111,19 @@ class TensorBoardWriter:
         self._write(event_pb2.Event(summary=summary, step=step, wall_time=wall_time).SerializeToString())
 
     def scalar(self, tag: str, value: float, step: int, wall_time: float) -> None:
-        """Add one scalar point."""
-        from tensorboard.compat.proto import summary_pb2
-
-        self._emit(summary_pb2.Summary.Value(tag=tag, simple_value=float(value)), step, wall_time)
+        """Add one scalar point (encoded by hand: an ``Event`` with one ``simple_value``, as protobuf would)."""
+        value_head = self._scalar_tags.get(tag)
+        if value_head is None:
+            tag_bytes = tag.encode()
+            value_head = self._scalar_tags[tag] = b"\x0a" + _varint(len(tag_bytes)) + tag_bytes + b"\x15"
+        value_msg = value_head + struct.pack("<f", value)
+        summary = b"\x0a" + _varint(len(value_msg)) + value_msg
+        event = b"".join((
+            b"\x09", struct.pack("<d", wall_time),
+            b"\x10" + _varint(step) if step else b"",
+            b"\x2a", _varint(len(summary)), summary,
+        ))  # fmt: skip
+        self._write(event)
 
     def histogram(self, tag: str, values: np.ndarray, step: int, wall_time: float) -> None:
         """Add one histogram of the finite values (no point when there are none)."""

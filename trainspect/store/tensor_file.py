@@ -23,6 +23,7 @@ KIND_INDEX = 2
 DATA_PREFIX = "data-"
 INDEX_PREFIX = "index-"
 _ROTATE_BYTES = 4 << 30
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps builds an encoder per call when given options
 
 
 def reduction_key(name: str, absolute: bool) -> str:
@@ -77,7 +78,7 @@ class TensorFileWriter:
             "f": self._data_name,
             "e": entries,
         }
-        self._pending_index.append(json.dumps(doc, separators=(",", ":")).encode())
+        self._pending_index.append(_ENCODE(doc).encode())
 
     def _write_tensor(self, t: TensorRecord) -> dict[str, Any]:
         entry: dict[str, Any] = {"n": t.name}
