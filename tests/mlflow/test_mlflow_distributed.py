@@ -33,4 +33,4 @@ def test_two_ranks_share_one_mlflow_run(mlflow_server: str, tmp_path: Path) -> N
     assert any(k.startswith("system/cpu_utilization_percentage") for k in metrics)
     assert {"trainspect/worker_0/step_p50_s", "trainspect/worker_1/step_p95_s"} <= set(metrics)  # per worker
     history = client.get_metric_history(run_id, "worker_1/train/CrossEntropyLoss_output_0")
-    assert sorted({m.step for m in history}) == list(range(30))
+    assert sorted({m.step for m in history}) == [0, 10, 20, 29]  # every 10th step, and the last

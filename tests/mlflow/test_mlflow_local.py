@@ -19,6 +19,15 @@ from trainspect.modes import ModeKeys
 from trainspect.step import StepRecord, TensorRecord
 
 
+def ts_losses(run_dir: Path) -> tuple[list[int], list[float]]:
+    """The loss of every step, as the run directory recorded it."""
+    import trainspect as ts
+
+    tensor = ts.create_trial(str(run_dir)).tensor("CrossEntropyLoss_output_0")
+    steps = tensor.steps()
+    return steps, [float(tensor.value(s)) for s in steps]
+
+
 def _artifacts(client: MlflowClient, run_id: str) -> list[str]:
     return sorted(a.path for a in client.list_artifacts(run_id, "trainspect"))
 
@@ -39,7 +48,9 @@ def test_hook_logs_into_the_active_run(local_store: str, tmp_path: Path) -> None
         assert key in data.metrics, key
     assert data.metrics["trainspect/steps"] == 32
     loss = client.get_metric_history(run.info.run_id, "train/CrossEntropyLoss_output_0")
-    assert sorted(m.step for m in loss) == list(range(32))
+    assert sorted(m.step for m in loss) == [0, 10, 20, 30, 31]  # every 10th step by default, and the last
+    recorded = {s: float(v) for s, v in zip(*ts_losses(tmp_path / "run"), strict=True)}
+    assert all(m.value == pytest.approx(recorded[m.step], rel=1e-6) for m in loss)
     assert _artifacts(client, run.info.run_id) == ["trainspect/report.html", "trainspect/verdicts.json"]
     local = client.download_artifacts(run.info.run_id, "trainspect/verdicts.json", str(tmp_path))
     rules = {v["rule"] for v in json.loads(Path(local).read_text())["verdicts"]}
@@ -94,7 +105,7 @@ def test_autolog_beside_mlflow_autolog(local_store: str, tmp_path: Path) -> None
         # mlflow.end_run (leaving the with-block) closed trainspect first: everything is in the run
         data = MlflowClient().get_run(run.info.run_id).data
         assert sorted(m.step for m in MlflowClient().get_metric_history(run.info.run_id,
-                                                                         "train/CrossEntropyLoss_output_0")) == list(range(5))  # fmt: skip
+                                                                         "train/CrossEntropyLoss_output_0")) == [0, 4]  # fmt: skip
         assert data.tags["trainspect.captures"] == "tensors"
         assert "trainspect/steps" not in data.metrics or data.metrics["trainspect/steps"] >= 0
     finally:
@@ -176,3 +187,18 @@ def test_json_config_mlflow_key_reaches_the_hook(tmp_path: Path, monkeypatch: py
     assert not HookExtras(mlflow_run={"Enabled": False})._mlflow_wanted()
     monkeypatch.setenv("TRAINSPECT_MLFLOW", "0")
     assert not HookExtras(mlflow_run="a" * 32)._mlflow_wanted()
+
+
+def test_sink_sends_mlflow_credentials_on_its_keep_alive_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "user")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "secret")
+    sink = MlflowSink("r" * 32, "http://127.0.0.1:9")
+    session = sink._direct_session()
+    assert session is not None and session.headers["Authorization"] == "Basic dXNlcjpzZWNyZXQ="
+    assert session.headers["User-Agent"].startswith("mlflow") and session.verify  # a CA bundle or True
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME")
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD")
+    monkeypatch.setenv("MLFLOW_TRACKING_TOKEN", "tok")
+    assert MlflowSink("r" * 32, "http://127.0.0.1:9")._direct_session().headers["Authorization"] == "Bearer tok"
+    monkeypatch.setenv("MLFLOW_TRACKING_AWS_SIGV4", "true")  # needs MLflow's own request path
+    assert MlflowSink("r" * 32, "http://127.0.0.1:9")._direct_session() is None

@@ -27,7 +27,8 @@ def server_run(mlflow_server: str, tmp_path: Path) -> tuple[str, str, Path]:
     exp = client.create_experiment(f"e-{tmp_path.name}")
     run = client.create_run(exp)
     out = tmp_path / "run"
-    train(out, mlflow_run={"run": run.info.run_id, "tracking_uri": mlflow_server, "price_per_hour": 3.825})
+    train(out, mlflow_run={"run": run.info.run_id, "tracking_uri": mlflow_server, "price_per_hour": 3.825,
+                           "log_every_n_steps": 1})  # fmt: skip
     return mlflow_server, run.info.run_id, out
 
 

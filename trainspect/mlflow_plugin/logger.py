@@ -26,9 +26,13 @@ from trainspect.mlflow_plugin.system_tail import SystemTail
 from trainspect.step import StepRecord
 from trainspect.store.manifest import write_json_atomic
 
-__all__ = ["MlflowLogger", "sync_file"]
+__all__ = ["MlflowLogger", "sync_file", "DEFAULT_INTERVAL_S", "DEFAULT_EVERY_N_STEPS"]
 
 log = logging.getLogger(__name__)
+
+
+DEFAULT_INTERVAL_S = 5.0
+DEFAULT_EVERY_N_STEPS = 10
 
 
 def sync_file(run_dir: str | os.PathLike[str]) -> Path:
@@ -43,6 +47,10 @@ class MlflowLogger:
         run_dir: the run directory to tail.
         sink: where to send (an :class:`~trainspect.mlflow_plugin.sink.MlflowSink`).
         interval_s: seconds between batches (one request per interval for all nodes).
+        log_every_n_steps: log the step metrics of every n-th step of each mode (and the last step of each mode at
+            close); the run directory keeps every step. Each metric row costs the tracking server about as much as
+            a step of a small model costs the trainer, so logging every step of a fast loop would load the
+            machine (and the server) more than the training: 1 logs every step.
         max_buffer: the most metrics kept while the server is unreachable.
         max_queue: the most step records waiting for the thread (more are dropped).
         owns_run: end the MLflow run at :meth:`close` (it was created for this job).
@@ -55,7 +63,8 @@ class MlflowLogger:
         self,
         run_dir: str | os.PathLike[str],
         sink: MlflowSink,
-        interval_s: float = 1.0,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        log_every_n_steps: int = DEFAULT_EVERY_N_STEPS,
         max_buffer: int = 100_000,
         max_queue: int = 10_000,
         owns_run: bool = False,
@@ -66,6 +75,8 @@ class MlflowLogger:
         self.run_dir = Path(run_dir)
         self.sink = sink
         self.interval_s = float(interval_s)
+        self.log_every_n_steps = max(1, int(log_every_n_steps))
+        self._unlogged_last: dict[Any, StepRecord] = {}  # per mode, the newest record not logged yet
         self.owns_run = owns_run
         self.tail_system = tail_system
         self.key_prefix = key_prefix
@@ -80,6 +91,7 @@ class MlflowLogger:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._tick_lock = threading.Lock()  # the thread's ticks and flush()/close() from the training thread
         self._retry_at = 0.0
         self._failures = 0
         self.dropped = 0
@@ -122,20 +134,29 @@ class MlflowLogger:
 
     def tick(self, force: bool = False) -> bool:
         """Collect new system samples and queued records, then send what is pending; return whether all was sent."""
-        self._collect()
-        return self._flush(force)
+        with self._tick_lock:
+            self._collect()
+            return self._flush(force)
 
     def _collect(self) -> None:
         new: list[Metric] = self._system()
+        every = self.log_every_n_steps
         while self._records:
             rec = self._records.popleft()
-            ts = int(rec.wall_time * 1000) if rec.wall_time else int(time.time() * 1000)
-            prefix = self.key_prefix
-            new.extend(Metric(prefix + k, v, ts, int(rec.mode_step)) for k, v in step_metrics(rec).items())
+            if rec.mode_step % every:
+                self._unlogged_last[rec.mode] = rec
+                continue
+            self._unlogged_last.pop(rec.mode, None)
+            new.extend(self._step_metrics(rec))
         overflow = len(self._pending) + len(new) - (self._pending.maxlen or 0)
         if overflow > 0:
             self.dropped += overflow
         self._pending.extend(new)
+
+    def _step_metrics(self, rec: StepRecord) -> list[Metric]:
+        ts = int(rec.wall_time * 1000) if rec.wall_time else int(time.time() * 1000)
+        prefix = self.key_prefix
+        return [Metric(prefix + k, v, ts, int(rec.mode_step)) for k, v in step_metrics(rec).items()]
 
     def _system(self) -> list[Metric]:
         out: list[Metric] = []
@@ -204,11 +225,16 @@ class MlflowLogger:
             self._thread = None
         if tags:
             self.set_tags(tags)
-        self._collect()
-        if final_metrics:
-            now = int(time.time() * 1000)
-            self._pending.extend(Metric(k, float(v), now, 0) for k, v in final_metrics.items() if math.isfinite(v))
-        ok = self._flush(force=True) and self.sink.reachable()
+        with self._tick_lock:
+            self._collect()
+            last, self._unlogged_last = list(self._unlogged_last.values()), {}
+            for rec in last:  # the last step of each mode, so the curves end where training ended
+                self._pending.extend(self._step_metrics(rec))
+            if final_metrics:
+                now = int(time.time() * 1000)
+                self._pending.extend(Metric(k, float(v), now, 0) for k, v in final_metrics.items() if math.isfinite(v))
+            ok = self._flush(force=True)
+        ok = ok and self.sink.reachable()
         if ok:
             ok = self._upload(artifacts or [], run_dir_artifacts)
         if ok and self.owns_run:

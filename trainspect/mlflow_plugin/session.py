@@ -19,7 +19,7 @@ from typing import Any
 
 from trainspect import env
 from trainspect.mlflow_plugin.context import context_tags
-from trainspect.mlflow_plugin.logger import MlflowLogger
+from trainspect.mlflow_plugin.logger import DEFAULT_EVERY_N_STEPS, DEFAULT_INTERVAL_S, MlflowLogger
 from trainspect.mlflow_plugin.sink import MlflowSink, run_id_of
 from trainspect.rules.verdict import Verdict
 from trainspect.step import StepRecord
@@ -108,7 +108,8 @@ class MlflowSession:
         tracking_uri: the tracking URI (default: MLflow's current one).
         owns_run: whether the run was created for this job (it is ended at close).
         captures: what the hook captures, for the ``trainspect.captures`` tag.
-        interval_s: seconds between batches.
+        interval_s: seconds between batches (default 5).
+        log_every_n_steps: log the step metrics of every n-th step of each mode, and the last (default 10).
         price_per_hour: instance price, for the ``trainspect/cost`` metric.
         log_run_dir: also upload the run directory as artifacts at close.
         worker: set for the non-chief workers of a distributed job: they log their step metrics under
@@ -116,14 +117,16 @@ class MlflowSession:
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], run_id: str, tracking_uri: str | None = None,
-                 owns_run: bool = False, captures: tuple[str, ...] = ("tensors",), interval_s: float = 1.0,
+                 owns_run: bool = False, captures: tuple[str, ...] = ("tensors",),
+                 interval_s: float = DEFAULT_INTERVAL_S, log_every_n_steps: int = DEFAULT_EVERY_N_STEPS,
                  price_per_hour: float | None = None, log_run_dir: bool = False,
                  worker: str | None = None) -> None:  # fmt: skip
         self.run_dir = Path(run_dir)
         self.sink = MlflowSink(run_id, tracking_uri)
         self.worker = worker
         self.logger = MlflowLogger(
-            run_dir, self.sink, interval_s=interval_s, owns_run=owns_run and worker is None,
+            run_dir, self.sink, interval_s=interval_s, log_every_n_steps=log_every_n_steps,
+            owns_run=owns_run and worker is None,
             tail_system=worker is None, key_prefix=f"{worker}/" if worker else "", record_sync=worker is None,
         )  # fmt: skip
         self.captures = captures
@@ -166,6 +169,10 @@ class MlflowSession:
     def submit(self, record: StepRecord) -> None:
         """Queue a step record (training thread)."""
         self.logger.submit(record)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Send the queued metrics now (``timeout`` is bounded by the sink's own request timeout)."""
+        return self.logger.tick(force=True)
 
     def close(self, report: Path | None = None, context: Any = None) -> bool:
         """Send the rest, verdicts, summary and report; return whether everything arrived.

@@ -2,12 +2,18 @@
 
 Against a tracking server the batches go straight to ``/api/2.0/mlflow/runs/log-batch`` with no retries and a short
 timeout, so an unreachable server costs the background thread seconds, not MLflow's minutes of back-off; the caller
-keeps the batch and retries later. Local stores (``sqlite:``, ``file:``) go through ``MlflowClient``.
+keeps the batch and retries later. The requests reuse one keep-alive connection with MLflow's request headers and
+credentials (basic or bearer, TLS options) resolved once: MLflow's ``http_request`` resolves its header providers on
+every call, which costs the logging thread milliseconds of GIL per request. Credentials that need MLflow's own
+machinery (AWS SigV4, auth plugins, the Databricks SDK) go through ``http_request``. Local stores (``sqlite:``,
+``file:``) go through ``MlflowClient``.
 Every batch respects ``log_batch``'s limits (1000 metrics, 100 tags, 1000 entities per request).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,6 +59,8 @@ class MlflowSink:
         self.tracking_uri = tracking_uri or mlflow.get_tracking_uri()
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self._rest = self.tracking_uri.startswith(("http://", "https://"))
+        self._session: Any = None
+        self._direct: bool | None = None  # decided at the first request
 
     def log(self, metrics: Sequence[Metric] = (), tags: Mapping[str, str] | None = None) -> None:
         """Send metrics and tags in as many requests as the limits need; raises on the first failure."""
@@ -76,11 +84,65 @@ class MlflowSink:
             "tags": [{"key": t.key, "value": t.value} for t in tags],
         }
         endpoint = "/api/2.0/mlflow/runs/log-batch"
-        resp = http_request(self._creds(), endpoint, "POST", max_retries=0, timeout=_TIMEOUT_S, json=body)
+        session = self._direct_session()
+        if session is None:
+            resp = http_request(self._creds(), endpoint, "POST", max_retries=0, timeout=_TIMEOUT_S, json=body)
+        else:
+            resp = self._post(session, endpoint, body)
         verify_rest_response(resp, endpoint)
 
     def _creds(self) -> Any:
         return self.client._tracking_client.store.get_host_creds()
+
+    def _direct_session(self) -> Any:
+        """A ``requests.Session`` with MLflow's headers and credentials, or None when MLflow's path is needed."""
+        if self._direct is False:
+            return None
+        if self._session is not None:
+            return self._session
+        import requests
+        from mlflow.tracking.request_header.registry import resolve_request_headers
+
+        creds = self._creds()
+        if (
+            creds.aws_sigv4
+            or creds.auth
+            or creds.use_databricks_sdk
+            or getattr(creds, "client_secret", None)
+            or _request_workspace()
+        ):
+            self._direct = False
+            return None
+        session = requests.Session()
+        session.headers.update(resolve_request_headers())
+        if creds.username and creds.password:
+            pair = f"{creds.username}:{creds.password}".encode()
+            session.headers["Authorization"] = "Basic " + base64.standard_b64encode(pair).decode()
+        elif creds.token:
+            session.headers["Authorization"] = f"Bearer {creds.token}"
+        session.verify = creds.verify
+        if creds.client_cert_path is not None:
+            session.cert = creds.client_cert_path
+        if getattr(creds, "workspace_id", None):
+            session.headers["x-databricks-org-id"] = creds.workspace_id
+        session.headers["Content-Type"] = "application/json"
+        self._host = creds.host.rstrip("/")
+        # proxies, CA bundle and netrc from the environment, read once instead of on every request
+        settings = session.merge_environment_settings(self._host, {}, None, session.verify, session.cert)
+        session.proxies, session.verify, session.cert = settings["proxies"], settings["verify"], settings["cert"]
+        session.trust_env = False
+        self._direct, self._session = True, session
+        return session
+
+    def _post(self, session: Any, endpoint: str, body: dict[str, Any]) -> Any:
+        from mlflow.exceptions import MlflowException
+
+        data = json.dumps(body, separators=(",", ":"), allow_nan=True)
+        try:
+            return session.post(self._host + endpoint, data=data, timeout=_TIMEOUT_S)
+        except Exception as exc:  # same failure type as MLflow's http_request, so callers handle one kind
+            session.close()  # a broken keep-alive connection is not reused
+            raise MlflowException(f"API request to {self._host}{endpoint} failed with exception {exc}") from exc
 
     def reachable(self) -> bool:
         """Whether the tracking server answers now (always True for local stores)."""
@@ -104,6 +166,15 @@ class MlflowSink:
     def end(self, status: str = "FINISHED") -> None:
         """Mark the run terminated."""
         self.client.set_terminated(self.run_id, status)
+
+
+def _request_workspace() -> str | None:
+    """MLflow's per-request workspace (newer MLflow versions), which only ``http_request`` knows how to send."""
+    try:
+        from mlflow.utils.workspace_context import get_request_workspace
+    except ImportError:
+        return None
+    return get_request_workspace()
 
 
 def metrics_of(values: Mapping[str, float], step: int, timestamp_ms: int | None = None) -> list[Metric]:
