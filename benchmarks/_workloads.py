@@ -82,3 +82,48 @@ def paired_ratio(
                 times[kind] = instrumented(model, opt, loss_fn, batches, steps)
         ratios.append(times["inst"] / times["plain"])
     return statistics.median(ratios), ratios
+
+
+def toggled_ratio(
+    workload: str, hook_factory: Callable[[], Any], rounds: int, block_steps: int
+) -> tuple[float, list[float], float]:
+    """Instrumented/plain step-time ratio of ONE model, the hook attached and detached in turn.
+
+    A 2-core VM drifts by ±10-25 % over seconds and two model instances (or processes) differ by 1-5 % in speed
+    (memory placement), which swamps a 1-3 % overhead. Here one model trains in short blocks, alternately with the
+    hook's PyTorch hooks attached and removed (same weights, same memory, adjacent in time; order alternated), and
+    the median of the per-round ratios is reported. Each instrumented block ends with ``hook.flush()`` (its steps
+    written to disk), so the background writer's work is counted, serialised, in the block that caused it.
+    Returns (median ratio, per-round ratios, plain ms/step).
+    """
+    model, opt, loss_fn, batches = make(workload)
+    train(model, opt, loss_fn, batches, 5)
+    hook = hook_factory()
+
+    def attach() -> None:  # re-registering after _remove_handles (benchmark-only use of the hook's internals)
+        hook._top.clear()
+        hook._globals_installed = False
+        hook.register_module(model)
+        hook.register_loss(loss_fn)
+
+    attach()
+    train(model, opt, loss_fn, batches, 5)
+    hook.flush()
+    hook._remove_handles()
+    ratios, plain = [], []
+    for r in range(rounds):
+        times = {}
+        for kind in ("plain", "hooked") if r % 2 == 0 else ("hooked", "plain"):
+            if kind == "hooked":
+                attach()
+            start = time.perf_counter()
+            train(model, opt, loss_fn, batches, block_steps)
+            if kind == "hooked":
+                hook.flush()
+            times[kind] = time.perf_counter() - start
+            if kind == "hooked":
+                hook._remove_handles()
+        ratios.append(times["hooked"] / times["plain"])
+        plain.append(times["plain"] / block_steps)
+    hook.close()
+    return statistics.median(ratios), ratios, statistics.median(plain) * 1000

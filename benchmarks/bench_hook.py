@@ -2,9 +2,14 @@
 
     .venv/bin/python benchmarks/bench_hook.py [--quick] [--no-smdebug]
 
-Each configuration is paired with a fresh plain run in the same process, order alternated, median of >= 3 pairs,
-single-threaded CPU, synthetic data (16 fixed batches). The smdebug 1.0.34 side runs in its own venv
-(bench-env/smdebug) through benchmarks/_smdebug_side.py.
+Single-threaded CPU, synthetic data (16 fixed batches), the workloads of spec/peers_measured.md.
+
+* Default and weights+gradients+losses every 100 (targets 1.03x / 1.05x): one model, the hook attached and
+  detached in turn, 150 rounds of 20-step blocks, median of the per-round ratios (``_workloads.toggled_ratio``:
+  on this shared VM two model instances differ by 1-5 % in speed, so fresh-model pairs cannot resolve 1-3 %).
+* save_all every step against smdebug 1.0.34 (target: less than half its overhead): whole fresh runs, plain and
+  instrumented in pairs, order alternated, median of >= 3 pairs, on both sides; the smdebug side runs in its own
+  venv (bench-env/smdebug) through benchmarks/_smdebug_side.py.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import trainspect as ts  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 SMD_PY = ROOT / "bench-env" / "smdebug" / "bin" / "python"
 
-CONFIGS = {
+TOGGLED = {
     "default (losses every step)": (dict(), 1.03),
     "weights+gradients+losses every 100": (
         dict(
@@ -36,6 +41,8 @@ CONFIGS = {
         ),
         1.05,
     ),
+}
+CONFIGS = {
     "save_all every step, no TensorBoard": (
         dict(save_all=True, save_config=ts.SaveConfig(save_interval=1), export_tensorboard=False),
         None,
@@ -83,14 +90,30 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a quarter of the steps, 3 pairs")
     parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=150, help="rounds of the attached/detached comparison")
     parser.add_argument("--no-smdebug", action="store_true")
     parser.add_argument("--workloads", default="W1,W2")
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="ts_bench_")
     failed = []
+    rounds = 30 if args.quick else args.rounds
     for workload in args.workloads.split(","):
+        print(f"{workload}: one model, hook attached/detached in turn, {rounds} rounds x 20 steps, median ratio")
+        for label, (kwargs, target) in TOGGLED.items():
+            out = os.path.join(base, f"{workload}-{len(failed)}-{label.split()[0]}")
+
+            def factory(kwargs: dict = kwargs, out: str = out) -> ts.torch.Hook:
+                return ts.torch.Hook(out, **kwargs)
+
+            ratio, ratios, plain_ms = wl.toggled_ratio(workload, factory, rounds, 20)
+            ok = ratio <= target
+            q1, q3 = sorted(ratios)[len(ratios) // 4], sorted(ratios)[3 * len(ratios) // 4]
+            print(f"  {label:40s} {ratio:.3f}x  (plain {plain_ms:.2f} ms/step; rounds' quartiles {q1:.3f}..{q3:.3f})"
+                  f"  target <= {target:.2f}x: {'ok' if ok else 'MISSED'}", flush=True)  # fmt: skip
+            if not ok:
+                failed.append(f"{workload} {label}")
         steps = wl.STEPS[workload] // (4 if args.quick else 1)
-        print(f"{workload}: {steps} steps, median of {args.pairs} pairs")
+        print(f"{workload}: {steps} steps, fresh model per run, median of {args.pairs} pairs")
         for label, (kwargs, target) in CONFIGS.items():
             ratio, ratios = wl.paired_ratio(workload, steps, args.pairs, _instrumented(base, kwargs))
             line = f"  {label:40s} {ratio:.3f}x  (pairs {', '.join(f'{r:.3f}' for r in ratios)})"
