@@ -14,5 +14,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 def _no_disable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRAINSPECT_DISABLE", raising=False)
 
+
 # Fixture generators under tests/data run in their own environments (e.g. the real smdebug), not in the suite.
 collect_ignore = ["data"]

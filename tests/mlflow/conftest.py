@@ -24,10 +24,12 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, _migrated_db: Path) 
 @pytest.fixture(scope="session")
 def _migrated_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An empty, migrated MLflow sqlite database (migrations take seconds; each test copies the file)."""
-    from mlflow.tracking import MlflowClient
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    db = tmp_path_factory.mktemp("db-template") / "mlflow.db"
-    MlflowClient(tracking_uri=f"sqlite:///{db}").search_experiments()
+    folder = tmp_path_factory.mktemp("db-template")
+    db = folder / "mlflow.db"
+    # the Default experiment (id 0) keeps the artifact root given here; MLflow's default is ./mlruns in the cwd
+    SqlAlchemyStore(f"sqlite:///{db}", (folder / "default-artifacts").as_uri()).search_experiments()
     return db
 
 

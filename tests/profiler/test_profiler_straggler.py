@@ -29,7 +29,9 @@ def test_balanced_workers_pass() -> None:
 
 
 def test_threshold_parameter_and_too_little_data() -> None:
-    assert WorkerStraggler(threshold="70").evaluate(data(framework=_workers(0.1, 0.16))).status is Status.NO_ISSUES_FOUND
+    assert (
+        WorkerStraggler(threshold="70").evaluate(data(framework=_workers(0.1, 0.16))).status is Status.NO_ISSUES_FOUND
+    )
     assert WorkerStraggler().evaluate(data(framework=_workers(0.1))).status is Status.NO_DATA
     assert WorkerStraggler().evaluate(data(framework=_workers(0.1, 0.3, n=5))).status is Status.NO_DATA
     assert WorkerStraggler in PROFILER_RULES
