@@ -67,3 +67,46 @@ def test_compare_two_mlflow_runs_by_id(server_run: tuple[str, str, Path], tmp_pa
         mlflow.set_tracking_uri("")
     text = capsys.readouterr().out
     assert run_a in text and run_b in text and "step time p95" in text and "saving" in text
+
+
+def test_sink_retries_once_when_the_server_drops_a_kept_alive_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that closes an idle keep-alive connection just as a batch is sent (uvicorn's 5 s timeout against a
+    5 s interval) answers nothing; the sink sends the batch again on a fresh connection."""
+    import http.server
+    import threading
+
+    from mlflow.entities import Metric
+
+    from trainspect.mlflow_plugin import MlflowSink
+
+    bodies: list[dict[str, Any]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            bodies.append(body)
+            if len(bodies) == 2:  # the second request arrives on the kept-alive connection: drop it unanswered
+                self.close_connection = True
+                return
+            payload = b"{}"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        sink = MlflowSink("r" * 32, f"http://127.0.0.1:{server.server_address[1]}")
+        sink.log([Metric("m", 1.0, 0, 0)])
+        sink.log([Metric("m", 2.0, 1, 1)])  # dropped once, sent again
+    finally:
+        server.shutdown()
+    assert [b["metrics"][0]["value"] for b in bodies] == [1.0, 2.0, 2.0]
+    assert all(b["run_id"] == "r" * 32 for b in bodies)

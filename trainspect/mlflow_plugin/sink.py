@@ -135,14 +135,21 @@ class MlflowSink:
         return session
 
     def _post(self, session: Any, endpoint: str, body: dict[str, Any]) -> Any:
+        import requests
         from mlflow.exceptions import MlflowException
 
         data = json.dumps(body, separators=(",", ":"), allow_nan=True)
+        url = self._host + endpoint
         try:
-            return session.post(self._host + endpoint, data=data, timeout=_TIMEOUT_S)
+            try:
+                return session.post(url, data=data, timeout=_TIMEOUT_S)
+            except requests.exceptions.ConnectionError:
+                # servers close idle keep-alive connections (uvicorn after 5 s): one retry on a fresh connection
+                session.close()
+                return session.post(url, data=data, timeout=_TIMEOUT_S)
         except Exception as exc:  # same failure type as MLflow's http_request, so callers handle one kind
             session.close()  # a broken keep-alive connection is not reused
-            raise MlflowException(f"API request to {self._host}{endpoint} failed with exception {exc}") from exc
+            raise MlflowException(f"API request to {url} failed with exception {exc}") from exc
 
     def reachable(self) -> bool:
         """Whether the tracking server answers now (always True for local stores)."""
