@@ -102,6 +102,9 @@ def toggled_ratio(
 
     def attach() -> None:  # re-registering after _remove_handles (benchmark-only use of the hook's internals)
         hook._top.clear()
+        hook._params.clear()
+        hook._submodules.clear()
+        hook._params_generation = -1
         hook._globals_installed = False
         hook.register_module(model)
         hook.register_loss(loss_fn)
