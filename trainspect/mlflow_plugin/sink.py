@@ -59,8 +59,9 @@ class MlflowSink:
         self.tracking_uri = tracking_uri or mlflow.get_tracking_uri()
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         self._rest = self.tracking_uri.startswith(("http://", "https://"))
-        self._session: Any = None
-        self._direct: bool | None = None  # decided at the first request
+        self._session: Any = None  # built at the first request
+        self._host = ""
+        self._mlflow_path = False  # the credentials need MLflow's own request path
 
     def log(self, metrics: Sequence[Metric] = (), tags: Mapping[str, str] | None = None) -> None:
         """Send metrics and tags in as many requests as the limits need; raises on the first failure."""
@@ -96,9 +97,7 @@ class MlflowSink:
 
     def _direct_session(self) -> Any:
         """A ``requests.Session`` with MLflow's headers and credentials, or None when MLflow's path is needed."""
-        if self._direct is False:
-            return None
-        if self._session is not None:
+        if self._mlflow_path or self._session is not None:
             return self._session
         import requests
         from mlflow.tracking.request_header.registry import resolve_request_headers
@@ -111,7 +110,7 @@ class MlflowSink:
             or getattr(creds, "client_secret", None)
             or _request_workspace()
         ):
-            self._direct = False
+            self._mlflow_path = True
             return None
         session = requests.Session()
         session.headers.update(resolve_request_headers())
@@ -131,7 +130,7 @@ class MlflowSink:
         settings = session.merge_environment_settings(self._host, {}, None, session.verify, session.cert)
         session.proxies, session.verify, session.cert = settings["proxies"], settings["verify"], settings["cert"]
         session.trust_env = False
-        self._direct, self._session = True, session
+        self._session = session
         return session
 
     def _post(self, session: Any, endpoint: str, body: dict[str, Any]) -> Any:
