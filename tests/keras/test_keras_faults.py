@@ -13,6 +13,7 @@ from kerastrain import BATCH, Recorder, data, model
 
 import trainspect as ts
 from trainspect.hooks import keras_model
+from trainspect.modes import ModeKeys
 
 
 def _warnings(caplog):
@@ -180,3 +181,53 @@ def test_jit_compile_captures_gradients_and_says_outputs_are_not(tmp_path, caplo
         rtol=1e-4,
         atol=1e-6,
     )
+
+
+class CondLossStep(keras.Sequential):
+    """A custom train step that computes its loss inside a ``tf.cond`` branch (a nested graph)."""
+
+    def train_step(self, data):
+        x, y = data
+        with tf.GradientTape() as tape:
+            pred = self(x, training=True)
+            loss = tf.cond(
+                tf.constant(True), lambda: self.compute_loss(x=x, y=y, y_pred=pred), lambda: tf.constant(0.0)
+            )
+        self.optimizer.apply(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
+        return {"loss": loss}
+
+
+class _LogKeys(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.keys: set[str] = set()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.keys |= set(logs or {})
+
+
+@pytest.mark.parametrize("variant", ["graph", "eager", "jit_compile", "loss in a nested graph"])
+def test_batch_losses_of_every_kind_of_step_and_logs_left_as_keras_makes_them(tmp_path, variant):
+    if variant == "loss in a nested graph":
+        keras.backend.clear_session()
+        keras.utils.set_random_seed(0)
+        m = CondLossStep([keras.Input((4,)), keras.layers.Dense(3)])
+        m.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    else:
+        m = model(run_eagerly=variant == "eager", jit_compile=variant == "jit_compile")
+    x, y = data()
+    rec, keys = Recorder(x, y), _LogKeys()
+    with ts.keras.Hook(tmp_path / "run", export_tensorboard=False) as hook:
+        hist = m.fit(x, y, batch_size=BATCH, epochs=2, shuffle=False, verbose=0, callbacks=[rec, keys, hook])
+        ev = m.evaluate(x, y, batch_size=16, verbose=0, callbacks=[hook], return_dict=True)
+        # only a loss computed in a nested graph goes through the shadow variable (an eager read per step)
+        assert hook._view.taps._shadowed == (variant == "loss in a nested graph")
+    loss = ts.create_trial(tmp_path / "run").tensor("loss")
+    assert loss.steps(mode=ModeKeys.TRAIN) == list(range(8))
+    got = [float(loss.value(s, mode=ModeKeys.TRAIN)) for s in range(8)]
+    np.testing.assert_allclose(got, rec.train.losses, rtol=1e-5)
+    assert loss.steps(mode=ModeKeys.EVAL) == [0, 1]  # evaluate's batches
+    assert float(np.mean([loss.value(s, mode=ModeKeys.EVAL) for s in (0, 1)])) == pytest.approx(ev["loss"], rel=1e-5)
+    # the step's loss leaves Keras' logs, History and evaluate's result as they are without trainspect
+    assert keys.keys == set(hist.history) == set(ev)
+    assert all(not k.startswith("__trainspect") for k in keys.keys)

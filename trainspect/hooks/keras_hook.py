@@ -105,10 +105,14 @@ class Hook(keras.callbacks.Callback, HookAPI):
         if self._view is None:
             self._attach()
         self._end_step()
-        self.collector.set_mode(mode)
-        self._extras.check_stop(self.collector)
-        self._saving = self.collector.begin_step()
-        self._extras.on_step_start(self.collector)
+        collector, extras = self.collector, self._extras
+        if mode is not collector.mode:
+            collector.set_mode(mode)
+        if not extras.quiet:
+            extras.check_stop(collector)
+        self._saving = collector.begin_step()
+        if not extras.quiet:
+            extras.on_step_start(collector)
         assert self._view is not None
         self._view.begin_step(self._saving, mode)
 
@@ -117,7 +121,9 @@ class Hook(keras.callbacks.Callback, HookAPI):
             return
         if self._view is not None and not self.disabled:
             self._view.end_step(self._saving, metrics)
-        self._extras.on_step_end(self.collector, self.collector.end_step())
+        record = self.collector.end_step()
+        if not self._extras.quiet:
+            self._extras.on_step_end(self.collector, record)
 
     # --- keras callbacks -----------------------------------------------------------------------------------
     @guarded()

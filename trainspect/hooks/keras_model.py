@@ -61,6 +61,7 @@ class ModelView:
         self._step_wall = 0.0
         self._io_tapped = bool(layers)
         self._warned_grads = False
+        self._now: tuple[list[tuple[str, Any]], list[str], bool, bool] = ([], [], False, False)
 
     def _name_variables(self) -> None:
         """Name the trainable variables (a subclassed model has them only after its first step traced)."""
@@ -68,6 +69,7 @@ class ModelView:
         for name, _ in self.params:
             self.collector.collections.get("biases" if name.endswith(".bias") else "weights").add_tensor_name(name)
         self.grad_names = {str(v.path): f"gradient/{name}" for name, v in self.params}
+        self._generation = -1  # the planner generation ``_now`` was decided for: none yet
 
     def _paths(self) -> dict[str, tuple[Any, tuple[str, tuple[str, ...]]]]:
         return {layer_path(self.model, layer): (layer, type_names(layer)) for layer in _layers(self.model)}
@@ -97,14 +99,31 @@ class ModelView:
         if not self.params:
             self._name_variables()
         if saving:
-            for name, var in self.params:
+            params, optimizer, grads, io = self._decisions()
+            for name, var in params:
                 self._add(name, var.value)
             if mode is ModeKeys.TRAIN:
-                self._optimizer_variables()
-                grads = any(self._plan(n) for n in self.grad_names.values())
-            io = any(self.collector.planner.is_active(c) for c in self.io_collections)
+                self._optimizer_variables(optimizer)
+            else:
+                grads = False
         kind = {ModeKeys.EVAL: "test", ModeKeys.PREDICT: "predict"}.get(mode, "train")
         self.taps.set_capture(kind, grads or (io and self._io_tapped))
+
+    def _decisions(self) -> tuple[list[tuple[str, Any]], list[str], bool, bool]:
+        """What the open step saves: (variables, optimizer variables, gradients?, layer tensors?).
+
+        Decided once per set of saving collections (the planner's generation), not at every step.
+        """
+        planner = self.collector.planner
+        if self._generation != planner.generation:
+            self._generation = planner.generation
+            self._now = (
+                [(name, var) for name, var in self.params if self._plan(name)],
+                [key for key in ("learning_rate", "iterations", "momentum") if self._plan(f"optimizer/{key}")],
+                any(self._plan(n) for n in self.grad_names.values()),
+                any(planner.is_active(c) for c in self.io_collections),
+            )
+        return self._now
 
     def end_step(self, saving: bool, metrics: bool) -> None:
         """Read the batch loss, the tapped gradients and layer tensors, and with ``metrics`` the metrics' results.
@@ -112,8 +131,9 @@ class ModelView:
         Called before the next step runs, so the taps still hold this step's values.
         """
         mode = self.collector.mode
-        if self.taps.traced["compute_loss"] and mode is not ModeKeys.PREDICT:
-            self._add(LOSS, self.taps.loss)
+        loss = self.taps.take_loss()
+        if loss is not None and mode is not ModeKeys.PREDICT:
+            self._add(LOSS, loss)
         if metrics:
             self._metrics()
         if saving and self.collector.mode is ModeKeys.TRAIN and self.taps.capturing["train"]:
@@ -157,16 +177,14 @@ class ModelView:
         if ready >= self._step_wall:  # else not stamped in this step
             self.recorder.record_span("dataloader", self._step_wall, ready, self.collector.global_step)
 
-    def _optimizer_variables(self) -> None:
-        opt = getattr(self.model, "optimizer", None)
+    def _optimizer_variables(self, keys: list[str]) -> None:
+        opt = getattr(self.model, "optimizer", None) if keys else None
         if opt is None:
             return
-        for key in ("learning_rate", "iterations", "momentum"):
-            name = f"optimizer/{key}"
-            if self._plan(name):
-                value = getattr(opt, key, None)
-                if value is not None and not isinstance(value, bool):
-                    self._add(name, np.asarray(value, dtype=np.float64))
+        for key in keys:
+            value = getattr(opt, key, None)
+            if value is not None and not isinstance(value, bool):
+                self._add(f"optimizer/{key}", np.asarray(value, dtype=np.float64))
 
     def _plan(self, name: str) -> bool:
         plan = self.collector.plan(name)

@@ -4,7 +4,12 @@ The user changes neither the model nor the optimizer. The taps wrap methods of t
 
 * ``optimizer.apply`` (of the inner optimizer under mixed precision, so gradients are unscaled) copies each gradient
   into a shadow variable on the gradient's device;
-* ``model.compute_loss`` copies the batch loss (with regularization losses) into a scalar shadow variable;
+* ``model.compute_loss`` marks the batch loss (with regularization losses); ``train_step``/``test_step`` return it
+  as one more output, which the compiled function's Python wrapper takes out of the logs before Keras sees them.
+  That costs no extra op, where reading a shadow variable from Python after each step costs an eager op (and
+  ``tf.numpy_function`` a call into Python from the step). Only when the loss is computed in a nested graph (a
+  ``tf.cond`` branch of a custom step) or the step returns something other than a dict does it go through a scalar
+  shadow variable;
 * each selected layer's ``call`` hands its inputs/outputs to Python with ``tf.numpy_function``. XLA cannot run
   Python, so under ``jit_compile=True`` layer inputs/outputs are not tapped;
 * with ``timing``, ``train_step``/``test_step`` stamp ``tf.timestamp()`` into :attr:`Taps.ready` when the batch has
@@ -28,9 +33,12 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from trainspect.hooks.keras_tensors import read
+
 __all__ = ["Taps"]
 
 _MISSING = object()
+_LOSS_KEY = "__trainspect_batch_loss__"
 
 
 def _flat_tensors(value: Any) -> list[Any]:
@@ -52,7 +60,11 @@ class Taps:
         self._io_flag = tf.Variable(False, trainable=False, name="trainspect_io")
         self._capture: bool | None = None  # while tracing: the variant (None: predict, decided by _io_flag)
         self._capturing = {"train": False, "test": False, "predict": False}
-        self.loss = tf.Variable(np.float32("nan"), trainable=False, name="trainspect_loss")
+        self._loss_shadow = tf.Variable(np.float32("nan"), trainable=False, name="trainspect_loss")
+        self._shadowed = False  # whether a traced step writes its loss into _loss_shadow
+        self._traced_loss: Any = None  # while tracing: the loss compute_loss returned
+        self._step_graph: Any = None  # while tracing: the graph of the step
+        self._loss: Any = None  # the last step's loss, taken out of its logs
         self.ready = tf.Variable(np.float64(0), trainable=False, name="trainspect_ready") if timing else None
         self.gradients: dict[str, Any] = {}
         self._want_grads = grads
@@ -87,8 +99,9 @@ class Taps:
             wrapper = functools.wraps(original)(self._step_wrapper(capture, original))
             object.__setattr__(self.model, step, wrapper)
             getattr(self.model, f"make_{kind}_function")(force=True)
-            functions.append(getattr(self.model, f"{kind}_function"))
+            functions.append(self._take_loss_output(getattr(self.model, f"{kind}_function")))
         self._variants[kind] = (functions[1], functions[0])
+        setattr(self.model, f"{kind}_function", functions[1])
 
     def remove(self) -> None:
         """Restore every wrapped method and make Keras rebuild its compiled functions."""
@@ -120,6 +133,13 @@ class Taps:
     def capturing(self) -> dict[str, bool]:
         """Whether the next step of each kind captures gradients and layer tensors."""
         return dict(self._capturing)
+
+    def take_loss(self) -> np.ndarray | None:
+        """Return and forget the batch loss of the step run since the last call (None if it computed none)."""
+        loss, self._loss = self._loss, None
+        if loss is not None:
+            return np.asarray(loss)
+        return read(self._loss_shadow) if self._shadowed else None
 
     def take_io(self) -> list[tuple[str, str, int, np.ndarray]]:
         """Return and forget the layer inputs/outputs tapped since the last call."""
@@ -155,20 +175,46 @@ class Taps:
             loss = original(*args, **kwargs)
             self.traced["compute_loss"] = True
             if isinstance(loss, tf.Tensor):
-                self.loss.assign(tf.cast(loss, tf.float32))
+                if tf.executing_eagerly() or loss.graph is self._step_graph:
+                    self._traced_loss = loss
+                else:  # a nested graph: its tensors cannot be outputs of the step
+                    self._shadowed = True
+                    self._loss_shadow.assign(tf.cast(loss, tf.float32))
             return loss
 
         return compute_loss
 
     def _step_wrapper(self, capture: bool, original: Any) -> Any:
         def step(data: Any) -> Any:
-            self._capture = capture
+            self._capture, self._traced_loss = capture, None
+            self._step_graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
             try:
-                return original(self._stamp(data))
+                logs = original(self._stamp(data))
+                loss = self._traced_loss
             finally:
-                self._capture = None
+                self._capture = self._traced_loss = self._step_graph = None
+            if loss is None:
+                return logs
+            loss = tf.cast(loss, tf.float32)
+            if isinstance(logs, dict) and _LOSS_KEY not in logs:
+                return {**logs, _LOSS_KEY: loss}
+            self._shadowed = True
+            self._loss_shadow.assign(loss)
+            return logs
 
         return step
+
+    def _take_loss_output(self, function: Any) -> Any:
+        """Wrap a compiled ``<kind>_function``: keep the step's loss output, return the logs without it."""
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            logs = function(*args, **kwargs)
+            if isinstance(logs, dict) and _LOSS_KEY in logs:
+                logs = dict(logs)
+                self._loss = logs.pop(_LOSS_KEY)
+            return logs
+
+        return run
 
     def _stamp(self, value: Any) -> Any:
         """Stamp the time once ``value`` is computed; return ``value`` made to wait for the stamp."""

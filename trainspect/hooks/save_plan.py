@@ -149,6 +149,7 @@ class SavePlanner:
             self.included |= custom
             self._membership.clear()
             self._plans.clear()
+            self.generation += 1
 
     def begin_step(self, mode: ModeKeys, mode_step: int) -> bool:
         """Decide which included collections save at this step; return whether any does."""
