@@ -1,13 +1,15 @@
 """Step-time overhead of trainspect's Keras hook, as ratios to plain ``fit`` (issue 7 targets).
 
-    .venv/bin/python benchmarks/bench_keras.py [--quick] [--rounds N]
+    .venv/bin/python benchmarks/bench_keras.py [--quick] [--rounds N] [--phases P]
 
-For each workload and configuration, two identical models A and B are compiled and traced; ``fit`` runs of 50
-steps alternate between a plain one and a hooked one (order swapped every round): A plain and B hooked for half
-the rounds, then B plain and A hooked, which cancels the few percent two model instances can differ by. Reported:
-the geometric mean of the two halves' median wall-time ratios (and the spread of the per-round ratios, wall and
-process CPU); each hooked ``fit`` ends with ``hook.flush()`` and ``hook.close()`` is added to the last round of
-each half. Single-threaded TensorFlow, synthetic data.
+One model per workload and configuration, toggled: ``fit`` runs of ~0.5 s alternate between plain Keras (the
+function Keras traced without trainspect, no callbacks) and the hooked model (the functions traced with the hook's
+taps, the hook as callback), order swapped every round. Two model instances, or two traces of the same step, can
+differ by a few percent in speed here, so comparing one instance with itself removes the first and P phases, each
+with a fresh hook and fresh traces of both sides, average the second: reported is the geometric mean of the phases'
+median wall-time ratios, with the spread of the per-round ratios (wall and process CPU). Each hooked ``fit`` ends
+with ``hook.flush()`` (the background writer's work counts in the block that caused it) and each phase's
+``hook.close()`` is added to its last hooked round. Single-threaded TensorFlow, synthetic data.
 """
 
 from __future__ import annotations
@@ -67,7 +69,8 @@ def cnn() -> keras.Model:
     )
 
 
-WORKLOADS = {"dense": (dense, (784,), 128), "cnn": (cnn, (28, 28, 1), 64)}
+WORKLOADS = {"dense": (dense, (784,), 128, 80), "cnn": (cnn, (28, 28, 1), 64, 25)}
+"""name -> (model, input shape, batch size, steps per ``fit``: ~0.5 s)"""
 
 
 def _model(name: str) -> keras.Model:
@@ -87,62 +90,79 @@ def _timed(fn) -> tuple[float, float]:
     return time.perf_counter() - start, time.process_time() - cpu
 
 
-def _phase(plain: keras.Model, hooked: keras.Model, hook: ts.keras.Hook, data: tuple, rounds: int,
-           steps: int) -> tuple[list[float], list[float], list[float]]:  # fmt: skip
+def _fit(model: keras.Model, data: tuple, callbacks: list) -> None:
     x, y, batch = data
-    sides = {"plain": lambda: plain.fit(x, y, batch_size=batch, verbose=0, shuffle=False),
-             "hooked": lambda: hooked.fit(x, y, batch_size=batch, verbose=0, shuffle=False, callbacks=[hook])}  # fmt: skip
-    for fn in sides.values():
-        fn()  # trace (again, for a model whose taps were just removed)
+    model.fit(x, y, batch_size=batch, verbose=0, shuffle=False, callbacks=callbacks)
+
+
+def _phase(model: keras.Model, kwargs: dict, data: tuple, rounds: int, base: str) -> tuple[list[float], list[float]]:
+    """Trace both sides afresh, then alternate plain and hooked ``fit``s; return the per-round (wall, cpu) ratios."""
+    model.make_train_function(force=True)
+    _fit(model, data, [])
+    plain_fn = model.train_function
+    hook = ts.keras.Hook(tempfile.mkdtemp(dir=base), **kwargs)
+    _fit(model, data, [hook])  # traces the hooked functions
     hook.flush()
-    wall, cpu, plain_s = [], [], []
+
+    def plain() -> None:
+        hooked_fn, model.train_function = model.train_function, plain_fn
+        try:
+            _fit(model, data, [])
+        finally:
+            model.train_function = hooked_fn
+
+    def hooked() -> None:
+        _fit(model, data, [hook])
+        hook.flush()
+
+    wall, cpu = [], []
     for r in range(rounds):
         times = {}
-        for k in ("plain", "hooked") if r % 2 == 0 else ("hooked", "plain"):
-            times[k] = _timed(sides[k] if k == "plain" else lambda: (sides["hooked"](), hook.flush()))
+        for side, fn in (
+            (("plain", plain), ("hooked", hooked)) if r % 2 == 0 else (("hooked", hooked), ("plain", plain))
+        ):
+            times[side] = _timed(fn)
         if r == rounds - 1:
             closing = _timed(hook.close)  # removes the taps; written data flushed
             times["hooked"] = (times["hooked"][0] + closing[0], times["hooked"][1] + closing[1])
         wall.append(times["hooked"][0] / times["plain"][0])
         cpu.append(times["hooked"][1] / times["plain"][1])
-        plain_s.append(times["plain"][0] / steps)
-    return wall, cpu, plain_s
+    return wall, cpu
 
 
 def _compare(
-    name: str, kwargs: dict, steps: int, rounds: int, base: str
+    name: str, kwargs: dict, rounds: int, phases: int, base: str
 ) -> tuple[float, list[float], list[float], float]:
-    """Two models, A and B: A plain and B hooked, then B plain and A hooked (the hook of the first half closed).
-
-    Two model instances can differ by a few percent in speed (memory placement); swapping the roles cancels that:
-    the ratio is the geometric mean of the two halves' medians. Each hooked ``fit`` ends with ``hook.flush()``, so
-    the background writer's work is counted in the block that caused it.
-    """
-    _, shape, batch = WORKLOADS[name]
+    """Return (ratio, per-round wall ratios, per-round cpu ratios, plain seconds per step) for one configuration."""
+    _, shape, batch, steps = WORKLOADS[name]
     rng = np.random.default_rng(0)
     x = rng.normal(size=(steps * batch, *shape)).astype("float32")
     y = rng.integers(0, 10, steps * batch).astype("int32")
-    a, b = _model(name), _model(name)
-    half = max(1, rounds // 2)
-    w1, c1, p1 = _phase(a, b, ts.keras.Hook(tempfile.mkdtemp(dir=base), **kwargs), (x, y, batch), half, steps)
-    w2, c2, p2 = _phase(b, a, ts.keras.Hook(tempfile.mkdtemp(dir=base), **kwargs), (x, y, batch), half, steps)
-    ratio = (statistics.median(w1) * statistics.median(w2)) ** 0.5
-    return ratio, w1 + w2, c1 + c2, statistics.median(p1 + p2)
+    model = _model(name)
+    _fit(model, (x, y, batch), [])
+    plain_s = statistics.median(_timed(lambda: _fit(model, (x, y, batch), []))[0] for _ in range(3)) / steps
+    wall, cpu, medians = [], [], []
+    for _ in range(phases):
+        w, c = _phase(model, kwargs, (x, y, batch), max(1, rounds // phases), base)
+        wall += w
+        cpu += c
+        medians.append(statistics.median(w))
+    return statistics.geometric_mean(medians), wall, cpu, plain_s
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer steps (a smoke test, not a measurement)")
-    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--quick", action="store_true", help="two rounds, one phase (a smoke test, not a measurement)")
+    parser.add_argument("--rounds", type=int, default=48, help="rounds per configuration, over all phases")
+    parser.add_argument("--phases", type=int, default=4, help="fresh hook and traces this many times")
     args = parser.parse_args()
-    steps = 20 if args.quick else 50
-    rounds = 3 if args.quick else max(3, args.rounds)
+    rounds, phases = (2, 1) if args.quick else (max(args.phases, args.rounds), max(1, args.phases))
     base = tempfile.mkdtemp(prefix="bench_keras_")
     failed = False
     try:
         for workload in WORKLOADS:
             for label, (kwargs, target) in CONFIGS.items():
-                ratio, wall, cpu, plain_step = _compare(workload, kwargs, steps, rounds, base)
+                ratio, wall, cpu, plain_step = _compare(workload, kwargs, rounds, phases, base)
                 ok = ratio <= target
                 failed |= not ok
                 print(
