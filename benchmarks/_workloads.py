@@ -90,10 +90,11 @@ def toggled_ratio(
     """Instrumented/plain step-time ratio of ONE model, the hook attached and detached in turn.
 
     A 2-core VM drifts by ±10-25 % over seconds and two model instances (or processes) differ by 1-5 % in speed
-    (memory placement), which swamps a 1-3 % overhead. Here one model trains in short blocks, alternately with the
-    hook's PyTorch hooks attached and removed (same weights, same memory, adjacent in time; order alternated), and
-    the median of the per-round ratios is reported. Each instrumented block ends with ``hook.flush()`` (its steps
-    written to disk), so the background writer's work is counted, serialised, in the block that caused it.
+    (memory placement), which swamps a 1-3 % overhead. Here one model trains in short blocks with the hook's PyTorch
+    hooks attached or removed (same weights, same memory, adjacent in time). A round is four blocks in the order
+    plain, hooked, hooked, plain (or the mirror image, alternating), which cancels a drift that is linear over the
+    round; the median of the per-round ratios is reported. Each instrumented block ends with ``hook.flush()`` (its
+    steps written to disk), so the background writer's work is counted, serialised, in the block that caused it.
     Returns (median ratio, per-round ratios, plain ms/step).
     """
     model, opt, loss_fn, batches = make(workload)
@@ -115,18 +116,18 @@ def toggled_ratio(
     hook._remove_handles()
     ratios, plain = [], []
     for r in range(rounds):
-        times = {}
-        for kind in ("plain", "hooked") if r % 2 == 0 else ("hooked", "plain"):
+        times = {"plain": 0.0, "hooked": 0.0}
+        for kind in ("plain", "hooked", "hooked", "plain") if r % 2 == 0 else ("hooked", "plain", "plain", "hooked"):
             if kind == "hooked":
                 attach()
             start = time.perf_counter()
             train(model, opt, loss_fn, batches, block_steps)
             if kind == "hooked":
                 hook.flush()
-            times[kind] = time.perf_counter() - start
+            times[kind] += time.perf_counter() - start
             if kind == "hooked":
                 hook._remove_handles()
         ratios.append(times["hooked"] / times["plain"])
-        plain.append(times["plain"] / block_steps)
+        plain.append(times["plain"] / (2 * block_steps))
     hook.close()
     return statistics.median(ratios), ratios, statistics.median(plain) * 1000

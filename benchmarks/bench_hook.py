@@ -5,8 +5,9 @@
 Single-threaded CPU, synthetic data (16 fixed batches), the workloads of spec/peers_measured.md.
 
 * Default and weights+gradients+losses every 100 (targets 1.03x / 1.05x): one model, the hook attached and
-  detached in turn, 100 rounds of ~0.6 s blocks, median of the per-round ratios (``_workloads.toggled_ratio``:
-  on this shared VM two model instances differ by 1-5 % in speed, so fresh-model pairs cannot resolve 1-3 %).
+  detached in turn, 60 rounds of four ~0.6 s blocks (plain, hooked, hooked, plain, or the mirror image), median of
+  the per-round ratios (``_workloads.toggled_ratio``: on this shared VM two model instances differ by 1-5 % in
+  speed, so fresh-model pairs cannot resolve 1-3 %).
 * save_all every step against smdebug 1.0.34 (target: less than half its overhead): whole fresh runs, plain and
   instrumented in pairs, order alternated, median of >= 3 pairs, on both sides; the smdebug side runs in its own
   venv (bench-env/smdebug) through benchmarks/_smdebug_side.py.
@@ -93,7 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a quarter of the steps, 3 pairs")
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--rounds", type=int, default=100, help="rounds of the attached/detached comparison")
+    parser.add_argument("--rounds", type=int, default=60, help="rounds of the attached/detached comparison")
     parser.add_argument("--no-smdebug", action="store_true")
     parser.add_argument("--workloads", default="W1,W2")
     args = parser.parse_args()
@@ -102,7 +103,7 @@ def main() -> None:
     rounds = 30 if args.quick else args.rounds
     for workload in args.workloads.split(","):
         block = BLOCK_STEPS[workload]
-        print(f"{workload}: one model, hook attached/detached in turn, {rounds} rounds x {block} steps, median ratio")
+        print(f"{workload}: one model, hook attached/detached in turn, {rounds} rounds x 4 blocks x {block} steps")
         for label, (kwargs, target) in TOGGLED.items():
             out = os.path.join(base, f"{workload}-{len(failed)}-{label.split()[0]}")
 

@@ -22,6 +22,12 @@ class Guarded:
     disabled: bool = False
     failure: BaseException | None = None
 
+    def _internal_error(self, where: str, exc: Exception) -> None:
+        """Handle a failure as ``guarded`` does (for hot paths that inline the guard to save a call per event)."""
+        if env.TRAINSPECT_TESTING.get():
+            raise exc
+        self._fail(where, exc)
+
     def _fail(self, where: str, exc: BaseException) -> None:
         self.disabled = True
         if self.failure is None:
@@ -52,9 +58,7 @@ def guarded(default: Any = None) -> Callable[[F], F]:
             except TrainingStopped:
                 raise
             except Exception as exc:
-                if env.TRAINSPECT_TESTING.get():
-                    raise
-                self._fail(fn.__name__, exc)
+                self._internal_error(fn.__name__, exc)
                 return default
 
         return cast(F, wrapper)

@@ -215,8 +215,12 @@ class Collector(Guarded):
     @guarded(False)
     def begin_step(self) -> bool:
         """Open the next step; return whether anything is saved at it."""
+        return self.next_step()
+
+    def next_step(self) -> bool:
+        """:meth:`begin_step` without the guard, for framework hooks whose callbacks guard themselves."""
         if self._record is not None:
-            self.end_step()
+            self.finish_step()
         if not self._started:
             self.start()
         self.global_step += 1
@@ -239,6 +243,10 @@ class Collector(Guarded):
     @guarded()
     def end_step(self) -> StepRecord | None:
         """Close the open step and hand its record to the writer; return the record (None if nothing)."""
+        return self.finish_step()
+
+    def finish_step(self) -> StepRecord | None:
+        """:meth:`end_step` without the guard, for framework hooks whose callbacks guard themselves."""
         if self._record is None or self._record_step is None:
             return None
         tensors, (mode, mode_step, gs, wall) = self._record, self._record_step

@@ -12,6 +12,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig
+from trainspect.exceptions import TrainingStopped
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.torch_tensors import Staged, materialize, stage
@@ -20,6 +21,7 @@ from trainspect.modes import ModeKeys, parse_mode
 __all__ = ["Hook"]
 
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # modes whose steps end at optimizer.step()
+_LOSSES = ("losses",)
 
 
 def _outputs(value: Any) -> list[Any]:
@@ -227,7 +229,7 @@ class Hook(HookAPI):
             self._end_step()
         if not extras.quiet:
             extras.check_stop(collector)
-        self._saving = collector.begin_step()
+        self._saving = collector.next_step()
         self._optimizer_stepped = False
         if not extras.quiet:
             extras.on_step_start(collector)
@@ -265,7 +267,7 @@ class Hook(HookAPI):
         collector = self.collector
         for s, value, reds in materialize(staged):
             collector.add(s.name, s.plan, value, reds, s.shape)
-        record = collector.end_step()
+        record = collector.finish_step()
         if not self._extras.quiet:
             self._extras.on_step_end(collector, record)
 
@@ -277,32 +279,44 @@ class Hook(HookAPI):
                 self._staged.append(staged)
 
     # --- torch callbacks -----------------------------------------------------------------------------------
-    @guarded()
+    # The four callbacks below run at every step: they inline the guard (``Guarded._internal_error``) instead of
+    # taking ``@guarded``'s extra call, and call the collector's unguarded step methods.
     def _on_top_forward_pre(self, module: nn.Module, args: Any) -> None:
-        self._depth += 1
-        if self._depth > 1:
+        if self.disabled:
             return
-        collector = self.collector
-        if not self._mode_explicit:
-            inferred = ModeKeys.TRAIN if module.training else ModeKeys.EVAL
-            if inferred is not collector.mode:
-                self._end_step()
-                collector.set_mode(inferred)
-        if (
-            not collector.step_open
-            or collector.mode not in _TRAINING
-            or not self._optimizer_seen
-            or self._optimizer_stepped
-        ):
-            self._begin_step()
-        if not self._extras.quiet:
-            self._extras.on_forward_start()
+        try:
+            self._depth += 1
+            if self._depth > 1:
+                return
+            collector = self.collector
+            if not self._mode_explicit:
+                inferred = ModeKeys.TRAIN if module.training else ModeKeys.EVAL
+                if inferred is not collector.mode:
+                    self._end_step()
+                    collector.set_mode(inferred)
+            if (
+                not collector.step_open
+                or collector.mode not in _TRAINING
+                or not self._optimizer_seen
+                or self._optimizer_stepped
+            ):
+                self._begin_step()
+            if not self._extras.quiet:
+                self._extras.on_forward_start()
+        except TrainingStopped:
+            raise
+        except Exception as exc:
+            self._internal_error("_on_top_forward_pre", exc)
 
-    @guarded()
     def _on_top_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        self._depth = max(0, self._depth - 1)
-        if self._depth == 0 and not self._extras.quiet:
-            self._extras.on_forward_end()
+        if self.disabled:
+            return
+        try:
+            self._depth = max(0, self._depth - 1)
+            if self._depth == 0 and not self._extras.quiet:
+                self._extras.on_forward_end()
+        except Exception as exc:
+            self._internal_error("_on_top_forward", exc)
 
     def _io_hook(self, path: str) -> Any:
         @guarded()
@@ -330,36 +344,49 @@ class Hook(HookAPI):
     def _loss_hook(self, name: str) -> Any:
         return lambda module, args, output: self.record_loss(name, output)
 
-    @guarded()
     def record_loss(self, name: str, value: Any) -> None:
         """Record a loss value computed outside a registered loss module (used by zero-script-change)."""
-        if not isinstance(value, torch.Tensor):
+        if self.disabled or not isinstance(value, torch.Tensor):
             return
-        if not self.collector.step_open:
-            self._begin_step()
-        if name not in self._loss_names:
-            self._loss_names.add(name)
-            self.collector.collections.get("losses").add_tensor_name(name)
-        self._stage(name, value, ("losses",))
+        try:
+            if not self.collector.step_open:
+                self._begin_step()
+            if name not in self._loss_names:
+                self._loss_names.add(name)
+                self.collector.collections.get("losses").add_tensor_name(name)
+            self._stage(name, value, _LOSSES)
+        except TrainingStopped:
+            raise
+        except Exception as exc:
+            self._internal_error("record_loss", exc)
 
     @guarded()
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self._optimizer_seen = True
         self._extras.on_optimizer_start()
 
-    @guarded()
     def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._optimizer_seen = True
-        if not self._extras.quiet:
-            self._extras.on_optimizer_end()
-        if not self.collector.step_open:
+        if self.disabled:
             return
-        if self._saving and self._optimizer_now:
-            for i, group in enumerate(optimizer.param_groups):
-                for key in ("lr", "momentum"):
-                    name = f"optimizer/{key}_group_{i}"
-                    if isinstance(group.get(key), (int, float)) and self._wanted(name):
-                        self._stage(name, torch.tensor(float(group[key]), dtype=torch.float64))
-        self._optimizer_stepped = True
-        if self.collector.mode in _TRAINING:
-            self._end_step()
+        try:
+            self._optimizer_seen = True
+            if not self._extras.quiet:
+                self._extras.on_optimizer_end()
+            if not self.collector.step_open:
+                return
+            if self._saving and self._optimizer_now:
+                self._stage_optimizer_variables(optimizer)
+            self._optimizer_stepped = True
+            if self.collector.mode in _TRAINING:
+                self._end_step()
+        except TrainingStopped:
+            raise
+        except Exception as exc:
+            self._internal_error("_on_optimizer_post", exc)
+
+    def _stage_optimizer_variables(self, optimizer: torch.optim.Optimizer) -> None:
+        for i, group in enumerate(optimizer.param_groups):
+            for key in ("lr", "momentum"):
+                name = f"optimizer/{key}_group_{i}"
+                if isinstance(group.get(key), (int, float)) and self._wanted(name):
+                    self._stage(name, torch.tensor(float(group[key]), dtype=torch.float64))
