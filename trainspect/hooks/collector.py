@@ -141,6 +141,8 @@ class Collector(Guarded):
         self.mode_steps: dict[ModeKeys, int] = {}
         self.global_step = -1
         self._record: dict[str, TensorRecord] | None = None
+        self.step_open = False
+        """Whether a step is open (an attribute, not a property: hooks read it several times per step)."""
         self._record_step: tuple[ModeKeys, int, int, float] | None = None
         self._writer: RunWriter | None = None
         self._known_names: set[str] = set()
@@ -228,12 +230,8 @@ class Collector(Guarded):
         self.mode_steps[self.mode] = mode_step
         self._record_step = (self.mode, mode_step, self.global_step, time.time())
         self._record = {}
+        self.step_open = True
         return self.planner.begin_step(self.mode, mode_step) and not self.writer_failed
-
-    @property
-    def step_open(self) -> bool:
-        """Whether a step is open."""
-        return self._record is not None
 
     @property
     def writer_failed(self) -> bool:
@@ -251,6 +249,7 @@ class Collector(Guarded):
             return None
         tensors, (mode, mode_step, gs, wall) = self._record, self._record_step
         self._record = self._record_step = None
+        self.step_open = False
         if not tensors and not self.planner.any_active:
             return None
         record = StepRecord(mode, mode_step, gs, wall, self.worker, tensors)

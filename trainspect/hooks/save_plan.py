@@ -153,7 +153,8 @@ class SavePlanner:
 
     def begin_step(self, mode: ModeKeys, mode_step: int) -> bool:
         """Decide which included collections save at this step; return whether any does."""
-        self._include_user_collections()
+        if len(self.manager) != self._known_count:
+            self._include_user_collections()
         if self._module_plans:
             self._module_plans.clear()  # collections may have gained modules since the last step
         get, default = self.manager.get, self.save_config

@@ -99,7 +99,7 @@ class Hook(HookAPI):
         self._mode_explicit = False
         self._params_generation = -1
         self._params_now: list[tuple[str, nn.Parameter]] = []
-        self._grads_now = self._grads_active = self._io_active = self._optimizer_now = False
+        self._grads_now = self._grads_active = self._io_active = self._io_now = self._optimizer_now = False
         self._timer_recorder: Any = None
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -235,20 +235,22 @@ class Hook(HookAPI):
             extras.on_step_start(collector)
         self._grads_active = self._io_active = False
         if self._saving:
-            for name, param in self._params_to_save():
+            if self._params_generation != collector.planner.generation:
+                self._decide_saving()
+            for name, param in self._params_now:
                 self._stage(name, param)
-            self._grads_active = self._grads_now
-            self._io_active = self.collector.planner.takes_modules
-            self._attach_step_hooks()
+            self._grads_active, self._io_active = self._grads_now, self._io_now
+            if self._grads_active or self._io_active:
+                self._attach_step_hooks()
 
-    def _params_to_save(self) -> list[tuple[str, nn.Parameter]]:
+    def _decide_saving(self) -> None:
+        """What a saving step records (decided again only when the planner's set of saving collections changes)."""
         planner = self.collector.planner
-        if self._params_generation != planner.generation:
-            self._params_generation = planner.generation
-            self._params_now = [(n, p) for n, p in self._params if self._wanted(n)]
-            self._grads_now = any(self._wanted(f"gradient/{n}") for n, _ in self._params)
-            self._optimizer_now = self._wanted("optimizer/lr_group_0") or self._wanted("optimizer/momentum_group_0")
-        return self._params_now
+        self._params_generation = planner.generation
+        self._params_now = [(n, p) for n, p in self._params if self._wanted(n)]
+        self._grads_now = any(self._wanted(f"gradient/{n}") for n, _ in self._params)
+        self._optimizer_now = self._wanted("optimizer/lr_group_0") or self._wanted("optimizer/momentum_group_0")
+        self._io_now = planner.takes_modules
 
     def _wanted(self, name: str) -> bool:
         plan = self.collector.plan(name)
@@ -354,7 +356,10 @@ class Hook(HookAPI):
             if name not in self._loss_names:
                 self._loss_names.add(name)
                 self.collector.collections.get("losses").add_tensor_name(name)
-            self._stage(name, value, _LOSSES)
+            plan = self.collector.planner.plan(name, _LOSSES)
+            staged = stage(name, value, plan) if plan.raw or plan.reductions else None
+            if staged is not None:
+                self._staged.append(staged)
         except TrainingStopped:
             raise
         except Exception as exc:

@@ -63,7 +63,10 @@ class RunWriter:
 
     def submit(self, record: StepRecord, histograms: frozenset[str] = frozenset()) -> bool:
         """Queue one step; ``histograms`` names the tensors that also get a TensorBoard histogram."""
-        nbytes = sum(t.value.nbytes for t in record.tensors.values() if t.value is not None)
+        nbytes = 0
+        for t in record.tensors.values():
+            if t.value is not None:
+                nbytes += t.value.nbytes
         return self._bg.submit(("step", record, histograms), nbytes)
 
     def write_collections(self, collections: dict[str, Any]) -> None:
