@@ -8,7 +8,7 @@ import numpy as np
 
 from trainspect.modes import ModeKeys
 
-__all__ = ["ReductionKey", "TensorRecord", "StepRecord"]
+__all__ = ["ReductionKey", "TensorRecord", "StepRecord", "Scalar", "ScalarStep"]
 
 ReductionKey = tuple[str, bool]
 """A reduction's name (``"mean"``, ``"l2"``, …) and whether it is taken over absolute values."""
@@ -35,3 +35,29 @@ class StepRecord:
     wall_time: float
     worker: str
     tensors: dict[str, TensorRecord] = field(default_factory=dict)
+
+
+Scalar = tuple[str, "float | int | bool | complex", np.dtype, frozenset[str]]
+"""A scalar tensor not yet made a ``TensorRecord``: (name, Python value, NumPy dtype, collections)."""
+
+
+@dataclass(frozen=True)
+class ScalarStep:
+    """A step that saved only scalars, handed to the writer thread as Python values.
+
+    A step that saves only its loss is most steps of a run: building the NumPy values and records on the writer
+    thread keeps that work off the training thread. :meth:`record` makes the ``StepRecord`` the writer writes.
+    """
+
+    mode: ModeKeys
+    mode_step: int
+    global_step: int
+    wall_time: float
+    worker: str
+    scalars: list[Scalar]
+
+    def record(self) -> StepRecord:
+        """Return the equivalent ``StepRecord`` (0-d arrays of the scalars' dtypes)."""
+        tensors = {name: TensorRecord(name, np.array(value, dtype), {}, colls, ()) for name, value, dtype, colls in
+                   self.scalars}  # fmt: skip
+        return StepRecord(self.mode, self.mode_step, self.global_step, self.wall_time, self.worker, tensors)

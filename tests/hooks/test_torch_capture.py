@@ -320,3 +320,43 @@ def test_gradient_and_module_hooks_exist_only_on_saving_steps_and_flush_makes_th
     assert trial.tensor("0_output_0").steps() == [0, 3, 6]
     assert trial.tensor(LOSS).steps() == list(range(7))
     hook.close()
+
+
+@pytest.mark.parametrize("live_rule", [False, True])
+def test_scalar_losses_keep_value_and_dtype_whichever_thread_builds_their_record(out_dir, live_rule):
+    # Without live rules (or profiler, MLflow) a CPU scalar loss is recorded as a Python value and its record built
+    # on the writer thread; with one, on the training thread. Both must store the value the loss had at the hook.
+    losses = {
+        "f32": torch.tensor(1.25, dtype=torch.float32),
+        "f64": torch.tensor(1 / 3, dtype=torch.float64),
+        "f16": torch.tensor(0.1, dtype=torch.float16),
+        "bf16": torch.tensor(0.1, dtype=torch.bfloat16),
+        "nan": torch.tensor(float("nan")),
+        "inf": torch.tensor(float("-inf")),
+        "i64": torch.tensor(7),
+    }
+    rules = [ts.rules.LossNotDecreasing()] if live_rule else None
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with _hook(out_dir, rules=rules) as hook:
+        hook.register_module(model)
+        for _ in range(3):
+            opt.zero_grad()
+            loss = model(torch.ones(1, 2)).sum()
+            for name, value in losses.items():
+                hook.record_loss(name, value)
+            hook.record_loss("inplace", loss)
+            seen = float(loss.detach())
+            loss.mul_(10)  # changed after the hook saw it
+            loss.backward()
+            opt.step()
+    trial = ts.create_trial(out_dir)
+    dtypes = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.float32, "nan": np.float32,
+              "inf": np.float32, "i64": np.int64}  # fmt: skip
+    for name, value in losses.items():
+        got = trial.tensor(name).value(2)
+        assert got.dtype == dtypes[name] and got.shape == ()
+        np.testing.assert_array_equal(got, np.asarray(value.float() if name == "bf16" else value))
+    assert float(trial.tensor("inplace").value(2)) == np.float32(seen)
+    assert trial.tensor("inplace").steps() == [0, 1, 2]
+    assert "inplace" in trial.tensor_names(collection="losses")

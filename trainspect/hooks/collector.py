@@ -23,7 +23,7 @@ from trainspect.hooks._guard import Guarded, guarded
 from trainspect.hooks.distributed import identity
 from trainspect.hooks.save_plan import SavePlanner, TensorPlan
 from trainspect.modes import ModeKeys, parse_mode
-from trainspect.step import ReductionKey, StepRecord, TensorRecord
+from trainspect.step import ReductionKey, Scalar, ScalarStep, StepRecord, TensorRecord
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import (
     all_workers_ended,
@@ -144,6 +144,7 @@ class Collector(Guarded):
         self.step_open = False
         """Whether a step is open (an attribute, not a property: hooks read it several times per step)."""
         self._record_step: tuple[ModeKeys, int, int, float] | None = None
+        self._scalars: list[Scalar] = []  # deferred scalars of the open step (see add_scalar)
         self._writer: RunWriter | None = None
         self._known_names: set[str] = set()
         self._members: dict[str, set[str]] = {}
@@ -250,23 +251,46 @@ class Collector(Guarded):
         tensors, (mode, mode_step, gs, wall) = self._record, self._record_step
         self._record = self._record_step = None
         self.step_open = False
+        if self._scalars:
+            scalars, self._scalars = self._scalars, []
+            if not tensors:
+                self._submit_scalars(ScalarStep(mode, mode_step, gs, wall, self.worker, scalars))
+                return None
+            for name, value, dtype, colls in scalars:
+                tensors[name] = TensorRecord(name, np.array(value, dtype), {}, colls, ())
         if not tensors and not self.planner.any_active:
             return None
         record = StepRecord(mode, mode_step, gs, wall, self.worker, tensors)
         if self._writer is not None and tensors:
-            hist = _NO_HISTOGRAMS
-            if self._histograms and self._tensorboard:
-                hist = frozenset(
-                    n for n, t in tensors.items() if n in self._histograms and t.value is not None and t.value.size > 1
-                )
-            self._writer.submit(record, hist)
-            if not self._known_names.issuperset(tensors):
-                self._known_names.update(tensors)
-                for t in tensors.values():
-                    for cname in t.collections:
-                        self._members.setdefault(cname, set()).add(t.name)
-                self._writer.write_collections(self._collections_doc())
+            self._submit(record)
         return record
+
+    def _submit(self, record: StepRecord) -> None:
+        assert self._writer is not None
+        tensors = record.tensors
+        hist = _NO_HISTOGRAMS
+        if self._histograms and self._tensorboard:
+            hist = frozenset(
+                n for n, t in tensors.items() if n in self._histograms and t.value is not None and t.value.size > 1
+            )
+        self._writer.submit(record, hist)
+        if not self._known_names.issuperset(tensors):
+            self._known_names.update(tensors)
+            for t in tensors.values():
+                for cname in t.collections:
+                    self._members.setdefault(cname, set()).add(t.name)
+            self._writer.write_collections(self._collections_doc())
+
+    def _submit_scalars(self, step: ScalarStep) -> None:
+        if self._writer is None:
+            return
+        self._writer.submit_scalars(step)
+        for name, _, _, colls in step.scalars:
+            if name not in self._known_names:
+                self._known_names.add(name)
+                for cname in colls:
+                    self._members.setdefault(cname, set()).add(name)
+                self._writer.write_collections(self._collections_doc())
 
     # --- tensors -------------------------------------------------------------------------------------------
     def plan(self, name: str, extra: Iterable[str] = ()) -> TensorPlan:
@@ -291,6 +315,15 @@ class Collector(Guarded):
             self._histograms.add(name)
         elif self._histograms:
             self._histograms.discard(name)
+
+    def add_scalar(self, name: str, plan: TensorPlan, value: float | int | bool | complex, dtype: np.dtype) -> None:
+        """Add a raw scalar (a Python value of NumPy ``dtype``) to the open step; ``plan`` must not ask reductions.
+
+        If the step saves only scalars, its record is built on the writer thread and :meth:`end_step` returns
+        None, so use this only where nothing reads the step's record (no live rules, profiler or MLflow logging).
+        """
+        if self._record is not None:
+            self._scalars.append((name, value, dtype, plan.collections))
 
     def _collections_doc(self) -> dict[str, Any]:
         doc = self.collections.to_dict()

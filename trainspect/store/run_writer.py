@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainspect.step import StepRecord
+from trainspect.step import ScalarStep, StepRecord
 from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import mark_job_end, write_json_atomic, write_worker_manifest
@@ -69,6 +69,10 @@ class RunWriter:
                 nbytes += t.value.nbytes
         return self._bg.submit(("step", record, histograms), nbytes)
 
+    def submit_scalars(self, step: ScalarStep) -> bool:
+        """Queue a step of scalars only; its record is built on the writer thread."""
+        return self._bg.submit(("scalars", step, None), 0)
+
     def write_collections(self, collections: dict[str, Any]) -> None:
         """Queue a rewrite of the collections file (names, regexes and members of every collection)."""
         self._bg.submit(("collections", collections, None), 0)
@@ -83,6 +87,8 @@ class RunWriter:
             if kind == "collections":
                 write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, {"schema_version": 1, "collections": payload})
                 continue
+            if kind == "scalars":
+                payload, extra = payload.record(), frozenset()
             self._files.write(payload)
             if self._tb is not None:
                 self._write_tb(payload, extra)
