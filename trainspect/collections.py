@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from trainspect.config import ReductionConfig, SaveConfig, SaveConfigMode, parse_bool
 from trainspect.exceptions import ConfigError
@@ -71,6 +71,13 @@ class Collection:
     module_outputs: bool = False
     _compiled: list[re.Pattern[str]] = field(default_factory=list, init=False, repr=False, compare=False)
     _module_ids: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+    save_configs_changed: ClassVar[int] = 0
+    """Counts assignments of ``save_config`` on any collection (save planners re-decide when it moves)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "save_config":
+            Collection.save_configs_changed += 1
+        object.__setattr__(self, name, value)
 
     def __post_init__(self) -> None:
         self.include_regex = list(self.include_regex)

@@ -105,6 +105,25 @@ class SaveConfigMode:
             return False
         return (step - 0) % self.save_interval == 0
 
+    def stable_until(self, step: int) -> int | None:
+        """Return the first step after ``step`` whose :meth:`should_save` may differ from ``step``'s (None: none).
+
+        Example:
+            >>> cfg = SaveConfigMode(save_interval=100)
+            >>> cfg.stable_until(0), cfg.stable_until(1), SaveConfigMode(save_interval=1).stable_until(7)
+            (1, 100, None)
+        """
+        if self.should_save(step):
+            if self.save_interval == 1 and self.start_step <= step and (self.end_step is None or step < self.end_step):
+                return self.end_step  # every step saves until end_step (listed steps save anyway)
+            return step + 1
+        candidates = [s for s in self.save_steps if s > step][:1]
+        first = max(step + 1, self.start_step)
+        scheduled = first + (-first) % self.save_interval
+        if self.end_step is None or scheduled < self.end_step:
+            candidates.append(scheduled)
+        return min(candidates) if candidates else None
+
     def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}

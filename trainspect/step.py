@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,12 +42,12 @@ Scalar = tuple[str, "float | int | bool | complex", np.dtype, frozenset[str]]
 """A scalar tensor not yet made a ``TensorRecord``: (name, Python value, NumPy dtype, collections)."""
 
 
-@dataclass(frozen=True)
-class ScalarStep:
+class ScalarStep(NamedTuple):
     """A step that saved only scalars, handed to the writer thread as Python values.
 
     A step that saves only its loss is most steps of a run: building the NumPy values and records on the writer
-    thread keeps that work off the training thread. :meth:`record` makes the ``StepRecord`` the writer writes.
+    thread keeps that work off the training thread (a tuple, as it is made at every such step). :meth:`record`
+    makes the ``StepRecord`` the writer writes.
     """
 
     mode: ModeKeys

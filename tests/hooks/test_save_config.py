@@ -190,3 +190,44 @@ def test_reduction_value_computed_from_raw_when_only_raw_saved(out_dir):
     w = ts.create_trial(out_dir).tensor(W0)
     assert w.reduction_values(1) == {}
     _check_reductions(w, 1, tiny.log[1].weights["0.weight"])
+
+
+def test_stable_until_never_skips_a_change_of_should_save():
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        end = int(rng.integers(0, 60)) if rng.random() < 0.5 else None
+        listed = sorted({int(s) for s in rng.integers(0, 80, int(rng.integers(0, 4)))})
+        cfg = ts.SaveConfigMode(
+            save_interval=int(rng.integers(1, 12)), start_step=int(rng.integers(0, 20)), end_step=end, save_steps=listed
+        )
+        for step in range(80):
+            until = cfg.stable_until(step)
+            assert until is None or until > step
+            for later in range(step + 1, min(until if until is not None else 10**9, 120)):
+                assert cfg.should_save(later) == cfg.should_save(step), (cfg, step, until, later)
+
+
+def test_planner_decisions_equal_a_fresh_decision_at_every_step_when_configs_change_mid_run():
+    from trainspect.collections import CollectionManager
+    from trainspect.hooks.save_plan import SavePlanner
+
+    manager = CollectionManager()
+    planner = SavePlanner(manager, ["losses", "weights"], ts.SaveConfig(save_interval=7), None, None, False)
+
+    def fresh(mode, step):
+        return {
+            n
+            for n in planner.included
+            if (manager.get(n).save_config or planner.save_config).modes[mode].should_save(step)
+        }
+
+    steps = {ModeKeys.TRAIN: -1, ModeKeys.EVAL: -1}
+    for i in range(200):
+        mode = ModeKeys.EVAL if 60 <= i < 70 else ModeKeys.TRAIN
+        steps[mode] += 1
+        if i == 30:
+            manager.get("weights").save_config = ts.SaveConfig(save_interval=3, end_step=90)
+        if i == 100:
+            planner.included.add("biases")  # e.g. save_tensor into a collection not saved so far
+        planner.begin_step(mode, steps[mode])
+        assert {n for n in planner.included if planner.is_active(n)} == fresh(mode, steps[mode]), i

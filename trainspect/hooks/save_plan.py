@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -71,6 +72,8 @@ class SavePlanner:
             losses.save_config = SaveConfig(save_interval=1)
         self._membership: dict[str, frozenset[str]] = {}
         self._active: set[str] = set()
+        self._schedule: tuple[ModeKeys, int, int] | None = None  # what _active was decided for (see begin_step)
+        self._schedule_until: float = 0
         self.generation = 0
         self._takes_modules = False
         self._plans: dict[object, TensorPlan] = {}
@@ -152,15 +155,29 @@ class SavePlanner:
             self.generation += 1
 
     def begin_step(self, mode: ModeKeys, mode_step: int) -> bool:
-        """Decide which included collections save at this step; return whether any does."""
+        """Decide which included collections save at this step; return whether any does.
+
+        The decision holds until the first step at which some included collection's schedule may change
+        (``SaveConfigMode.stable_until``): steps before it reuse it, unless the mode, the included collections or a
+        collection's ``save_config`` changed.
+        """
         if len(self.manager) != self._known_count:
             self._include_user_collections()
         if self._module_plans:
             self._module_plans.clear()  # collections may have gained modules since the last step
+        schedule = (mode, len(self.included), Collection.save_configs_changed)
+        if mode_step < self._schedule_until and schedule == self._schedule:
+            return bool(self._active)
         get, default = self.manager.get, self.save_config
-        active = {
-            name for name in self.included if (get(name).save_config or default).modes[mode].should_save(mode_step)
-        }
+        active, until = set(), math.inf
+        for name in self.included:
+            cfg = (get(name).save_config or default).modes[mode]
+            if cfg.should_save(mode_step):
+                active.add(name)
+            stable = cfg.stable_until(mode_step)
+            if stable is not None and stable < until:
+                until = stable
+        self._schedule, self._schedule_until = schedule, until
         if active != self._active:
             self._active = active
             self._plans.clear()
