@@ -120,7 +120,7 @@ class Hook(keras.callbacks.Callback, HookAPI):
         if not self.collector.step_open:
             return
         if self._view is not None and not self.disabled:
-            self._view.end_step(self._saving, metrics)
+            self._view.end_step(self._saving, metrics, defer=self._extras.quiet)
         record = self.collector.end_step()
         if not self._extras.quiet:
             self._extras.on_step_end(self.collector, record)

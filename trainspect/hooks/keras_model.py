@@ -18,6 +18,7 @@ __all__ = ["ModelView", "LOSS"]
 log = logging.getLogger(__name__)
 LOSS = "loss"
 """The batch loss (what ``compute_loss`` returns, regularization included), in collection ``losses``."""
+_FLOAT32 = np.dtype(np.float32)
 
 
 def _layers(layer: Any) -> list[Any]:
@@ -125,15 +126,20 @@ class ModelView:
             )
         return self._now
 
-    def end_step(self, saving: bool, metrics: bool) -> None:
+    def end_step(self, saving: bool, metrics: bool, defer: bool = False) -> None:
         """Read the batch loss, the tapped gradients and layer tensors, and with ``metrics`` the metrics' results.
 
-        Called before the next step runs, so the taps still hold this step's values.
+        Called before the next step runs, so the taps still hold this step's values. With ``defer`` (nothing reads
+        the step's record on the training thread) a loss saved raw goes to the collector as a Python float.
         """
         mode = self.collector.mode
         loss = self.taps.take_loss()
         if loss is not None and mode is not ModeKeys.PREDICT:
-            self._add(LOSS, loss)
+            plan = self.collector.plan(LOSS)
+            if defer and plan.raw and not plan.reductions:
+                self.collector.add_scalar(LOSS, plan, float(loss), _FLOAT32)
+            else:
+                self._add(LOSS, np.asarray(loss))
         if metrics:
             self._metrics()
         if saving and self.collector.mode is ModeKeys.TRAIN and self.taps.capturing["train"]:

@@ -134,11 +134,14 @@ class Taps:
         """Whether the next step of each kind captures gradients and layer tensors."""
         return dict(self._capturing)
 
-    def take_loss(self) -> np.ndarray | None:
-        """Return and forget the batch loss of the step run since the last call (None if it computed none)."""
+    def take_loss(self) -> Any:
+        """Return and forget the batch loss (a float32 scalar tensor or array) of the step run since the last call.
+
+        None if that step computed none.
+        """
         loss, self._loss = self._loss, None
         if loss is not None:
-            return np.asarray(loss)
+            return loss
         return read(self._loss_shadow) if self._shadowed else None
 
     def take_io(self) -> list[tuple[str, str, int, np.ndarray]]:
