@@ -9,7 +9,7 @@ import numpy as np
 
 from trainspect.modes import ModeKeys
 
-__all__ = ["ReductionKey", "TensorRecord", "StepRecord", "Scalar", "ScalarStep"]
+__all__ = ["ReductionKey", "TensorRecord", "StepRecord", "Scalar", "ScalarStep", "scalar_record"]
 
 ReductionKey = tuple[str, bool]
 """A reduction's name (``"mean"``, ``"l2"``, …) and whether it is taken over absolute values."""
@@ -42,6 +42,12 @@ Scalar = tuple[str, "float | int | bool | complex", np.dtype, frozenset[str]]
 """A scalar tensor not yet made a ``TensorRecord``: (name, Python value, NumPy dtype, collections)."""
 
 
+def scalar_record(scalar: Scalar) -> TensorRecord:
+    """Return a scalar's ``TensorRecord`` (a 0-d array of its dtype)."""
+    name, value, dtype, collections = scalar
+    return TensorRecord(name, np.array(value, dtype), {}, collections, ())
+
+
 class ScalarStep(NamedTuple):
     """A step that saved only scalars, handed to the writer thread as Python values.
 
@@ -59,6 +65,5 @@ class ScalarStep(NamedTuple):
 
     def record(self) -> StepRecord:
         """Return the equivalent ``StepRecord`` (0-d arrays of the scalars' dtypes)."""
-        tensors = {name: TensorRecord(name, np.array(value, dtype), {}, colls, ()) for name, value, dtype, colls in
-                   self.scalars}  # fmt: skip
+        tensors = {scalar[0]: scalar_record(scalar) for scalar in self.scalars}
         return StepRecord(self.mode, self.mode_step, self.global_step, self.wall_time, self.worker, tensors)

@@ -23,7 +23,7 @@ from trainspect.hooks._guard import Guarded, guarded
 from trainspect.hooks.distributed import identity
 from trainspect.hooks.save_plan import SavePlanner, TensorPlan
 from trainspect.modes import ModeKeys, parse_mode
-from trainspect.step import ReductionKey, Scalar, ScalarStep, StepRecord, TensorRecord
+from trainspect.step import ReductionKey, Scalar, ScalarStep, StepRecord, TensorRecord, scalar_record
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import (
     all_workers_ended,
@@ -256,8 +256,8 @@ class Collector(Guarded):
             if not tensors:
                 self._submit_scalars(ScalarStep(mode, mode_step, gs, wall, self.worker, scalars))
                 return None
-            for name, value, dtype, colls in scalars:
-                tensors[name] = TensorRecord(name, np.array(value, dtype), {}, colls, ())
+            for scalar in scalars:
+                tensors[scalar[0]] = scalar_record(scalar)
         if not tensors and not self.planner.any_active:
             return None
         record = StepRecord(mode, mode_step, gs, wall, self.worker, tensors)
@@ -275,22 +275,23 @@ class Collector(Guarded):
             )
         self._writer.submit(record, hist)
         if not self._known_names.issuperset(tensors):
-            self._known_names.update(tensors)
-            for t in tensors.values():
-                for cname in t.collections:
-                    self._members.setdefault(cname, set()).add(t.name)
-            self._writer.write_collections(self._collections_doc())
+            self._note_members([(t.name, t.collections) for t in tensors.values()])
 
     def _submit_scalars(self, step: ScalarStep) -> None:
         if self._writer is None:
             return
         self._writer.submit_scalars(step)
-        for name, _, _, colls in step.scalars:
-            if name not in self._known_names:
-                self._known_names.add(name)
-                for cname in colls:
-                    self._members.setdefault(cname, set()).add(name)
-                self._writer.write_collections(self._collections_doc())
+        if not self._known_names.issuperset(name for name, _, _, _ in step.scalars):
+            self._note_members([(name, colls) for name, _, _, colls in step.scalars])
+
+    def _note_members(self, tensors: list[tuple[str, frozenset[str]]]) -> None:
+        """Record new tensor names as members of their collections and queue a rewrite of the collections file."""
+        assert self._writer is not None
+        for name, colls in tensors:
+            self._known_names.add(name)
+            for cname in colls:
+                self._members.setdefault(cname, set()).add(name)
+        self._writer.write_collections(self._collections_doc())
 
     # --- tensors -------------------------------------------------------------------------------------------
     def plan(self, name: str, extra: Iterable[str] = ()) -> TensorPlan:

@@ -6,7 +6,6 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -16,20 +15,13 @@ from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.exceptions import TrainingStopped
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
-from trainspect.hooks.torch_tensors import Staged, materialize, stage
+from trainspect.hooks.torch_tensors import Staged, materialize, scalar_on_host, stage
 from trainspect.modes import ModeKeys, parse_mode
 
 __all__ = ["Hook"]
 
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # modes whose steps end at optimizer.step()
 _LOSSES = ("losses",)
-_SCALAR_DTYPES: dict[torch.dtype, np.dtype] = {
-    torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64), torch.float16: np.dtype(np.float16),
-    torch.bfloat16: np.dtype(np.float32), torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32),
-    torch.int16: np.dtype(np.int16), torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8),
-    torch.bool: np.dtype(np.bool_),
-}  # fmt: skip
-"""Dtypes of CPU scalars recorded as Python values (``Tensor.item()`` is exact for each; bfloat16 as float32)."""
 
 
 def _outputs(value: Any) -> list[Any]:
@@ -365,10 +357,10 @@ class Hook(HookAPI):
                 self._loss_names.add(name)
                 self.collector.collections.get("losses").add_tensor_name(name)
             plan = self.collector.planner.plan(name, _LOSSES)
-            if plan.raw and not plan.reductions and self._extras.quiet and value.is_cpu and value.dim() == 0:
-                dtype = _SCALAR_DTYPES.get(value.dtype)
-                if dtype is not None:  # the common case: no NumPy on the training thread (see Collector.add_scalar)
-                    self.collector.add_scalar(name, plan, value.item(), dtype)
+            if plan.raw and not plan.reductions and self._extras.quiet:
+                scalar = scalar_on_host(value)
+                if scalar is not None:  # the common case: no NumPy on the training thread (see Collector.add_scalar)
+                    self.collector.add_scalar(name, plan, *scalar)
                     return
             staged = stage(name, value, plan) if plan.raw or plan.reductions else None
             if staged is not None:

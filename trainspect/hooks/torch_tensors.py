@@ -11,7 +11,7 @@ import torch
 from trainspect.hooks.save_plan import TensorPlan
 from trainspect.step import ReductionKey
 
-__all__ = ["Staged", "stage", "materialize"]
+__all__ = ["Staged", "stage", "materialize", "scalar_on_host"]
 
 
 @dataclass
@@ -42,6 +42,27 @@ _NUMPY_DTYPES = frozenset({
     torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
     torch.bool, torch.complex64, torch.complex128,
 })  # fmt: skip
+
+
+_SCALAR_DTYPES: dict[torch.dtype, np.dtype] = {
+    torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64), torch.float16: np.dtype(np.float16),
+    torch.bfloat16: np.dtype(np.float32), torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32),
+    torch.int16: np.dtype(np.int16), torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8),
+    torch.bool: np.dtype(np.bool_),
+}  # fmt: skip
+"""Dtypes whose CPU scalars ``scalar_on_host`` takes (``Tensor.item()`` is exact for each; bfloat16 as float32)."""
+
+
+def scalar_on_host(t: torch.Tensor) -> tuple[float | int | bool, np.dtype] | None:
+    """Return a CPU 0-d tensor's value as a Python scalar with its NumPy dtype, or None for any other tensor.
+
+    Cheaper than a NumPy copy on the training thread (see ``Collector.add_scalar``); exact for the dtypes taken.
+    """
+    if t.is_cpu and t.dim() == 0:
+        dtype = _SCALAR_DTYPES.get(t.dtype)
+        if dtype is not None:
+            return t.item(), dtype
+    return None
 
 
 def _reduce(t: torch.Tensor, name: str, absolute: bool) -> torch.Tensor:
