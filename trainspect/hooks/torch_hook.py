@@ -15,6 +15,7 @@ from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.exceptions import TrainingStopped
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
+from trainspect.hooks.save_plan import TensorPlan
 from trainspect.hooks.torch_tensors import Staged, materialize, scalar_on_host, stage
 from trainspect.modes import ModeKeys, parse_mode
 
@@ -273,8 +274,9 @@ class Hook(HookAPI):
         if not self._extras.quiet:
             self._extras.on_step_end(collector, record)
 
-    def _stage(self, name: str, tensor: Any, extra: Iterable[str] = ()) -> None:
-        plan = self.collector.plan(name, extra)
+    def _stage(self, name: str, tensor: Any, extra: Iterable[str] = (), plan: TensorPlan | None = None) -> None:
+        if plan is None:
+            plan = self.collector.plan(name, extra)
         if plan.raw or plan.reductions:
             staged = stage(name, tensor, plan)
             if staged is not None:
@@ -362,9 +364,7 @@ class Hook(HookAPI):
                 if scalar is not None:  # the common case: no NumPy on the training thread (see Collector.add_scalar)
                     self.collector.add_scalar(name, plan, *scalar)
                     return
-            staged = stage(name, value, plan) if plan.raw or plan.reductions else None
-            if staged is not None:
-                self._staged.append(staged)
+            self._stage(name, value, plan=plan)
         except TrainingStopped:
             raise
         except Exception as exc:
