@@ -13,6 +13,7 @@ from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.hooks._guard import Guarded
 from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_extras import HookExtras
+from trainspect.hooks.shutdown import CLOSERS
 
 __all__ = ["HookAPI"]
 
@@ -92,6 +93,14 @@ class HookAPI(Guarded):
         """Start writing (idempotent)."""
         raise NotImplementedError
 
+    _close_at_exit = False
+
+    def _close_at_exit_once(self) -> None:
+        """Have the hook closed at interpreter exit or on SIGTERM/SIGHUP if the script never closes it."""
+        if not self._close_at_exit:
+            self._close_at_exit = True
+            CLOSERS.track(self)
+
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Block until everything recorded so far is on disk (and, when logging to MLflow, sent).
 
@@ -119,6 +128,7 @@ class HookAPI(Guarded):
 
         Runs even after an internal error disabled the hook, so that the run directory is always finished.
         """
+        CLOSERS.untrack(self)
         for part in [*self._close_steps(), self._close_parts]:
             try:
                 part()

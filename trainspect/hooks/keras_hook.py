@@ -75,6 +75,7 @@ class Hook(keras.callbacks.Callback, HookAPI):
         """Start writing (called by the first ``fit``/``evaluate``/``predict`` and by ``__enter__``)."""
         self.collector.start()
         self._extras.start(self.collector)
+        self._close_at_exit_once()
         if self._extras.framework_recorder is not None and not self._window_set:
             from trainspect.hooks.keras_profiling import TFProfilingWindow
 

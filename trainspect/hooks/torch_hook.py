@@ -16,6 +16,7 @@ from trainspect.exceptions import TrainingStopped
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.save_plan import TensorPlan
+from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 from trainspect.hooks.torch_tensors import Staged, materialize, scalar_on_host, stage
 from trainspect.modes import ModeKeys, parse_mode
 
@@ -109,6 +110,7 @@ class Hook(HookAPI):
         """Start writing (called by ``register_module`` and ``__enter__``)."""
         self.collector.start()
         self._extras.start(self.collector)
+        self._close_at_exit_once()
         recorder = self._extras.framework_recorder
         if recorder is not None and self._timer_recorder is None:
             from trainspect.hooks.torch_profiling import TorchProfilingWindow, install_dataloader_timer
@@ -145,8 +147,9 @@ class Hook(HookAPI):
         if id(module) in self._top:
             return
         self._top.add(id(module))
-        self._handles.append(module.register_forward_pre_hook(self._on_top_forward_pre))
-        self._handles.append(module.register_forward_hook(self._on_top_forward))
+        own_hook_dicts(module)
+        self._handles.append(module.register_forward_pre_hook(Callback(self._on_top_forward_pre)))
+        self._handles.append(module.register_forward_hook(Callback(self._on_top_forward)))
         module = _unwrap(module)
         self._top.add(id(module))
         prefix = type(module).__name__
@@ -168,10 +171,11 @@ class Hook(HookAPI):
             for name, param in self._params:
                 if param.requires_grad:
                     hook = self._grad_hook(f"gradient/{name}")
-                    self._step_handles.append(param.register_post_accumulate_grad_hook(hook))
+                    self._step_handles.append(param.register_post_accumulate_grad_hook(Callback(hook)))
         if self._io_active:
             for path, sub in self._submodules:
-                self._step_handles.append(sub.register_forward_hook(self._io_hook(path)))
+                own_hook_dicts(sub)
+                self._step_handles.append(sub.register_forward_hook(Callback(self._io_hook(path))))
 
     def _detach_step_hooks(self) -> None:
         handles, self._step_handles = self._step_handles, []
@@ -183,7 +187,8 @@ class Hook(HookAPI):
         """Record a loss module's output every step (collection ``losses``)."""
         self.start()
         name = f"{type(loss_module).__name__}_output_0"
-        self._handles.append(loss_module.register_forward_hook(self._loss_hook(name)))
+        own_hook_dicts(loss_module)
+        self._handles.append(loss_module.register_forward_hook(Callback(self._loss_hook(name))))
 
     # --- user API ------------------------------------------------------------------------------------------
     @guarded()

@@ -8,7 +8,6 @@ patched when keras is imported; each framework is instrumented only when it is i
 
 from __future__ import annotations
 
-import atexit
 import functools
 import importlib.util
 import logging
@@ -18,6 +17,7 @@ from typing import Any
 
 from trainspect import env
 from trainspect.hooks._guard import Guarded, guarded
+from trainspect.hooks.shutdown import CLOSERS
 
 __all__ = ["autolog", "AutoLogger", "FUNCTIONAL_LOSSES"]
 
@@ -110,8 +110,13 @@ class AutoLogger(Guarded):
             return
         self._depth = max(0, self._depth - 1)
 
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Block until what the hook recorded is on disk (see ``Hook.flush``)."""
+        return bool(self.hook.flush(timeout))
+
     def close(self) -> None:
         """Remove the patches and close the hook."""
+        CLOSERS.untrack(self)
         if self._closed:
             return
         self._closed = True
@@ -171,7 +176,7 @@ def autolog(
         log.warning("trainspect: autolog found neither torch nor keras to instrument")
         return None
     _ACTIVE.append(logger)
-    atexit.register(logger.close)
+    CLOSERS.track(logger)
     log.info("trainspect: recording into %s", kwargs["out_dir"])
     return logger
 
