@@ -122,6 +122,22 @@ def test_user_errors_pass_through_unchanged(out_dir, monkeypatch):
     hook.close()
 
 
+def test_a_wrong_argument_raises_to_the_caller_and_the_hook_stays_enabled(out_dir, monkeypatch):
+    monkeypatch.setenv("TRAINSPECT_TESTING", "0")
+    tiny = Tiny()
+    hook = ts.torch.Hook(out_dir, export_tensorboard=False)
+    tiny.register(hook)
+    tiny.train(1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sm_metrc'"):
+        hook.save_scalar("acc", 0.5, sm_metrc=True)
+    with pytest.raises(TypeError):
+        hook.set_mode()
+    assert not hook.disabled
+    tiny.train(2)
+    hook.close()
+    assert ts.create_trial(out_dir).steps() == [0, 1, 2]
+
+
 def test_nan_and_inf_are_stored_and_read_back_exactly(out_dir):
     values = np.array([[np.nan, np.inf, -np.inf], [1.5, -0.0, 3.0]], dtype=np.float32)
     tiny = Tiny()

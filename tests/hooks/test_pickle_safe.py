@@ -113,7 +113,10 @@ def test_torch_save_of_the_model_under_trainspect_run(tmp_path):
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "trainspect.cli", "run", "--out", str(out), "--", sys.executable, str(script)],
-        capture_output=True, text=True, cwd=tmp_path, timeout=180,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stderr
     assert "Sequential" in proc.stdout

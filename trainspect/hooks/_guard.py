@@ -41,11 +41,18 @@ class Guarded:
             )
 
 
+def _misuse(exc: Exception) -> bool:
+    """Whether ``exc`` is a TypeError raised by the call itself (bad arguments), not by the code it called."""
+    tb = exc.__traceback__
+    return isinstance(exc, TypeError) and tb is not None and tb.tb_next is None
+
+
 def guarded(default: Any = None) -> Callable[[F], F]:
     """Wrap a hook entry: on an internal error, warn once, disable the hook, return ``default``.
 
-    ``TrainingStopped`` (asked for by the user) passes through. With ``TRAINSPECT_TESTING=1`` errors re-raise so
-    that the test suite sees them.
+    ``TrainingStopped`` (asked for by the user) and a call with arguments the entry does not take (the user's
+    mistake, raised as Python raises it; the hook stays enabled) pass through. With ``TRAINSPECT_TESTING=1``
+    errors re-raise so that the test suite sees them.
     """
 
     def decorate(fn: F) -> F:
@@ -58,6 +65,8 @@ def guarded(default: Any = None) -> Callable[[F], F]:
             except TrainingStopped:
                 raise
             except Exception as exc:
+                if _misuse(exc):
+                    raise  # the caller's own mistake (a wrong keyword or argument count), as Python raises it
                 self._internal_error(fn.__name__, exc)
                 return default
 
