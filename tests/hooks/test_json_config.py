@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 import pytest
+import torch
 from hooktrain import LOSS, Tiny, tname
 
 import trainspect as ts
@@ -152,8 +154,19 @@ def test_invalid_config_objects(make, words):
         assert word in str(err.value)
 
 
-def test_out_dir_that_cannot_be_created(tmp_path):
+def test_out_dir_that_cannot_be_created_warns_once_and_training_goes_on(tmp_path, caplog):
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with pytest.raises(ts.ConfigError, match="out_dir"):
-        ts.torch.Hook(blocker / "run")
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with caplog.at_level(logging.WARNING, logger="trainspect"):
+        hook = ts.torch.Hook(blocker / "run", include_collections=["weights", "losses"])
+        hook.register_module(model)
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.ones(1, 2)).sum().backward()
+            opt.step()
+        hook.close()
+    said = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(said) == 1 and "out_dir=" in said[0] and "Not a directory" in said[0], said
+    assert blocker.read_text() == "x"

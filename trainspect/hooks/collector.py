@@ -39,15 +39,15 @@ __all__ = ["Collector"]
 log = logging.getLogger(__name__)
 
 
-def _check_out_dir(out_dir: str | os.PathLike[str]) -> Path:
-    path = Path(out_dir).expanduser()
+def _out_dir_problem(path: Path) -> str | None:
+    """Why ``path`` cannot hold a run (it is created when missing); None when it can."""
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(f"out_dir={str(out_dir)!r} cannot be created: {exc.strerror or exc}") from None
+        return f"cannot be created: {exc.strerror or exc}"
     if not os.access(path, os.W_OK):
-        raise ConfigError(f"out_dir={str(out_dir)!r} is not writable")
-    return path
+        return "is not writable"
+    return None
 
 
 class Collector(Guarded):
@@ -96,7 +96,11 @@ class Collector(Guarded):
             raise ConfigError(f"save_config: expected a SaveConfig, got {type(save_config).__name__}")
         if isinstance(include_regex, str):
             include_regex = [include_regex]
-        self.out_dir = Path(out_dir).expanduser() if dry_run else _check_out_dir(out_dir)
+        self.out_dir = Path(out_dir).expanduser()
+        problem = None if dry_run else _out_dir_problem(self.out_dir)
+        if problem is not None:  # the environment, not the configuration: training goes on, unrecorded
+            log.warning("trainspect: out_dir=%r %s; nothing is recorded, training goes on", str(out_dir), problem)
+            dry_run = True
         self.layout = RunLayout(self.out_dir)
         self.framework = framework
         self.identity = identity()
@@ -199,9 +203,12 @@ class Collector(Guarded):
             self._writer.write_collections(self._collections_doc())
             self._writer.close()
         if self._started and not self.dry_run:
-            write_worker_manifest(self.layout, self.worker, end_time=time.time(), last_step=self.global_step)
-            if all_workers_ended(self.layout, self.identity.world_size):
-                mark_job_end(self.layout)
+            try:
+                write_worker_manifest(self.layout, self.worker, end_time=time.time(), last_step=self.global_step)
+                if all_workers_ended(self.layout, self.identity.world_size):
+                    mark_job_end(self.layout)
+            except OSError as exc:
+                log.warning("trainspect: could not record the end of the job in %s: %s", self.layout.root, exc)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every step handed to the writer is on disk; return whether that happened in ``timeout``."""

@@ -11,6 +11,7 @@ from trainspect import env
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.hooks._guard import Guarded
+from trainspect.hooks.close_errors import one_line_for_write_errors
 from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_extras import HookExtras
 from trainspect.hooks.shutdown import CLOSERS
@@ -129,13 +130,14 @@ class HookAPI(Guarded):
         Runs even after an internal error disabled the hook, so that the run directory is always finished.
         """
         CLOSERS.untrack(self)
-        for part in [*self._close_steps(), self._close_parts]:
-            try:
-                part()
-            except Exception as exc:
-                if env.TRAINSPECT_TESTING.get():
-                    raise
-                self._fail("close", exc)
+        with one_line_for_write_errors(self.out_dir):
+            for part in [*self._close_steps(), self._close_parts]:
+                try:
+                    part()
+                except Exception as exc:
+                    if env.TRAINSPECT_TESTING.get():
+                        raise
+                    self._fail("close", exc)
 
     def _close_parts(self) -> None:
         self._extras.before_close(self.collector)

@@ -27,6 +27,8 @@ class BackgroundWriter:
         name: what the writer writes, used in the warning (``"tensor capture"``).
         handle: called on the writer thread with a list of items.
         flush: called on the writer thread after each batch.
+        on_failure: called once on the writer thread right after ``handle`` or ``flush`` failed, to keep what reached
+            the disk readable (the writer is disabled by then).
         max_pending_bytes: memory bound of the queue.
         flush_interval: seconds between batches (so data reaches the disk at least this often).
         wake_bytes: pending bytes that wake the writer before the interval ends.
@@ -40,6 +42,7 @@ class BackgroundWriter:
         max_pending_bytes: int = 1 << 30,
         flush_interval: float = 0.5,
         wake_bytes: int = 32 << 20,
+        on_failure: Callable[[], None] | None = None,
     ) -> None:
         self.name = name
         self._handle = handle
@@ -47,6 +50,7 @@ class BackgroundWriter:
         self._max_pending = max_pending_bytes
         self._interval = flush_interval
         self._wake_bytes = wake_bytes
+        self._on_failure = on_failure
         self._items: list[tuple[Any, int]] = []
         self._pending = 0
         self._lock = threading.Lock()
@@ -146,6 +150,11 @@ class BackgroundWriter:
             fn()
         except Exception as exc:  # a writer failure must never reach training
             self.failed = exc
+            if self._on_failure is not None:
+                try:
+                    self._on_failure()
+                except Exception as salvage_exc:
+                    log.debug("trainspect: %s could not save what was written: %s", self.name, salvage_exc)
             log.warning(
                 "trainspect: %s disabled after a write error (%s: %s); training continues and the data "
                 "written before stays readable",

@@ -18,6 +18,9 @@ __all__ = ["RunWriter", "COLLECTIONS_FILE"]
 
 log = logging.getLogger(__name__)
 COLLECTIONS_FILE = "collections.json"
+FLUSH_INTERVAL = 0.2
+"""Seconds between the writer's batches; with :data:`_INDEX_EVERY` it bounds what a SIGKILL loses (docs/format.md)."""
+_INDEX_EVERY = 0.1  # within a long batch, steps are indexed at least this often
 
 
 class RunWriter:
@@ -46,7 +49,9 @@ class RunWriter:
         self._files: TensorFileWriter | None = None
         self._tb: TensorBoardWriter | None = None
         self._tb_dir = (tensorboard_dir or layout.tensorboard_dir(worker)) if tensorboard else None
-        self._bg = BackgroundWriter("tensor capture", self._handle, self._flush)
+        self._bg = BackgroundWriter(
+            "tensor capture", self._handle, self._flush, flush_interval=FLUSH_INTERVAL, on_failure=self._salvage
+        )
 
     def start(self) -> None:
         """Open the files and start the writer thread."""
@@ -83,7 +88,11 @@ class RunWriter:
 
     def _handle(self, batch: list[Any]) -> None:
         assert self._files is not None
+        index_at = time.monotonic() + _INDEX_EVERY
         for kind, payload, extra in batch:
+            if time.monotonic() > index_at:  # a long batch (a backlog) becomes readable as it goes
+                self._flush()
+                index_at = time.monotonic() + _INDEX_EVERY
             if kind == "collections":
                 write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, {"schema_version": 1, "collections": payload})
                 continue
@@ -104,6 +113,10 @@ class RunWriter:
                 self._tb.histogram(tag, t.value, step, wall)
             for (name, absolute), value in t.reductions.items():
                 self._tb.scalar(f"{tag}/{reduction_key(name, absolute)}", value, step, wall)
+
+    def _salvage(self) -> None:
+        if self._files is not None:
+            self._files.salvage()
 
     def _flush(self) -> None:
         if self._files is not None:

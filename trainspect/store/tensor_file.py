@@ -1,15 +1,20 @@
 """Writing one worker's tensors: a data file of framed raw arrays and an index file of framed step entries.
 
-Both files are append-only. The data bytes of a step are flushed before its index entry is written, so a reader
-that sees an index entry always finds its bytes. docs/format.md specifies the layout.
+Both files are append-only. The data bytes of a step are written before its index entry, so a reader that sees an
+index entry always finds its bytes. When a write fails (disk full, quota, I/O error), :meth:`TensorFileWriter.salvage`
+keeps every step whose bytes reached the disk: it cuts the data file after the last complete step and indexes the
+steps before it, giving up the newest steps one by one until their index entries fit. docs/format.md specifies the
+layout.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -23,6 +28,7 @@ KIND_INDEX = 2
 DATA_PREFIX = "data-"
 INDEX_PREFIX = "index-"
 _ROTATE_BYTES = 4 << 30
+_BUFFER_BYTES = 1 << 20  # small records are gathered into writes of about this size
 _ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps builds an encoder per call when given options
 
 
@@ -42,29 +48,49 @@ def _scalar(arr: np.ndarray) -> float | int | bool | str:
     return _float(value) if isinstance(value, float) else value
 
 
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.EIO, "write wrote nothing")
+        view = view[n:]
+
+
+def _open_append(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # 0666 less the umask, as open() does
+
+
 class TensorFileWriter:
-    """Appends steps to ``data-NNNNNN.bin`` and ``index-NNNNNN.idx`` in one worker's tensor folder."""
+    """Appends steps to ``data-NNNNNN.bin`` and ``index-NNNNNN.idx`` in one worker's tensor folder.
+
+    Writes go straight to the file descriptors (no buffered file object that would retry a failed write at close);
+    small records are gathered in one buffer of about a megabyte.
+    """
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self._seq = len(list(folder.glob(f"{DATA_PREFIX}*.bin")))
-        self._data: IO[bytes] | None = None
-        self._index: IO[bytes] | None = None
-        self._data_pos = 0
-        self._pending_index: list[bytes] = []
+        self._data = self._index = -1
+        self._buf = bytearray()
+        self._data_pos = 0  # where the next record starts (buffered bytes included)
+        self._pending_index: list[tuple[int, bytes]] = []  # (end of the step's data, index payload)
+        self.failed = False
         self._open()
 
     def _open(self) -> None:
         self.close()
         name = f"{self._seq:06d}"
         self._data_name = f"{DATA_PREFIX}{name}.bin"
-        self._data = open(self.folder / self._data_name, "ab")  # noqa: SIM115 - owned until close()
-        self._index = open(self.folder / f"{INDEX_PREFIX}{name}.idx", "ab")  # noqa: SIM115
-        self._data_pos = self._data.tell()
+        self._data = _open_append(self.folder / self._data_name)
+        self._index = _open_append(self.folder / f"{INDEX_PREFIX}{name}.idx")
+        self._data_pos = os.fstat(self._data).st_size
 
     def write(self, record: StepRecord) -> None:
         """Append one step (its data now, its index entry at the next :meth:`flush`)."""
+        if self.failed:
+            return
         if self._data_pos > _ROTATE_BYTES:
             self.flush()
             self._seq += 1
@@ -78,7 +104,7 @@ class TensorFileWriter:
             "f": self._data_name,
             "e": entries,
         }
-        self._pending_index.append(_ENCODE(doc).encode())
+        self._pending_index.append((self._data_pos, _ENCODE(doc).encode()))
 
     def _write_tensor(self, t: TensorRecord) -> dict[str, Any]:
         entry: dict[str, Any] = {"n": t.name}
@@ -90,9 +116,8 @@ class TensorFileWriter:
             if not arr.flags.c_contiguous:
                 arr = np.ascontiguousarray(arr)  # note: this would turn a 0-d array into 1-d; 0-d is contiguous
             payload = arr.reshape(-1).view(np.uint8).data if arr.size else memoryview(b"")
-            assert self._data is not None
-            self._data.write(frame(KIND_TENSOR, payload))
-            self._data.write(payload)
+            self._append(frame(KIND_TENSOR, payload))
+            self._append(payload)
             entry.update(o=self._data_pos, l=len(payload), d=arr.dtype.str, s=list(arr.shape))
             self._data_pos += HEADER_SIZE + len(payload)
         elif t.shape is not None:
@@ -101,31 +126,64 @@ class TensorFileWriter:
             entry["r"] = {reduction_key(n, a): _float(float(v)) for (n, a), v in t.reductions.items()}
         return entry
 
-    def flush(self) -> None:
-        """Flush the data, then write and flush the index entries that point into it."""
-        if self._data is None or self._index is None:
+    def _append(self, data: bytes | memoryview) -> None:
+        if len(data) >= _BUFFER_BYTES:
+            self._drain()
+            _write_all(self._data, data)
             return
-        self._data.flush()
+        self._buf += data
+        if len(self._buf) >= _BUFFER_BYTES:
+            self._drain()
+
+    def _drain(self) -> None:
+        if self._buf:
+            buf, self._buf = self._buf, bytearray()  # a new buffer: a failed write's traceback may still view the old
+            _write_all(self._data, buf)
+
+    def flush(self) -> None:
+        """Write the buffered data, then the index entries that point into it."""
+        if self._data < 0 or self.failed:
+            return
+        self._drain()
         if self._pending_index:
             buf = bytearray()
-            for payload in self._pending_index:
+            for _, payload in self._pending_index:
                 buf += frame(KIND_INDEX, payload)
                 buf += payload
-            self._index.write(buf)
+            _write_all(self._index, buf)
             self._pending_index.clear()
-        self._index.flush()
+
+    def salvage(self) -> int:
+        """After a failed write, index the steps whose data is complete on disk; return how many were saved.
+
+        The data file is cut after the last step kept, which frees the bytes of a half-written record for the index
+        entries; when they still do not fit, the newest step is given up and its bytes freed, until they do.
+        """
+        if self._data < 0 or self.failed:
+            return 0
+        self.failed = True
+        self._buf = bytearray()
+        on_disk = os.fstat(self._data).st_size
+        keep = [(end, payload) for end, payload in self._pending_index if end <= on_disk]
+        self._pending_index.clear()
+        index_size = os.fstat(self._index).st_size
+        while keep:
+            try:
+                os.ftruncate(self._data, keep[-1][0])
+                _write_all(self._index, b"".join(frame(KIND_INDEX, p) + p for _, p in keep))
+                return len(keep)
+            except OSError:
+                os.ftruncate(self._index, index_size)  # no half-written index record
+                keep.pop()
+        return 0
 
     def close(self) -> None:
-        """Flush and close both files."""
-        data, index = self._data, self._index
+        """Write what is buffered and close both files."""
         try:
-            if data is not None:
+            if self._data >= 0:
                 self.flush()
         finally:
-            self._data = self._index = None
-            for fh in (data, index):
-                if fh is not None:
-                    try:
-                        fh.close()
-                    except OSError:
-                        pass  # the flush above already reported the error
+            for fd in (self._data, self._index):
+                if fd >= 0:
+                    os.close(fd)
+            self._data = self._index = -1
