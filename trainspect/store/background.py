@@ -29,6 +29,7 @@ class BackgroundWriter:
         flush: called on the writer thread after each batch.
         on_failure: called once on the writer thread right after ``handle`` or ``flush`` failed, to keep what reached
             the disk readable (the writer is disabled by then).
+        failures: a list shared by writers that fail together (a full disk): only the first failure is announced.
         max_pending_bytes: memory bound of the queue.
         flush_interval: seconds between batches (so data reaches the disk at least this often).
         wake_bytes: pending bytes that wake the writer before the interval ends.
@@ -43,6 +44,7 @@ class BackgroundWriter:
         flush_interval: float = 0.5,
         wake_bytes: int = 32 << 20,
         on_failure: Callable[[], None] | None = None,
+        failures: list[BaseException] | None = None,
     ) -> None:
         self.name = name
         self._handle = handle
@@ -51,6 +53,7 @@ class BackgroundWriter:
         self._interval = flush_interval
         self._wake_bytes = wake_bytes
         self._on_failure = on_failure
+        self._failures = [] if failures is None else failures
         self._items: list[tuple[Any, int]] = []
         self._pending = 0
         self._lock = threading.Lock()
@@ -155,6 +158,10 @@ class BackgroundWriter:
                     self._on_failure()
                 except Exception as salvage_exc:
                     log.debug("trainspect: %s could not save what was written: %s", self.name, salvage_exc)
+            self._failures.append(exc)
+            if len(self._failures) > 1:
+                log.debug("trainspect: %s disabled too (%s)", self.name, exc)
+                return
             log.warning(
                 "trainspect: %s disabled after a write error (%s: %s); training continues and the data "
                 "written before stays readable",

@@ -18,9 +18,13 @@ __all__ = ["RunWriter", "COLLECTIONS_FILE"]
 
 log = logging.getLogger(__name__)
 COLLECTIONS_FILE = "collections.json"
-FLUSH_INTERVAL = 0.2
+FLUSH_INTERVAL = 0.1
 """Seconds between the writer's batches; with :data:`_INDEX_EVERY` it bounds what a SIGKILL loses (docs/format.md)."""
-_INDEX_EVERY = 0.1  # within a long batch, steps are indexed at least this often
+_INDEX_EVERY = 0.05  # within a long batch, steps are indexed at least this often
+
+
+def _nbytes(record: StepRecord) -> int:
+    return sum(t.value.nbytes for t in record.tensors.values() if t.value is not None)
 
 
 class RunWriter:
@@ -49,8 +53,13 @@ class RunWriter:
         self._files: TensorFileWriter | None = None
         self._tb: TensorBoardWriter | None = None
         self._tb_dir = (tensorboard_dir or layout.tensorboard_dir(worker)) if tensorboard else None
+        failures: list[BaseException] = []  # shared: a full disk stops both writers with one warning
         self._bg = BackgroundWriter(
-            "tensor capture", self._handle, self._flush, flush_interval=FLUSH_INTERVAL, on_failure=self._salvage
+            "tensor capture", self._handle, self._flush, flush_interval=FLUSH_INTERVAL, on_failure=self._salvage,
+            failures=failures,
+        )  # fmt: skip
+        self._tb_bg = BackgroundWriter(
+            "TensorBoard export", self._handle_tb, self._flush_tb, flush_interval=0.5, failures=failures
         )
 
     def start(self) -> None:
@@ -60,6 +69,8 @@ class RunWriter:
             self._tb = TensorBoardWriter(self._tb_dir, filename_suffix=f".{self.worker}")
         write_worker_manifest(self.layout, self.worker, start_time=time.time())
         self._bg.start()
+        if self._tb is not None:
+            self._tb_bg.start()
 
     @property
     def failed(self) -> bool:
@@ -68,11 +79,7 @@ class RunWriter:
 
     def submit(self, record: StepRecord, histograms: frozenset[str] = frozenset()) -> bool:
         """Queue one step; ``histograms`` names the tensors that also get a TensorBoard histogram."""
-        nbytes = 0
-        for t in record.tensors.values():
-            if t.value is not None:
-                nbytes += t.value.nbytes
-        return self._bg.submit(("step", record, histograms), nbytes)
+        return self._bg.submit(("step", record, histograms), _nbytes(record))
 
     def submit_scalars(self, step: ScalarStep) -> bool:
         """Queue a step of scalars only; its record is built on the writer thread."""
@@ -83,24 +90,42 @@ class RunWriter:
         self._bg.submit(("collections", collections, None), 0)
 
     def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until everything queued is on disk."""
-        return self._bg.wait_idle(timeout)
+        """Block until everything queued is on disk (TensorBoard's summaries included)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self._bg.wait_idle(timeout):
+            return False
+        return self._tb_bg.wait_idle(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _handle(self, batch: list[Any]) -> None:
-        assert self._files is not None
+        """Write a batch into the tensor files, indexed as it goes, then hand it to the TensorBoard writer.
+
+        The Trial, the rules and a SIGKILL's survivors depend on the tensor files; TensorBoard's histograms cost
+        several times more and have a thread of their own, so when writing falls behind training they lag, not the
+        index.
+        """
+        files = self._files
+        assert files is not None
         index_at = time.monotonic() + _INDEX_EVERY
+        written: list[tuple[StepRecord, frozenset[str]]] = []
         for kind, payload, extra in batch:
-            if time.monotonic() > index_at:  # a long batch (a backlog) becomes readable as it goes
-                self._flush()
-                index_at = time.monotonic() + _INDEX_EVERY
             if kind == "collections":
                 write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, {"schema_version": 1, "collections": payload})
                 continue
             if kind == "scalars":
                 payload, extra = payload.record(), frozenset()
-            self._files.write(payload)
-            if self._tb is not None:
-                self._write_tb(payload, extra)
+            files.write(payload)
+            written.append((payload, extra))
+            if time.monotonic() > index_at:  # a long batch (a backlog) becomes readable as it goes
+                files.flush()
+                index_at = time.monotonic() + _INDEX_EVERY
+        files.flush()
+        if self._tb is not None and written:
+            self._tb_bg.submit(written, sum(_nbytes(record) for record, _ in written))
+
+    def _handle_tb(self, batches: list[list[tuple[StepRecord, frozenset[str]]]]) -> None:
+        for batch in batches:
+            for record, histograms in batch:
+                self._write_tb(record, histograms)
 
     def _write_tb(self, record: StepRecord, histograms: frozenset[str]) -> None:
         assert self._tb is not None
@@ -121,13 +146,15 @@ class RunWriter:
     def _flush(self) -> None:
         if self._files is not None:
             self._files.flush()
+
+    def _flush_tb(self) -> None:
         if self._tb is not None:
             self._tb.flush()
 
     def close(self, end_job: bool | None = None) -> None:
         """Drain the queue, close the files, record the worker's end, and (chief) write the end marker."""
-        if not self._bg.close():
-            return  # the writer thread still owns the files; it was told to drop the rest
+        if not self._bg.close() or not self._tb_bg.close():
+            return  # a writer thread still owns the files; it was told to drop the rest
         for closer in (self._files, self._tb):
             if closer is not None:
                 try:
