@@ -16,6 +16,8 @@ __all__ = [
     "EnvVar",
     "TRAINSPECT_DISABLE",
     "TRAINSPECT_CONFIG",
+    "SMDEBUG_CONFIG_FILE_PATH",
+    "TRAINSPECT_SMDEBUG",
     "TRAINSPECT_OUT_DIR",
     "TRAINSPECT_NODE_ID",
     "TRAINSPECT_TESTING",
@@ -98,6 +100,12 @@ TRAINSPECT_DISABLE: EnvVar[bool] = EnvVar(
 )
 TRAINSPECT_CONFIG: EnvVar[str | None] = EnvVar(
     "TRAINSPECT_CONFIG", str, None, "Path of the JSON hook config read by Hook.create_from_json_file()."
+)
+SMDEBUG_CONFIG_FILE_PATH: EnvVar[str | None] = EnvVar(
+    "SMDEBUG_CONFIG_FILE_PATH", str, None, "SageMaker Debugger's hook config (read when TRAINSPECT_CONFIG is unset)."
+)
+TRAINSPECT_SMDEBUG: EnvVar[bool] = EnvVar(
+    "TRAINSPECT_SMDEBUG", bool, False, "1 answers `import smdebug` with trainspect (on under `trainspect run`)."
 )
 TRAINSPECT_OUT_DIR: EnvVar[str | None] = EnvVar(
     "TRAINSPECT_OUT_DIR", str, None, "Run directory used by `trainspect run` and autolog() when none is given."

@@ -23,13 +23,16 @@ from trainspect.config import ReductionConfig, SaveConfig, parse_bool
 from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys
 
-__all__ = ["hook_kwargs_from_json", "hook_kwargs_from_dict", "load_json_config"]
+__all__ = ["hook_kwargs_from_json", "hook_kwargs_from_dict", "load_json_config", "config_path", "sagemaker_notes"]
 
 _SAVE_KEYS = ("save_interval", "save_steps", "start_step", "end_step")
 _REDUCTION_KEYS = ("reductions", "save_raw_tensor", "save_shape")
 _HOOK_KEYS = ("export_tensorboard", "tensorboard_dir", "save_all", "include_regex", "include_workers", "dry_run")
 _COLLECTION_KEYS = ("include_regex", "save_histogram")
 _TOP_KEYS = ("localpath", "hookparameters", "collectionconfigurations", "rules", "profilerconfig", "mlflow")
+_SAGEMAKER_KEYS = ("s3outputpath", "ruleconfigurations", "debugruleconfigurations")  # accepted, see _sagemaker
+SAGEMAKER_CONFIG_PATH = "/opt/ml/input/config/debughookconfig.json"
+"""Where SageMaker puts the hook config (read when no path, TRAINSPECT_CONFIG nor SMDEBUG_CONFIG_FILE_PATH is given)."""
 _MODES = tuple(m.name.lower() for m in ModeKeys)
 
 
@@ -100,13 +103,16 @@ def hook_kwargs_from_dict(doc: Mapping[str, Any]) -> dict[str, Any]:
         ConfigError: an unknown key or an invalid value, named in the message.
     """
     top = _lower(doc, "config")
-    unknown = sorted(set(top) - set(_TOP_KEYS))
+    unknown = sorted(set(top) - set(_TOP_KEYS) - set(_SAGEMAKER_KEYS))
     if unknown:
         raise ConfigError(f"config: unknown key(s) {', '.join(unknown)}; allowed: LocalPath, HookParameters, "
-                          "CollectionConfigurations, Rules, ProfilerConfig, MLflow")  # fmt: skip
+                          "CollectionConfigurations, Rules, ProfilerConfig, MLflow (and SageMaker's S3OutputPath, "
+                          "RuleConfigurations)")  # fmt: skip
     hook = _lower(top.get("hookparameters") or {}, "HookParameters")
     _check_keys(hook, _HOOK_KEYS + _SAVE_KEYS + _REDUCTION_KEYS, "HookParameters")
     out_dir = top.get("localpath") or env.TRAINSPECT_OUT_DIR.get()
+    if env.TRAINSPECT_RUN_ACTIVE.get() and env.TRAINSPECT_OUT_DIR.get():
+        out_dir = env.TRAINSPECT_OUT_DIR.get()  # under `trainspect run`, its run directory wins over LocalPath
     if not out_dir:
         raise ConfigError("config: LocalPath (the run directory) is required (or set TRAINSPECT_OUT_DIR)")
     kwargs: dict[str, Any] = {"out_dir": str(out_dir)}
@@ -127,12 +133,27 @@ def hook_kwargs_from_dict(doc: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def _sagemaker_rule(item: Any) -> Any:
+    """A SageMaker rule configuration (``RuleParameters.rule_to_invoke``) in trainspect's ``Rules`` form."""
+    if not isinstance(item, Mapping):
+        return item
+    low = _lower(item, "RuleConfigurations[]")
+    params = _lower(low.get("ruleparameters") or {}, "RuleParameters")
+    if "rule_to_invoke" not in params:
+        return item
+    kept = {k: v for k, v in params.items() if k != "rule_to_invoke"}
+    return {"name": str(params["rule_to_invoke"]), "parameters": kept}
+
+
 def _extras(top: Mapping[str, Any]) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
-    if top.get("rules"):
+    rules = [*(top.get("rules") or [])]
+    for key in ("ruleconfigurations", "debugruleconfigurations"):
+        rules += [_sagemaker_rule(item) for item in top.get(key) or []]
+    if rules:
         from trainspect.rules import rules_from_config
 
-        kwargs["rules"] = rules_from_config(top["rules"])
+        kwargs["rules"] = rules_from_config(rules)
     if top.get("mlflow") is not None:
         kwargs["mlflow_run"] = top["mlflow"]  # true/false, a run id, or {"RunId", "TrackingUri", ...}: HookExtras
     if top.get("profilerconfig") is not None:
@@ -142,15 +163,26 @@ def _extras(top: Mapping[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def config_path() -> str | None:
+    """The hook config to read when none is named: TRAINSPECT_CONFIG, SMDEBUG_CONFIG_FILE_PATH, SageMaker's file."""
+    path = env.TRAINSPECT_CONFIG.get() or env.SMDEBUG_CONFIG_FILE_PATH.get()
+    if path:
+        return path
+    return SAGEMAKER_CONFIG_PATH if Path(SAGEMAKER_CONFIG_PATH).is_file() else None
+
+
 def load_json_config(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
-    """Read the JSON file (path, else ``TRAINSPECT_CONFIG``).
+    """Read the JSON file (path, else :func:`config_path`).
 
     Raises:
         ConfigError: no path, an unreadable file, or malformed JSON (with line and column).
     """
-    path = path or env.TRAINSPECT_CONFIG.get()
+    path = path or config_path()
     if not path:
-        raise ConfigError("config: no path given and TRAINSPECT_CONFIG is not set")
+        raise ConfigError(
+            f"config: no path given, and neither TRAINSPECT_CONFIG nor SMDEBUG_CONFIG_FILE_PATH is set (nor is there "
+            f"a {SAGEMAKER_CONFIG_PATH})"
+        )
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -163,6 +195,12 @@ def load_json_config(path: str | os.PathLike[str] | None = None) -> dict[str, An
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {str(path)!r}: expected a JSON object at the top level")
     return doc
+
+
+def sagemaker_notes(doc: Mapping[str, Any]) -> dict[str, str]:
+    """SageMaker-only settings of a config that trainspect keeps in the manifest but does not act on."""
+    top = _lower(doc, "config")
+    return {"S3OutputPath": str(top["s3outputpath"])} if top.get("s3outputpath") else {}
 
 
 def hook_kwargs_from_json(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:

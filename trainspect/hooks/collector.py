@@ -156,6 +156,10 @@ class Collector(Guarded):
         self._started = False
         self._closed = False
 
+    def note_config(self, key: str, value: Any) -> None:
+        """Keep a setting in the manifest's ``config`` that the collector does not act on (before :meth:`start`)."""
+        self._config_doc[key] = value
+
     # --- lifecycle -----------------------------------------------------------------------------------------
     @property
     def records_tensors(self) -> bool:

@@ -15,6 +15,7 @@ from trainspect.hooks.close_errors import one_line_for_write_errors
 from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_extras import HookExtras
 from trainspect.hooks.shutdown import CLOSERS
+from trainspect.hooks.zcc import join_autolog
 
 __all__ = ["HookAPI"]
 
@@ -48,18 +49,36 @@ class HookAPI(Guarded):
         mlflow_run: Any = None,
         always_saved: Iterable[str] = (),
     ) -> None:
-        """Validate the configuration and build the collector (with TRAINSPECT_DISABLE=1, one that records nothing)."""
-        off = env.TRAINSPECT_DISABLE.get()
-        if off:
-            dry_run, rules, profiler_config = True, None, None
-        self._extras = HookExtras(rules=rules, profiler_config=profiler_config, mlflow_run=mlflow_run)
+        """Validate the configuration and build the collector (with TRAINSPECT_DISABLE=1, one that records nothing).
+
+        Under ``trainspect run`` or ``autolog()``, a hook the script creates itself becomes the job's one hook: it
+        records into the run directory of ``trainspect run`` with the script's settings where the script gives them
+        (see :func:`trainspect.hooks.zcc.join_autolog`).
+        """
+        given: dict[str, Any] = {
+            "out_dir": out_dir, "export_tensorboard": export_tensorboard, "tensorboard_dir": tensorboard_dir,
+            "dry_run": dry_run, "reduction_config": reduction_config, "save_config": save_config,
+            "include_regex": include_regex, "include_collections": include_collections, "save_all": save_all,
+            "include_workers": include_workers, "rules": rules, "profiler_config": profiler_config,
+            "mlflow_run": mlflow_run,
+        }  # fmt: skip
+        given, autologger = join_autolog(framework, given)
+        if env.TRAINSPECT_DISABLE.get():
+            given.update(dry_run=True, rules=None, profiler_config=None)
+        self._extras = HookExtras(
+            rules=given["rules"], profiler_config=given["profiler_config"], mlflow_run=given["mlflow_run"]
+        )
         self.collector = Collector(
-            out_dir, framework, save_config=save_config, include_collections=include_collections,
-            include_regex=include_regex, reduction_config=reduction_config, save_all=save_all,
-            export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir, dry_run=dry_run,
-            include_workers=include_workers, rules=self._extras.rules, always_saved=always_saved,
+            given["out_dir"], framework, save_config=given["save_config"],
+            include_collections=given["include_collections"], include_regex=given["include_regex"],
+            reduction_config=given["reduction_config"], save_all=given["save_all"],
+            export_tensorboard=given["export_tensorboard"], tensorboard_dir=given["tensorboard_dir"],
+            dry_run=given["dry_run"], include_workers=given["include_workers"], rules=self._extras.rules,
+            always_saved=always_saved,
         )  # fmt: skip
-        self.disabled = off
+        self.disabled = env.TRAINSPECT_DISABLE.get()
+        if autologger is not None:
+            autologger.adopt(self)
 
     # --- configuration -------------------------------------------------------------------------------------
     @property
@@ -83,11 +102,21 @@ class HookAPI(Guarded):
         self.collector.planner.included.add(collection.name)
 
     @classmethod
-    def create_from_json_file(cls: type[H], path: str | os.PathLike[str] | None = None) -> H:
-        """Build a hook from a JSON config (spec 5.2); the path defaults to ``TRAINSPECT_CONFIG``."""
-        from trainspect.hook_config import hook_kwargs_from_json
+    def create_from_json_file(cls: type[H], json_file_path: str | os.PathLike[str] | None = None) -> H:
+        """Build a hook from a JSON config (smdebug's format, spec 5.2).
 
-        return cls(**hook_kwargs_from_json(path))
+        The path defaults to ``TRAINSPECT_CONFIG``, else ``SMDEBUG_CONFIG_FILE_PATH``, else SageMaker's
+        ``/opt/ml/input/config/debughookconfig.json``. SageMaker's own keys (``S3OutputPath``) are kept in the run's
+        manifest; the run is written locally.
+        """
+        from trainspect.hook_config import hook_kwargs_from_dict, load_json_config, sagemaker_notes
+
+        doc = load_json_config(json_file_path)
+        hook = cls(**hook_kwargs_from_dict(doc))
+        notes = sagemaker_notes(doc)
+        if notes:
+            hook.collector.note_config("sagemaker", notes)
+        return hook
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> None:

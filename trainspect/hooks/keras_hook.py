@@ -168,8 +168,12 @@ class Hook(keras.callbacks.Callback, HookAPI):
 
     # --- user API ------------------------------------------------------------------------------------------
     @guarded()
-    def save_scalar(self, name: str, value: float, timestamp: float | None = None) -> None:
-        """Save a scalar at the current step as ``scalar/<name>`` (collection ``scalars``)."""
+    def save_scalar(self, name: str, value: float, sm_metric: bool = False, timestamp: float | None = None) -> None:
+        """Save a scalar at the current step as ``scalar/<name>`` (collection ``scalars``).
+
+        ``sm_metric`` (SageMaker Metrics) is accepted as smdebug takes it; the scalar is also an MLflow metric when
+        the run logs to MLflow.
+        """
         self._save_now(f"scalar/{name}", np.asarray(float(value), dtype=np.float64), ("scalars",))
 
     @guarded()

@@ -19,7 +19,7 @@ from trainspect import env
 from trainspect.hooks._guard import Guarded, guarded
 from trainspect.hooks.shutdown import CLOSERS
 
-__all__ = ["autolog", "AutoLogger", "FUNCTIONAL_LOSSES"]
+__all__ = ["autolog", "AutoLogger", "FUNCTIONAL_LOSSES", "active_hook"]
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +51,14 @@ _ACTIVE: list[AutoLogger] = []
 class AutoLogger(Guarded):
     """Patches installed by :func:`autolog`; :meth:`close` removes them and closes the hook."""
 
-    def __init__(self, hook: Any, companions: list[Any] | None = None) -> None:
+    def __init__(
+        self, hook: Any, companions: list[Any] | None = None, hook_kwargs: dict[str, Any] | None = None
+    ) -> None:
         import torch
         from torch.nn.modules import module as module_mod
 
         self.hook = hook
+        self.hook_kwargs = dict(hook_kwargs or {})
         self.companions = list(companions or [])
         self._torch = torch
         self._depth = 0
@@ -110,6 +113,12 @@ class AutoLogger(Guarded):
             return
         self._depth = max(0, self._depth - 1)
 
+    def adopt(self, hook: Any) -> None:
+        """Record with the script's own hook from now on (its settings were merged by :func:`join_autolog`)."""
+        previous, self.hook = self.hook, hook
+        previous.disabled = True  # it never started: nothing was written
+        log.info("trainspect: the script's own hook records this job into %s", hook.out_dir)
+
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Block until what the hook recorded is on disk (see ``Hook.flush``)."""
         return bool(self.hook.flush(timeout))
@@ -134,13 +143,18 @@ class AutoLogger(Guarded):
 
 
 def autolog(
-    out_dir: str | os.PathLike[str] | None = None, config: str | os.PathLike[str] | None = None, **hook_kwargs: Any
+    out_dir: str | os.PathLike[str] | None = None,
+    config: str | os.PathLike[str] | None = None,
+    smdebug: bool | None = None,
+    **hook_kwargs: Any,
 ) -> AutoLogger | None:
     """Instrument PyTorch training in this process; return the patches (None when disabled).
 
     Args:
         out_dir: the run directory (default: ``TRAINSPECT_OUT_DIR``, else ``runs/<script>-<time>``).
-        config: a JSON hook config (default: ``TRAINSPECT_CONFIG`` when set).
+        config: a JSON hook config (default: ``TRAINSPECT_CONFIG``, else ``SMDEBUG_CONFIG_FILE_PATH``).
+        smdebug: answer ``import smdebug…`` with trainspect when the real smdebug is not installed (default: under
+            ``trainspect run`` or with ``TRAINSPECT_SMDEBUG=1``).
         **hook_kwargs: further ``trainspect.torch.Hook`` arguments.
 
     Returns:
@@ -149,13 +163,17 @@ def autolog(
     if env.TRAINSPECT_DISABLE.get():
         log.info("trainspect: disabled by TRAINSPECT_DISABLE=1")
         return None
+    if smdebug or (smdebug is None and (env.TRAINSPECT_RUN_ACTIVE.get() or env.TRAINSPECT_SMDEBUG.get())):
+        from trainspect.smdebug_compat import install
+
+        install()
     if _ACTIVE:
         return _ACTIVE[0]
-    from trainspect.hook_config import hook_kwargs_from_json
+    from trainspect.hook_config import config_path, hook_kwargs_from_json
     from trainspect.hooks.keras_zcc import KerasAutoLog
 
     kwargs: dict[str, Any] = {}
-    config = config or env.TRAINSPECT_CONFIG.get()
+    config = config or config_path()
     if config:
         kwargs.update(hook_kwargs_from_json(config))
     interval = env.TRAINSPECT_PROFILE.get()
@@ -169,7 +187,7 @@ def autolog(
     if importlib.util.find_spec("torch") is not None:
         from trainspect.hooks.torch_hook import Hook
 
-        logger: Any = AutoLogger(Hook(**kwargs), companions=[keras_part] if keras_part else [])
+        logger: Any = AutoLogger(Hook(**kwargs), companions=[keras_part] if keras_part else [], hook_kwargs=kwargs)
     elif keras_part is not None:
         logger = keras_part
     else:
@@ -179,6 +197,43 @@ def autolog(
     CLOSERS.track(logger)
     log.info("trainspect: recording into %s", kwargs["out_dir"])
     return logger
+
+
+_DEFAULTS: dict[str, Any] = {
+    "export_tensorboard": True, "tensorboard_dir": None, "dry_run": False, "reduction_config": None,
+    "save_config": None, "include_regex": None, "include_collections": None, "save_all": False,
+    "include_workers": "one", "rules": None, "profiler_config": None, "mlflow_run": None,
+}  # fmt: skip
+
+
+def join_autolog(framework: str, given: dict[str, Any]) -> tuple[dict[str, Any], AutoLogger | None]:
+    """Settings for a PyTorch hook the script creates while autolog is active: one hook, one run directory per job.
+
+    The run directory stays ``trainspect run``'s; every setting the script gives (anything but a default) wins, the
+    others come from ``trainspect run``'s configuration, and included collections are the union of both. Returns the
+    settings and the :class:`AutoLogger` that must adopt the new hook (None when autolog is not active).
+    """
+    logger = _ACTIVE[0] if _ACTIVE and isinstance(_ACTIVE[0], AutoLogger) else None
+    if logger is None or framework != "pytorch" or logger.hook.disabled:
+        return given, None
+    if logger.hook.collector.step_open or logger.hook.collector.global_step >= 0:
+        log.warning("trainspect: the script created its own hook after recording began; this job keeps recording "
+                    "into %s with trainspect run's settings and the script's hook records nothing",
+                    logger.hook.out_dir)  # fmt: skip
+        return {**given, "dry_run": True}, None
+    merged = {**_DEFAULTS, **logger.hook_kwargs}
+    for key, value in given.items():
+        if key == "out_dir" or value is None or (key in _DEFAULTS and value == _DEFAULTS[key]):
+            continue
+        if key == "include_collections" and merged.get(key):
+            value = [*merged[key], *(v for v in value if v not in merged[key])]
+        merged[key] = value
+    return merged, logger
+
+
+def active_hook() -> Any:
+    """The hook that ``autolog()``/``trainspect run`` records with in this process (None when not active)."""
+    return _ACTIVE[0].hook if _ACTIVE and isinstance(_ACTIVE[0], AutoLogger) else None
 
 
 def _default_out_dir() -> str:

@@ -1,0 +1,166 @@
+"""smdebug's hook singletons, framework hook classes, ``create_trial`` and ``invoke_rule``, on trainspect."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from typing import Any
+
+from trainspect import env
+from trainspect.exceptions import NoMoreData, StepUnavailable, TensorUnavailableForStep, TrainspectError
+
+__all__ = [
+    "pytorch_hook_class", "keras_hook_class", "get_hook_for", "set_hook", "del_hook", "get_collection",
+    "get_collections", "create_trial", "invoke_rule", "Rule", "RuleEvaluationConditionMet",
+]  # fmt: skip
+
+log = logging.getLogger(__name__)
+_CURRENT: list[Any] = []  # smdebug's hook singleton (get_hook/set_hook): the script's one hook of the job
+
+
+def set_hook(hook: Any) -> None:
+    """Make ``hook`` the one ``get_hook()`` returns."""
+    _CURRENT[:] = [hook]
+
+
+def del_hook() -> None:
+    """Forget the current hook (it is not closed)."""
+    _CURRENT.clear()
+
+
+def _autologged() -> Any:
+    from trainspect.hooks import zcc
+
+    return zcc.active_hook()
+
+
+def _get(hook_class: Any, json_config_path: str | None, create_if_not_exists: bool) -> Any:
+    if _CURRENT:
+        return _CURRENT[0]
+    hook = _autologged()
+    if hook is None and create_if_not_exists:
+        from trainspect.hook_config import config_path
+
+        if json_config_path or config_path():
+            hook = hook_class.create_from_json_file(json_config_path)
+        else:
+            out = env.TRAINSPECT_OUT_DIR.get() or os.path.join("runs", "smdebug-hook")
+            hook = hook_class(out_dir=out)
+    if hook is not None:
+        set_hook(hook)
+    return hook
+
+
+def get_hook_for(hook_class: type) -> Any:
+    """The ``get_hook`` of one smdebug framework module (creating a ``Hook`` or a ``KerasHook`` when asked to)."""
+
+    def get_hook(json_config_path: str | None = None, create_if_not_exists: bool = False) -> Any:
+        """The job's hook: the one the script created, else ``trainspect run``'s, else (when asked) a new one."""
+        return _get(hook_class, json_config_path, create_if_not_exists)
+
+    return get_hook
+
+
+def _any_hook() -> Any:
+    if _CURRENT:
+        return _CURRENT[0]
+    hook = _autologged()
+    if hook is None:
+        raise LookupError(
+            "no hook: create one first (smd.Hook.create_from_json_file() or smd.get_hook(create_if_not_exists=True))"
+        )
+    return hook
+
+
+def get_collection(name: str) -> Any:
+    """The named collection of the job's hook (smdebug's module-level ``get_collection``)."""
+    return _any_hook().get_collection(name)
+
+
+def get_collections() -> dict[str, Any]:
+    """Every collection of the job's hook."""
+    return dict(_any_hook().get_collections())
+
+
+@functools.cache
+def pytorch_hook_class() -> type:
+    """``smdebug.pytorch.Hook``: trainspect's PyTorch hook, registered as the job's hook when created."""
+    from trainspect.hooks.torch_hook import Hook as TorchHook
+
+    class Hook(TorchHook):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            set_hook(self)
+
+    Hook.__module__, Hook.__qualname__ = "smdebug.pytorch", "Hook"
+    return Hook
+
+
+@functools.cache
+def keras_hook_class() -> type:
+    """``smdebug.tensorflow.KerasHook``: trainspect's Keras hook (a Keras callback), registered as the job's hook."""
+    from trainspect.hooks.keras_hook import Hook as KerasHook
+
+    class Hook(KerasHook):  # type: ignore[misc,valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            set_hook(self)
+
+    Hook.__module__, Hook.__qualname__ = "smdebug.tensorflow", "KerasHook"
+    return Hook
+
+
+def create_trial(path: str | os.PathLike[str], name: str | None = None, **smdebug_options: Any) -> Any:
+    """The ``create_trial`` of smdebug; its reading options (``range_steps``, ``parallel``…) need no setting."""
+    from trainspect.store.trial import create_trial as ts_create_trial
+
+    if smdebug_options:
+        log.debug("trainspect: create_trial ignores smdebug options %s", sorted(smdebug_options))
+    return ts_create_trial(os.fspath(path), name=name)
+
+
+class RuleEvaluationConditionMet(TrainspectError):
+    """Raised by ``invoke_rule(..., raise_eval_cond=True)`` when a rule's ``invoke_at_step`` returns True."""
+
+    def __init__(self, rule_name: str, step: int) -> None:
+        super().__init__(f"Evaluation of the rule {rule_name} at step {step} resulted in the condition being met")
+        self.rule_name, self.step = rule_name, step
+
+
+class Rule:
+    """smdebug's custom-rule base: subclass it and implement ``invoke_at_step(step) -> bool``."""
+
+    def __init__(self, base_trial: Any, other_trials: list[Any] | None = None, action_str: str = "") -> None:
+        self.base_trial = base_trial
+        self.other_trials = other_trials or []
+        self.action_str = action_str
+
+    def invoke_at_step(self, step: int) -> bool:
+        """Return True when the rule's condition is met at ``step``."""
+        raise NotImplementedError
+
+    def invoke(self, step: int) -> bool:
+        """Evaluate one step (smdebug's name)."""
+        return bool(self.invoke_at_step(step))
+
+
+def invoke_rule(rule_obj: Rule, start_step: int = 0, end_step: int | None = None, raise_eval_cond: bool = False) -> int:
+    """Evaluate an smdebug-style rule at every saved step from ``start_step``; return the steps where it was met.
+
+    Steps whose tensors are missing are skipped, as smdebug does.
+    """
+    trial = rule_obj.base_trial
+    trial.refresh()
+    steps = [s for s in trial.steps() if s >= start_step and (end_step is None or s < end_step)]
+    met = 0
+    for step in steps:
+        try:
+            result = rule_obj.invoke(step)
+        except (TensorUnavailableForStep, StepUnavailable, NoMoreData):
+            continue
+        if result:
+            met += 1
+            if raise_eval_cond:
+                raise RuleEvaluationConditionMet(type(rule_obj).__name__, step)
+    return met
