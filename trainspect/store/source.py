@@ -78,9 +78,9 @@ class TrainspectSource:
                 f"{path}: skipped an incomplete last record at byte {scan.resume_at} (still being written, or the "
                 "job was killed while writing it); it is read once complete",
             )
-        for _offset, kind, payload in scan.records:
-            if kind == KIND_INDEX:
-                self._add(index, worker, path.parent, payload)
+        for rec in scan.records:
+            if rec.kind == KIND_INDEX:
+                self._add(index, worker, path.parent, rec.payload)
         return len(scan.records)
 
     def _add(self, index: TrialIndex, worker: str, folder: Path, payload: bytes) -> None:
