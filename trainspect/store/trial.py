@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from trainspect.collections import Collection
-from trainspect.exceptions import NoMoreData, StepUnavailable, TensorUnavailable
+from trainspect.exceptions import NoMoreData, NotARunDirectory, StepUnavailable, TensorUnavailable
 from trainspect.modes import ModeKeys, parse_mode
 from trainspect.store.index import Entry, TrialIndex
 from trainspect.store.tensor import Tensor
@@ -36,6 +36,7 @@ class Source(Protocol):
     """What a Trial reads from: a trainspect run directory or an smdebug trial directory."""
 
     corrupt_records: int
+    problems: list[str]
 
     def refresh(self, index: TrialIndex) -> int: ...
     def ended(self) -> bool: ...
@@ -66,6 +67,8 @@ class Trial:
         self._ended = False
         self._collections: dict[str, Collection] | None = None
         self._tensors: dict[str, Tensor] = {}
+        self._notes: list[str] = []
+        self._checked_over = False
         self.refresh()
 
     # --- loading -------------------------------------------------------------------------------------------
@@ -75,6 +78,8 @@ class Trial:
         if self._source.refresh(self._index):
             self._collections = None
         self._ended = ended_before
+        if not self._checked_over:
+            self._check_files()
 
     def _maybe_refresh(self) -> None:
         if self._refresh_enabled and not self._ended:
@@ -99,6 +104,31 @@ class Trial:
     def job_ended(self) -> bool:
         """Whether the job wrote its end marker."""
         return self._ended or self._source.ended()
+
+    def _check_files(self) -> None:
+        """Name the files of the run that are missing or damaged (checked again until the job is over)."""
+        from trainspect.store import inventory
+        from trainspect.store.source import TrainspectSource
+
+        if not isinstance(self._source, TrainspectSource):
+            self._checked_over = True
+            return
+        layout = self._source.layout
+        over = inventory.job_over(layout)
+        for problem in inventory.tensor_problems(layout, over):
+            self._note(problem)
+        self._checked_over = over
+
+    def _note(self, message: str) -> None:
+        """Record a problem of the run directory and log it once."""
+        if message not in self._notes:
+            self._notes.append(message)
+            log.warning("trainspect: %s", message)
+
+    @property
+    def problems(self) -> list[str]:
+        """What could not be read: missing or damaged files and skipped records, one line each naming the file."""
+        return [*self._notes, *getattr(self._source, "problems", [])]
 
     @property
     def corrupt_records(self) -> int:
@@ -307,12 +337,31 @@ class Trial:
         return f"Trial({str(self.path)!r}, steps={len(self._index.steps)}, tensors={len(self._index.tensors)})"
 
 
+def _holds_run(path: Path) -> bool:
+    """Whether ``path`` holds anything a job records: manifest, tensors, profiler data, verdicts, smdebug index."""
+    from trainspect.store.layout import RunLayout
+    from trainspect.store.smdebug_source import SmdebugSource
+    from trainspect.store.source import TrainspectSource
+
+    layout = RunLayout(path)
+    if TrainspectSource.detect(path) or SmdebugSource.detect(path) or layout.end_marker.exists():
+        return True
+    marks = (layout.profiler_dir, layout.verdicts.parent, layout.workers_dir, path / "system", path / "framework",
+             path / "profiler-output")  # fmt: skip
+    return any(p.is_dir() for p in marks)
+
+
 def _detect_source(path: Path) -> Source:
     from trainspect.store.smdebug_source import SmdebugSource
     from trainspect.store.source import TrainspectSource
 
     if not path.exists():
         raise FileNotFoundError(f"create_trial: {path} does not exist")
+    if not path.is_dir():
+        raise NotARunDirectory(f"create_trial: {path} is a file, not a run directory")
+    if not _holds_run(path):
+        raise NotARunDirectory(f"create_trial: {path} holds no run (no trainspect.json, tensors/, profiler/ or smdebug "
+                               "index/ in it)")  # fmt: skip
     if SmdebugSource.detect(path) and not TrainspectSource.detect(path):
         return SmdebugSource(path)
     return TrainspectSource(path)
@@ -321,9 +370,17 @@ def _detect_source(path: Path) -> Source:
 def create_trial(path: str | Path, name: str | None = None) -> Trial:
     """Open a run directory (trainspect's or smdebug's) for reading.
 
+    Missing or damaged files are named in warnings and listed in :attr:`Trial.problems`.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        NotARunDirectory: ``path`` is a file, or a directory that holds no run.
+
     Example:
         >>> import tempfile, trainspect
-        >>> trainspect.create_trial(tempfile.mkdtemp()).steps()
-        []
+        >>> trainspect.create_trial(tempfile.mkdtemp())  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        ...
+        trainspect.exceptions.NotARunDirectory: create_trial: ... holds no run (no trainspect.json, ...)
     """
     return Trial(path, name=name)
