@@ -68,7 +68,7 @@ class TailedFile:
     def warn(self, text: str) -> None:
         """Log one warning for this file (later ones go to DEBUG); every problem is kept in :attr:`problems`."""
         if len(self.problems) < 20:
-            self.problems.append(f"{self.path}: {text}")
+            self.problems.append(f"skipped damaged profiler data in {self.path}: {text}")
         if self.warned:
             logger.debug("%s: %s", self.path, text)
             return
