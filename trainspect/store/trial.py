@@ -22,6 +22,8 @@ from trainspect.store.tensor import Tensor
 __all__ = ["Trial", "StepState", "create_trial"]
 
 log = logging.getLogger(__name__)
+_RECHECK_S = 2.0
+"""While the job runs, its files are checked for damage at most this often."""
 
 
 class StepState(enum.Enum):
@@ -69,6 +71,7 @@ class Trial:
         self._tensors: dict[str, Tensor] = {}
         self._notes: list[str] = []
         self._checked_over = False
+        self._checked_at = float("-inf")
         self.refresh()
 
     # --- loading -------------------------------------------------------------------------------------------
@@ -78,7 +81,7 @@ class Trial:
         if self._source.refresh(self._index):
             self._collections = None
         self._ended = ended_before
-        if not self._checked_over:
+        if not self._checked_over and time.monotonic() - self._checked_at > _RECHECK_S:
             self._check_files()
 
     def _maybe_refresh(self) -> None:
@@ -114,7 +117,8 @@ class Trial:
             self._checked_over = True
             return
         layout = self._source.layout
-        over = inventory.job_over(layout)
+        self._checked_at = time.monotonic()
+        over = self._ended or inventory.job_over(layout)
         for problem in inventory.tensor_problems(layout, over):
             self._note(problem)
         self._checked_over = over
