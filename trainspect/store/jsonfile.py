@@ -10,7 +10,7 @@ Example:
     >>> check({"rows": 5}, Obj({"rows": ListOf(dict)}), "operators.json")
     Traceback (most recent call last):
     ...
-    trainspect.exceptions.DamagedFile: operators.json: rows is int, expected a list
+    trainspect.exceptions.DamagedFile: operators.json: rows is an integer, expected a list
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def _expected(shape: Any) -> str:
 
 
 def _fail(where: str, value: Any, shape: Any) -> None:
-    raise DamagedFile(f"{where or 'the document'} is {type(value).__name__}, expected {_expected(shape)}")
+    found = "null" if value is None else _NAMES.get(type(value), type(value).__name__)
+    raise DamagedFile(f"{where or 'the document'} is {found}, expected {_expected(shape)}")
 
 
 def _key(where: str, key: str) -> str:

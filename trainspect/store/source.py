@@ -181,8 +181,7 @@ class TrainspectSource:
             doc = load_json(path, COLLECTIONS_SHAPE)
             return [Collection.from_dict(data) for data in doc["collections"].values()]
         except FileNotFoundError:
-            if any(folder.glob(f"{INDEX_PREFIX}*.idx")):
-                self._warn(str(path), f"{path} is missing: the built-in collections' patterns are used")
+            pass  # named by the Trial's file check once the job is over (a running job writes it late)
         except (DamagedFile, ConfigError, ValueError, TypeError, KeyError) as exc:
             text = str(exc) if isinstance(exc, DamagedFile) else f"{path}: {type(exc).__name__}: {exc}"
             self._warn(str(path), f"{text}; the built-in collections' patterns are used")

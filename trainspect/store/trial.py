@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from trainspect.collections import Collection
-from trainspect.exceptions import NoMoreData, NotARunDirectory, StepUnavailable, TensorUnavailable
+from trainspect.exceptions import NoMoreData, StepUnavailable, TensorUnavailable
 from trainspect.modes import ModeKeys, parse_mode
 from trainspect.store.index import Entry, TrialIndex
 from trainspect.store.tensor import Tensor
@@ -63,7 +63,11 @@ class Trial:
     def __init__(self, path: str | Path, name: str | None = None, source: Source | None = None) -> None:
         self.path = Path(path)
         self.name = name or self.path.name
-        self._source: Source = source or _detect_source(self.path)
+        if source is None:
+            from trainspect.store.detect import detect_source  # the readers load only when a Trial is opened
+
+            source = detect_source(self.path)
+        self._source: Source = source
         self._index = TrialIndex()
         self._refresh_enabled = True
         self._ended = False
@@ -132,7 +136,7 @@ class Trial:
     @property
     def problems(self) -> list[str]:
         """What could not be read: missing or damaged files and skipped records, one line each naming the file."""
-        return [*self._notes, *getattr(self._source, "problems", [])]
+        return list(dict.fromkeys([*self._notes, *getattr(self._source, "problems", [])]))
 
     @property
     def corrupt_records(self) -> int:
@@ -339,36 +343,6 @@ class Trial:
 
     def __repr__(self) -> str:
         return f"Trial({str(self.path)!r}, steps={len(self._index.steps)}, tensors={len(self._index.tensors)})"
-
-
-def _holds_run(path: Path) -> bool:
-    """Whether ``path`` holds anything a job records: manifest, tensors, profiler data, verdicts, smdebug index."""
-    from trainspect.store.layout import RunLayout
-    from trainspect.store.smdebug_source import SmdebugSource
-    from trainspect.store.source import TrainspectSource
-
-    layout = RunLayout(path)
-    if TrainspectSource.detect(path) or SmdebugSource.detect(path) or layout.end_marker.exists():
-        return True
-    marks = (layout.profiler_dir, layout.verdicts.parent, layout.workers_dir, path / "system", path / "framework",
-             path / "profiler-output")  # fmt: skip
-    return any(p.is_dir() for p in marks)
-
-
-def _detect_source(path: Path) -> Source:
-    from trainspect.store.smdebug_source import SmdebugSource
-    from trainspect.store.source import TrainspectSource
-
-    if not path.exists():
-        raise FileNotFoundError(f"create_trial: {path} does not exist")
-    if not path.is_dir():
-        raise NotARunDirectory(f"create_trial: {path} is a file, not a run directory")
-    if not _holds_run(path):
-        raise NotARunDirectory(f"create_trial: {path} holds no run (no trainspect.json, tensors/, profiler/ or smdebug "
-                               "index/ in it)")  # fmt: skip
-    if SmdebugSource.detect(path) and not TrainspectSource.detect(path):
-        return SmdebugSource(path)
-    return TrainspectSource(path)
 
 
 def create_trial(path: str | Path, name: str | None = None) -> Trial:
