@@ -38,10 +38,10 @@ class _Collect(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         text = record.getMessage().removeprefix("trainspect: ")
-        add(self.sink, text, self.needle)
+        _add_problem(self.sink, text, self.needle)
 
 
-def add(sink: list[str], text: str, root: str) -> None:
+def _add_problem(sink: list[str], text: str, root: str) -> None:
     """Append one problem line (the run's path shown as ``<run>``) unless it is there already; at most 20."""
     if root in text:
         text = text.replace(root, "<run>")
@@ -90,9 +90,9 @@ class RunData:
             finally:
                 logger.removeHandler(handler)
             for text in self._system.problems() + self._framework.problems() + self._table_problems:
-                add(self.problems, text, str(self.path))
+                _add_problem(self.problems, text, str(self.path))
             for text in self._missing_files():
-                add(self.problems, text, str(self.path))
+                _add_problem(self.problems, text, str(self.path))
             return ProfilerData(
                 path=self.path,
                 source=self._system.source,
