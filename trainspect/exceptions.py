@@ -12,6 +12,8 @@ __all__ = [
     "StepNotYetAvailable",
     "NoMoreData",
     "RunDirectoryInUse",
+    "NotARunDirectory",
+    "DamagedFile",
 ]
 
 
@@ -39,6 +41,14 @@ class TrainingStopped(TrainspectError):
 
 class RunDirectoryInUse(TrainspectError):
     """Another job already writes into this run directory."""
+
+
+class NotARunDirectory(TrainspectError, ValueError):
+    """The path is not a run directory: a regular file, or a directory that holds no run (nothing was recorded)."""
+
+
+class DamagedFile(TrainspectError, ValueError):
+    """A file of a run directory cannot be used (unreadable, not JSON, or JSON of the wrong shape); names the file."""
 
 
 class TensorUnavailable(TrainspectError, KeyError):

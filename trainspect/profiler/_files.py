@@ -13,31 +13,40 @@ logger = logging.getLogger(__name__)
 
 STALE_S = 5.0
 """A file whose last frame is cut off and that has not changed for this long is reported as truncated."""
+_END_MARKER = "training_job_end.ts"
 
 
 class TailedFile:
     """Reads the frames appended to a file since the last :meth:`poll`.
 
+    A cut-off last frame is waited for while the job may still write it; it is reported as truncated once the job
+    has ended (its end marker exists) or the file has not changed for :data:`STALE_S` seconds.
+
     Args:
         path: the file.
+
+    Attributes:
+        problems: every problem found in the file so far (the first one is also logged as a warning).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.offset = 0
         self.warned = False
+        self.problems: list[str] = []
 
     def poll(self) -> list[Frame]:
         """Frames written since the last call; damaged frames are skipped with one warning per file."""
         try:
             size = self.path.stat().st_size
-        except OSError:
+            if size <= self.offset:
+                return []
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError as exc:
+            self.warn(f"cannot read it: {exc}")
             return []
-        if size <= self.offset:
-            return []
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read()
         scan = scan_frames(data)
         self.offset += scan.next_offset
         problems = list(scan.problems)
@@ -49,13 +58,17 @@ class TailedFile:
         return scan.frames
 
     def _stale(self) -> bool:
+        if any((parent / _END_MARKER).exists() for parent in list(self.path.parents)[:4]):
+            return True  # the run directory (three levels up) or a SageMaker folder says the job is over
         try:
             return time.time() - self.path.stat().st_mtime > STALE_S
         except OSError:
             return True
 
     def warn(self, text: str) -> None:
-        """Log one warning for this file (later ones go to DEBUG)."""
+        """Log one warning for this file (later ones go to DEBUG); every problem is kept in :attr:`problems`."""
+        if len(self.problems) < 20:
+            self.problems.append(f"skipped damaged profiler data in {self.path}: {text}")
         if self.warned:
             logger.debug("%s: %s", self.path, text)
             return

@@ -81,6 +81,10 @@ class SystemNodeStore:
         if changed:
             self._merged = None
 
+    def problems(self) -> list[str]:
+        """What was skipped in the node's files, one line each naming the file."""
+        return [p for store in self._files.values() for p in store.tail.problems]
+
     def file_times(self) -> list[float]:
         """Start time (epoch s) of every file, from its name."""
         out = []
@@ -140,6 +144,10 @@ class FrameworkWorkerStore:
                 pid = next((int(e.get("pid", 0)) for e in self._events if e.get("event") == "start"), 0)  # type: ignore[call-overload]
                 cols.setdefault("pid", np.full(len(cols["start"]), pid, np.int64))
                 self._spans.append(cols)
+
+    def problems(self) -> list[str]:
+        """What was skipped in the worker's files, one line each naming the file."""
+        return [p for tail in self._tails.values() for p in tail.problems]
 
     def file_times(self) -> list[float]:
         """Start time (epoch s) of every file, from its name."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,9 +12,13 @@ import pandas as pd
 from trainspect.profiler.arrays import FrameworkTables, SystemArrays
 from trainspect.profiler.detailed import OPERATOR_COLUMNS, PYTHON_COLUMNS, read_tables
 from trainspect.profiler.readers import FrameworkMetricsReader, SystemMetricsReader
+from trainspect.store import inventory
 from trainspect.store.layout import RunLayout
 
-__all__ = ["ProfilerData", "load_profiler_data"]
+__all__ = ["ProfilerData", "load_profiler_data", "missing_files"]
+
+logger = logging.getLogger(__name__)
+_WARNED: set[str] = set()
 
 
 @dataclass
@@ -28,6 +33,8 @@ class ProfilerData:
         operators: top operators of the detailed windows (columns ``detailed.OPERATOR_COLUMNS``).
         python_stats: Python hotspots of the profiled windows (columns ``detailed.PYTHON_COLUMNS``).
         job_ended: whether the end marker exists (the job is over).
+        problems: what could not be read (damaged records, files missing or of the wrong shape), one line each
+            naming the file.
 
     Example:
         >>> import tempfile
@@ -42,6 +49,7 @@ class ProfilerData:
     operators: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=OPERATOR_COLUMNS))
     python_stats: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PYTHON_COLUMNS))
     job_ended: bool = False
+    problems: list[str] = field(default_factory=list)
 
     @property
     def has_gpu(self) -> bool:
@@ -69,7 +77,8 @@ class ProfilerData:
 def load_profiler_data(run_dir: str | os.PathLike[str]) -> ProfilerData:
     """Read a run's profiler data (trainspect run directory or SageMaker profiler-output folder).
 
-    Damaged records are skipped with one warning per file; a running job gives what is on disk so far.
+    Damaged records are skipped with one warning per file; a running job gives what is on disk so far. Everything
+    skipped or missing is listed in :attr:`ProfilerData.problems`.
     """
     system_reader = SystemMetricsReader(run_dir)
     framework_reader = FrameworkMetricsReader(run_dir)
@@ -79,12 +88,30 @@ def load_profiler_data(run_dir: str | os.PathLike[str]) -> ProfilerData:
     ended = RunLayout(run_dir).end_marker.exists() or any(
         (root / sub / "training_job_end.ts").exists() for sub in ("system", "framework", ".")
     )
+    problems = system_reader.problems() + framework_reader.problems()
+    operators = read_tables(root / "detailed", "operators", problems)
+    python_stats = read_tables(root / "detailed", "python", problems)
+    if system_reader.source == "trainspect":
+        problems += missing_files(Path(run_dir), root)
     return ProfilerData(
         path=Path(run_dir),
         source=system_reader.source,
         system=system,
         framework=framework,
-        operators=read_tables(root / "detailed", "operators"),
-        python_stats=read_tables(root / "detailed", "python"),
+        operators=operators,
+        python_stats=python_stats,
         job_ended=ended,
+        problems=problems,
     )
+
+
+def missing_files(run_dir: Path, profiler_root: Path) -> list[str]:
+    """Profiler files that a finished run should have and lacks (see :mod:`trainspect.store.inventory`)."""
+    over = inventory.job_over(RunLayout(run_dir)) if (run_dir / "profiler") == profiler_root else True
+    found = inventory.profiler_problems(profiler_root, over)
+    for text in found:
+        if text not in _WARNED:  # rules and views load the same run again and again: one warning per file
+            if len(_WARNED) < 1000:
+                _WARNED.add(text)
+            logger.warning("trainspect: %s", text)
+    return found

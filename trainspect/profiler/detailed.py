@@ -20,7 +20,9 @@ from typing import Any
 
 import pandas as pd
 
+from trainspect.exceptions import DamagedFile
 from trainspect.profiler.schema import SCHEMA_VERSION
+from trainspect.store.jsonfile import NUMBER, ListOf, Obj, load_json
 
 __all__ = ["OPERATOR_COLUMNS", "PYTHON_COLUMNS", "write_table", "read_tables"]
 
@@ -29,6 +31,14 @@ OPERATOR_COLUMNS = ["worker", "start_step", "end_step", "device", "name", "calls
 PYTHON_COLUMNS = [
     "worker", "start_step", "end_step", "function", "filename", "line", "calls", "total_time_s", "cumulative_time_s",
 ]  # fmt: skip
+_HEAD = {"schema_version": int, "worker": str, "start_step": int, "end_step": int}
+_SHAPES = {
+    "operators": Obj({"rows": ListOf(Obj({"name": str, "calls": NUMBER, "self_time_us": NUMBER,
+                                          "total_time_us": NUMBER}, {"device": str}))}, _HEAD),
+    "python": Obj({"rows": ListOf(Obj({"function": str, "calls": NUMBER, "total_time_s": NUMBER,
+                                       "cumulative_time_s": NUMBER}, {"filename": str, "line": int}))}, _HEAD),
+}  # fmt: skip
+"""The shapes of ``operators_*.json`` and ``python_*.json``."""
 
 
 def write_table(
@@ -44,24 +54,28 @@ def write_table(
     return target
 
 
-def read_tables(detailed_root: Path, prefix: str) -> pd.DataFrame:
+def read_tables(detailed_root: Path, prefix: str, problems: list[str] | None = None) -> pd.DataFrame:
     """All ``<prefix>_*.json`` tables under ``<profiler>/detailed/<worker>/`` as one DataFrame.
 
     Columns: :data:`OPERATOR_COLUMNS` (prefix ``operators``) or :data:`PYTHON_COLUMNS` (``python``).
-    Unreadable or newer-version files are skipped with a warning.
+    Unreadable files, files of the wrong shape and newer-version files are skipped with a warning naming the file
+    (also appended to ``problems`` when given).
     """
     columns = OPERATOR_COLUMNS if prefix == "operators" else PYTHON_COLUMNS
     frames = []
     for path in sorted(detailed_root.glob(f"*/{prefix}_*.json")):
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-            if int(doc.get("schema_version", 1)) > SCHEMA_VERSION:
-                raise ValueError(f"schema_version {doc['schema_version']} is newer than {SCHEMA_VERSION}")
-            frame = pd.DataFrame(doc["rows"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            logger.warning("trainspect: skipped profiler table %s: %s", path, exc)
+            doc = load_json(path, _SHAPES[prefix])
+            if int(doc.get("schema_version") or 1) > SCHEMA_VERSION:
+                raise DamagedFile(f"{path}: schema_version {doc['schema_version']} is newer than {SCHEMA_VERSION}")
+        except (FileNotFoundError, DamagedFile) as exc:
+            text = f"skipped profiler table {exc}"
+            logger.warning("trainspect: %s", text)
+            if problems is not None:
+                problems.append(text)
             continue
-        frame["worker"] = doc.get("worker", path.parent.name)
+        frame = pd.DataFrame(doc["rows"], columns=[c for c in columns if c not in _HEAD])
+        frame["worker"] = doc.get("worker") or path.parent.name
         frame["start_step"] = doc.get("start_step", -1)
         frame["end_step"] = doc.get("end_step", -1)
         frames.append(frame.reindex(columns=columns))

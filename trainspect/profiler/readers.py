@@ -66,6 +66,11 @@ class _Reader:
         """Rescan the folder for new files and new records."""
         raise NotImplementedError
 
+    def problems(self) -> list[str]:
+        """What was skipped so far (damaged or truncated records), one line each naming the file."""
+        stores = getattr(self, "_nodes", None) or getattr(self, "_workers", None) or {}
+        return [p for store in stores.values() for p in store.problems()]
+
 
 class SystemMetricsReader(_Reader):
     """System metrics of every node of a run.

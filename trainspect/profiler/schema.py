@@ -1,15 +1,15 @@
 """The on-disk profiler format, shared by the writers (hooks) and the readers (docs/profiler.md).
 
-A profiler file is a sequence of *frames*. Each frame is a 12-byte header followed by a zlib-compressed
-payload::
+A profiler file is a sequence of *frames*, framed as every trainspect file (:mod:`trainspect.store.framing`):
+a 12-byte header followed by a zlib-compressed payload::
 
-    magic b"TS" | schema_version u8 | kind u8 | payload length u32 LE | zlib.crc32(payload) u32 LE | payload
+    magic b"TS" | framing version u8 (1) | kind u8 | payload length u32 LE | zlib.crc32(payload) u32 LE | payload
 
 Kinds: ``SCHEMA`` (JSON: metric keys and their encodings, written first in every system file),
 ``SYSTEM`` (a columnar chunk of system samples), ``TABLE`` (a named table of numpy columns: framework
 steps and spans) and ``EVENT`` (one JSON object: start, close, dataloader workers). Files are append-only;
 each frame is written with a single ``write`` so a reader sees whole frames; truncation and corruption are
-detected per frame by the length and CRC and skipped (the reader resynchronises on the next valid frame).
+detected per frame by the length and CRC and skipped (the shared scanner resynchronises on the next valid frame).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from trainspect.store import framing
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -50,10 +52,9 @@ SCHEMA_VERSION = 1
 KIND_SCHEMA, KIND_SYSTEM, KIND_TABLE, KIND_EVENT = 1, 2, 3, 4
 SYSTEM_SUFFIX = ".tsys"
 FRAMEWORK_SUFFIX = ".tfw"
-MAGIC = b"TS"
-_HEADER = struct.Struct("<2sBBII")
-HEADER_SIZE = _HEADER.size
-_MAX_PAYLOAD = 1 << 28
+FRAME_VERSION = 1
+"""The framing version of profiler frames (zlib.crc32 checksums); see :mod:`trainspect.store.framing`."""
+HEADER_SIZE = framing.HEADER_SIZE
 _CHUNK_HEAD = struct.Struct("<qII")  # t0 ms, rows, u16 columns
 ENC_CENTI = "u16c"  # value * 100 as uint16 (percentages: 0.01 resolution, 65535 = missing)
 ENC_F32 = "f32"
@@ -81,67 +82,27 @@ class FrameScan:
 
 
 def encode_frame(kind: int, payload: bytes, level: int = 6) -> bytes:
-    """Compress ``payload`` and frame it with magic, version, kind, length and CRC."""
+    """Compress ``payload`` and frame it (:func:`trainspect.store.framing.frame`, framing version 1)."""
     body = zlib.compress(payload, level)
-    return _HEADER.pack(MAGIC, SCHEMA_VERSION, kind, len(body), zlib.crc32(body)) + body
-
-
-def _valid_at(buf: bytes | memoryview, pos: int) -> tuple[int, int, int, bytes] | None:
-    """Return (version, kind, length, body) if a complete frame with a good CRC starts at ``pos``."""
-    if pos + HEADER_SIZE > len(buf):
-        return None
-    magic, version, kind, length, crc = _HEADER.unpack_from(buf, pos)
-    if magic != MAGIC or length > _MAX_PAYLOAD or pos + HEADER_SIZE + length > len(buf):
-        return None
-    body = bytes(buf[pos + HEADER_SIZE : pos + HEADER_SIZE + length])
-    if zlib.crc32(body) != crc:
-        return None
-    return version, kind, length, body
-
-
-def _resync(buf: bytes, pos: int) -> int:
-    """Offset of the next valid frame after ``pos``, or ``len(buf)``."""
-    nxt = buf.find(MAGIC, pos + 1)
-    while nxt != -1:
-        if _valid_at(buf, nxt) is not None:
-            return nxt
-        nxt = buf.find(MAGIC, nxt + 1)
-    return len(buf)
+    return framing.frame(kind, body, FRAME_VERSION) + body
 
 
 def scan_frames(buf: bytes, offset: int = 0) -> FrameScan:
-    """Decode every whole frame of ``buf`` from ``offset``.
+    """Decode every whole frame of ``buf`` from ``offset`` (the shared :func:`trainspect.store.framing.scan_frames`).
 
     A frame cut off at the end of the buffer is not consumed (``truncated_tail``; ``next_offset`` points
     at it, so a tailing reader retries once more bytes arrive). A bad frame elsewhere is skipped and
     reported in ``problems``; frames of a newer schema version are skipped and reported.
     """
+    scan = framing.scan_frames(memoryview(buf)[offset:], offset, newest=FRAME_VERSION)
+    problems = [p.replace("framing version", "schema_version") for p in scan.problems]
     frames: list[Frame] = []
-    problems: list[str] = []
-    pos = offset
-    while pos < len(buf):
-        if pos + HEADER_SIZE > len(buf):
-            return FrameScan(frames, pos, problems, truncated_tail=True)
-        magic, version, kind, length, _crc = _HEADER.unpack_from(buf, pos)
-        if magic == MAGIC and length <= _MAX_PAYLOAD and pos + HEADER_SIZE + length > len(buf):
-            if _resync(buf, pos) == len(buf):
-                return FrameScan(frames, pos, problems, truncated_tail=True)
-        found = _valid_at(buf, pos)
-        if found is None:
-            nxt = _resync(buf, pos)
-            problems.append(f"corrupt frame at byte {pos} ({nxt - pos} bytes skipped)")
-            pos = nxt
-            continue
-        version, kind, length, body = found
-        pos += HEADER_SIZE + length
-        if version > SCHEMA_VERSION:
-            problems.append(f"frame of schema_version {version} (newer than {SCHEMA_VERSION}) skipped")
-            continue
+    for rec in scan.records:
         try:
-            frames.append(Frame(kind, version, zlib.decompress(body), pos - HEADER_SIZE - length))
+            frames.append(Frame(rec.kind, rec.version, zlib.decompress(rec.payload), rec.offset))
         except zlib.error:
-            problems.append(f"undecompressable frame at byte {pos - HEADER_SIZE - length}")
-    return FrameScan(frames, pos, problems)
+            problems.append(f"undecompressable frame at byte {rec.offset}")
+    return FrameScan(frames, scan.resume_at, problems, truncated_tail=scan.truncated)
 
 
 def iter_frames(buf: bytes) -> Iterator[Frame]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import dataclass, field
@@ -11,6 +10,7 @@ from typing import Any
 
 from trainspect.profiler.data import ProfilerData, load_profiler_data
 from trainspect.rules.verdict import Verdict
+from trainspect.store import inventory
 from trainspect.store.layout import RunLayout
 
 __all__ = ["ReportContext", "REQUIREMENT_HINTS"]
@@ -51,7 +51,7 @@ class ReportContext:
         trial: a Trial over the tensors, or ``None`` when the run has none.
         manifest: the job manifest, when readable.
         price_per_hour: the instance's hourly price, for the cost section.
-        problems: what could not be read, shown at the top of the report.
+        problems: what could not be read (missing or damaged files, each named), shown at the top of the report.
 
     Example:
         >>> import tempfile
@@ -102,13 +102,20 @@ class ReportContext:
             log.warning("trainspect report: could not read %s of %s: %s", what, self.run_dir, exc)
             self.problems.append(f"Could not read {what}: {type(exc).__name__}: {exc}")
 
+    def _note(self, problems: list[str]) -> None:
+        for text in problems:
+            if text not in self.problems:
+                self.problems.append(text)
+
     def _load_profiler(self) -> None:
         self.profiler = load_profiler_data(self.run_dir)
+        self._note(self.profiler.problems)
 
     def _load_verdicts(self) -> None:
         from trainspect.rules.engine import load_verdicts
 
         self.verdicts = load_verdicts(self.run_dir)
+        self._note(inventory.rules_problems(RunLayout(self.run_dir), inventory.job_over(RunLayout(self.run_dir))))
 
     def _load_trial(self) -> None:
         layout = RunLayout(self.run_dir)
@@ -117,16 +124,18 @@ class ReportContext:
         from trainspect.store.trial import create_trial
 
         self.trial = create_trial(self.run_dir)
+        self._note(self.trial.problems)
 
     def _load_manifest(self) -> None:
-        path = RunLayout(self.run_dir).manifest
-        if path.exists():
-            self.manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest, problem = inventory.read_manifest(RunLayout(self.run_dir))
+        self.manifest = manifest or {}
+        self._note([problem] if problem else [])
 
     def _evaluate_profiler_rules(self) -> None:
         if not self.profiler.system and not self.profiler.framework:
             return
         from trainspect.rules.profiler import PROFILER_RULES
+        from trainspect.rules.source import note_damage
 
         have = {v.rule for v in self.verdicts}
         for rule_cls in PROFILER_RULES:
@@ -134,7 +143,7 @@ class ReportContext:
             if rule.name in have:
                 continue
             try:
-                self.verdicts.append(rule.evaluate(self.profiler))
+                self.verdicts.append(note_damage(rule.evaluate(self.profiler), self.profiler.problems))
             except Exception as exc:  # one rule's failure is its own verdict, not the report's
                 log.warning("trainspect report: profiler rule %s failed: %s", rule.name, exc)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspect.rules.base import Rule
-from trainspect.rules.source import Needs, StepAssembler, TrialSource, roles_for
+from trainspect.rules.source import Needs, StepAssembler, TrialSource, note_damage, roles_for, trial_problems
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tally import Tally
 from trainspect.rules.tensor_rule import TensorRule
@@ -80,10 +80,11 @@ def evaluate(
         for t_rule, verdict in zip(
             tensor_rules, evaluate_tensor_rules(trial, tensor_rules, start_step, end_step, finished), strict=True
         ):
-            results[id(t_rule)] = verdict
+            results[id(t_rule)] = note_damage(verdict, trial_problems(trial))
+    loaded: dict[str, Any] = {}  # the profiler data, loaded once for every profiler rule
     for rule in rules:
         if id(rule) not in results:
-            results[id(rule)] = _evaluate_other(rule, trial, finished)
+            results[id(rule)] = _evaluate_other(rule, trial, finished, loaded)
     verdicts = _note_missing_workers(trial, [results[id(r)] for r in rules])
     if actions:
         fire_actions(rules, verdicts)
@@ -181,15 +182,18 @@ def _others_at(others: list[dict[str, dict[int, TensorRecord]]], step: int) -> t
     return tuple({n: s[step] for n, s in other.items() if step in s} for other in others)
 
 
-def _evaluate_other(rule: Rule, trial: Any, finished: bool) -> Verdict:
+def _evaluate_other(rule: Rule, trial: Any, finished: bool, loaded: dict[str, Any]) -> Verdict:
     try:
         if rule.kind == "profiler":
-            data = _profiler_data(trial)
+            if "profiler" not in loaded:
+                loaded["profiler"] = _profiler_data(trial)
+            data = loaded["profiler"]
         else:
             data = trial
         verdict = rule.evaluate(data)
     except Exception as exc:
         return Verdict(rule=rule.name, status=Status.ERROR, kind=rule.kind, message=f"{type(exc).__name__}: {exc}")
+    verdict = note_damage(verdict, getattr(data, "problems", []) if rule.kind == "profiler" else trial_problems(trial))
     if not finished and verdict.status is Status.NO_ISSUES_FOUND:
         verdict = verdict.with_status(Status.IN_PROGRESS)
     return verdict

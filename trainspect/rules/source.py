@@ -11,7 +11,7 @@ import logging
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -19,12 +19,46 @@ import numpy as np
 from trainspect.modes import ModeKeys
 from trainspect.rules.step_data import StepData, parse_reduction, reduce_array, reduce_rows
 from trainspect.rules.tensor_rule import Select, TensorRule
+from trainspect.rules.verdict import Status, Verdict
 from trainspect.step import ReductionKey, TensorRecord
 
-__all__ = ["TrialSource", "Needs", "roles_for", "reduce_series", "build_step", "StepAssembler"]
+__all__ = [
+    "TrialSource", "Needs", "roles_for", "reduce_series", "build_step", "StepAssembler", "note_damage",
+    "trial_problems",
+]  # fmt: skip
 
 _log = logging.getLogger(__name__)
 _GLOBAL = ModeKeys.GLOBAL
+_UNJUDGED = (Status.NO_DATA, Status.ERROR, Status.IN_PROGRESS)
+
+
+def note_damage(verdict: Verdict, problems: Iterable[str]) -> Verdict:
+    """Name the missing or damaged files of the run in a verdict.
+
+    Every verdict lists them in ``details["damaged_files"]``; a verdict that could not judge (NoData, Error,
+    InProgress) also names the first one in its message, so "no inputs" is never mistaken for "not recorded".
+
+    Example:
+        >>> v = note_damage(Verdict("LossNotDecreasing", Status.NO_DATA, message="no inputs"), ["run/x.idx is missing"])
+        >>> v.message
+        'no inputs [damaged run directory: run/x.idx is missing]'
+    """
+    found = list(dict.fromkeys(problems))
+    if not found:
+        return verdict
+    details = {**verdict.details, "damaged_files": found[:20]}
+    if verdict.status not in _UNJUDGED:
+        return replace(verdict, details=details)
+    more = f" (and {len(found) - 1} more problem(s))" if len(found) > 1 else ""
+    return replace(verdict, message=f"{verdict.message} [damaged run directory: {found[0]}{more}]", details=details)
+
+
+def trial_problems(trial: Any) -> list[str]:
+    """The problems a Trial found in its run directory (none for other trial types)."""
+    try:
+        return list(getattr(trial, "problems", None) or [])
+    except Exception:
+        return []
 
 
 @dataclass

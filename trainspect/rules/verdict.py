@@ -13,9 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from trainspect.exceptions import DamagedFile
+from trainspect.store.jsonfile import ListOf, Obj, load_json
+
 __all__ = ["Status", "Verdict", "Series", "VERDICT_SCHEMA_VERSION", "write_verdicts", "read_verdicts"]
 
 VERDICT_SCHEMA_VERSION = 1
+_FILE_SHAPE = Obj({}, {"verdicts": ListOf(Obj({"rule": str, "status": str}))})
 
 
 class Status(str, enum.Enum):
@@ -153,9 +157,16 @@ def write_verdicts(path: str | os.PathLike[str], verdicts: list[Verdict], **meta
 
 
 def read_verdicts(path: str | os.PathLike[str]) -> list[Verdict]:
-    """Read a verdict file written by :func:`write_verdicts`; a missing file gives an empty list."""
+    """Read a verdict file written by :func:`write_verdicts`; a missing file gives an empty list.
+
+    Raises:
+        DamagedFile: the file is unreadable, not JSON, or not a verdict file (the message names it).
+    """
     target = Path(path)
     if not target.exists():
         return []
-    doc = json.loads(target.read_text(encoding="utf-8"))
-    return [Verdict.from_dict(v) for v in doc.get("verdicts", [])]
+    doc = load_json(target, _FILE_SHAPE)
+    try:
+        return [Verdict.from_dict(v) for v in doc.get("verdicts") or []]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise DamagedFile(f"{target}: a verdict of the wrong shape ({type(exc).__name__}: {exc})") from None

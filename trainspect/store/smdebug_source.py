@@ -49,6 +49,7 @@ class SmdebugSource:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.corrupt_records = 0
+        self.problems: list[str] = []
         self._seen: set[Path] = set()
         self._warned = False
 

@@ -11,10 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from trainspect.collections import Collection
+from trainspect.collections import BUILTIN_COLLECTIONS, Collection, CollectionManager
+from trainspect.exceptions import ConfigError, DamagedFile
 from trainspect.modes import ModeKeys
-from trainspect.store.framing import HEADER_SIZE, read_frame_at, scan_frames
+from trainspect.store.framing import HEADER_SIZE, CorruptRecord, read_frame_at, scan_frames
 from trainspect.store.index import Entry, TrialIndex
+from trainspect.store.jsonfile import DictOf, ListOf, Obj, load_json
 from trainspect.store.layout import RunLayout
 from trainspect.store.run_writer import COLLECTIONS_FILE
 from trainspect.store.tensor_file import INDEX_PREFIX, KIND_INDEX
@@ -23,6 +25,14 @@ __all__ = ["TrainspectSource"]
 
 log = logging.getLogger(__name__)
 _NONFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+_NAMES = ListOf(str)
+COLLECTIONS_SHAPE = Obj(
+    {"collections": DictOf(Obj({"name": str}, {"include_regex": _NAMES, "tensor_names": _NAMES, "save_config": dict,
+                                                "reduction_config": dict, "module_types": _NAMES,
+                                                "module_names": _NAMES}))},
+    {"schema_version": int},
+)  # fmt: skip
+"""The shape of ``tensors/<worker>/collections.json``."""
 
 
 class TrainspectSource:
@@ -34,6 +44,8 @@ class TrainspectSource:
         self._maps: dict[str, Any] = {}
         self.corrupt_records = 0
         self._warned: set[str] = set()
+        self._data_files: dict[str, bool] = {}
+        self.problems: list[str] = []
 
     @staticmethod
     def detect(root: Path) -> bool:
@@ -78,34 +90,33 @@ class TrainspectSource:
                 f"{path}: skipped an incomplete last record at byte {scan.resume_at} (still being written, or the "
                 "job was killed while writing it); it is read once complete",
             )
-        for _offset, kind, payload in scan.records:
-            if kind == KIND_INDEX:
-                self._add(index, worker, path.parent, payload)
+        for rec in scan.records:
+            if rec.kind == KIND_INDEX:
+                self._add(index, worker, path.parent, rec.payload)
         return len(scan.records)
 
     def _add(self, index: TrialIndex, worker: str, folder: Path, payload: bytes) -> None:
         try:
             doc = json.loads(payload)
-            gs, mode = int(doc["g"]), ModeKeys(int(doc["m"]))
-        except (ValueError, KeyError, TypeError):
+            gs, mode, mode_step, wall = int(doc["g"]), ModeKeys(int(doc["m"])), int(doc["ms"]), float(doc.get("t", 0))
+            data_file = str(folder / doc["f"])
+            entries = [(str(e["n"]), _entry(e, data_file)) for e in doc.get("e", ())]
+        except (ValueError, KeyError, TypeError, AttributeError):
             self.corrupt_records += 1
+            self._warn(f"{folder}#entries", f"{folder}: skipped an index record of the wrong shape")
             return
-        index.add_step(worker, gs, mode, int(doc["ms"]), float(doc.get("t", 0.0)))
-        data_file = str(folder / doc["f"])
-        for e in doc.get("e", ()):
-            red = e.get("r")
-            if red:
-                red = {k: _NONFINITE.get(v, v) if isinstance(v, str) else v for k, v in red.items()}
-            shape = tuple(e["s"]) if "s" in e else None
-            if "v" in e:
-                value = e["v"]
-                value = _NONFINITE.get(value, value) if isinstance(value, str) else value
-                entry = Entry(None, 0, 0, e["d"], shape, red, inline=value)
-            elif "o" in e:
-                entry = Entry(data_file, int(e["o"]), int(e["l"]), e["d"], shape, red)
-            else:
-                entry = Entry(None, 0, 0, None, shape, red)
-            index.add_tensor(e["n"], gs, worker, entry)
+        index.add_step(worker, gs, mode, mode_step, wall)
+        if not self._data_file_exists(data_file):
+            self._warn(data_file, f"{data_file} is missing: the raw tensor values its index points to cannot be read "
+                                  "(losses and saved reductions stay readable)")  # fmt: skip
+        for name, entry in entries:
+            index.add_tensor(name, gs, worker, entry)
+
+    def _data_file_exists(self, path: str) -> bool:
+        known = self._data_files.get(path)
+        if known is None:
+            known = self._data_files[path] = os.path.exists(path)
+        return known
 
     def read(self, entry: Entry) -> np.ndarray:
         """Read one stored array (checksum verified).
@@ -117,8 +128,11 @@ class TrainspectSource:
         if entry.inline is not None:
             return np.array(entry.inline, dtype=np.dtype(entry.dtype)).reshape(entry.shape)
         assert entry.file is not None
-        payload = read_frame_at(self._mapped(entry.file, entry.offset + HEADER_SIZE + entry.length), entry.offset,
-                                entry.length)  # fmt: skip
+        try:
+            payload = read_frame_at(self._mapped(entry.file, entry.offset + HEADER_SIZE + entry.length),
+                                    entry.offset, entry.length)  # fmt: skip
+        except CorruptRecord as exc:
+            raise CorruptRecord(f"{entry.file}: {exc}") from None
         return np.frombuffer(payload, dtype=np.dtype(entry.dtype)).reshape(entry.shape)
 
     def _mapped(self, path: str, needed: int) -> Any:
@@ -135,23 +149,43 @@ class TrainspectSource:
         return mapped
 
     def collections(self) -> dict[str, Collection]:
-        """Return the collections the workers recorded (merged across workers)."""
+        """Return the collections the workers recorded (merged across workers).
+
+        A worker whose ``collections.json`` is missing or damaged is named in a warning, and the built-in
+        collections (``weights``, ``gradients``, ``losses``...) are then matched by their patterns.
+        """
         out: dict[str, Collection] = {}
         if not self.layout.tensors_dir.is_dir():
             return out
-        for path in sorted(self.layout.tensors_dir.glob(f"*/{COLLECTIONS_FILE}")):
-            try:
-                doc: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                self._warn(str(path), f"cannot read {path}: {exc}")
-                continue
-            for name, data in doc.get("collections", {}).items():
-                coll = Collection.from_dict(data)
-                if name in out:
-                    out[name].tensor_names |= coll.tensor_names
+        fallback = False
+        for folder in sorted(p for p in self.layout.tensors_dir.iterdir() if p.is_dir()):
+            colls = self._folder_collections(folder)
+            fallback = fallback or colls is None
+            for coll in colls or ():
+                if coll.name in out:
+                    out[coll.name].tensor_names |= coll.tensor_names
                 else:
+                    out[coll.name] = coll
+        if fallback:
+            builtins = CollectionManager()
+            for name in BUILTIN_COLLECTIONS:
+                coll = builtins.get(name)
+                if name not in out and coll.include_regex:
                     out[name] = coll
         return out
+
+    def _folder_collections(self, folder: Path) -> list[Collection] | None:
+        """The collections of one worker folder, or None (with a warning) when its file is missing or damaged."""
+        path = folder / COLLECTIONS_FILE
+        try:
+            doc = load_json(path, COLLECTIONS_SHAPE)
+            return [Collection.from_dict(data) for data in doc["collections"].values()]
+        except FileNotFoundError:
+            pass  # named by the Trial's file check once the job is over (a running job writes it late)
+        except (DamagedFile, ConfigError, ValueError, TypeError, KeyError) as exc:
+            text = str(exc) if isinstance(exc, DamagedFile) else f"{path}: {type(exc).__name__}: {exc}"
+            self._warn(str(path), f"{text}; the built-in collections' patterns are used")
+        return None
 
     def worker_names(self) -> list[str]:
         """Return the workers that have a tensor folder or a worker manifest."""
@@ -169,4 +203,20 @@ class TrainspectSource:
     def _warn(self, key: str, message: str) -> None:
         if key not in self._warned:
             self._warned.add(key)
+            self.problems.append(message)
             log.warning("trainspect: %s", message)
+
+
+def _entry(e: dict[str, Any], data_file: str) -> Entry:
+    """One tensor's entry of an index record (raises KeyError, TypeError or ValueError when malformed)."""
+    red = e.get("r")
+    if red:
+        red = {str(k): _NONFINITE.get(v, v) if isinstance(v, str) else float(v) for k, v in red.items()}
+    shape = tuple(int(d) for d in e["s"]) if "s" in e else None
+    if "v" in e:
+        value = e["v"]
+        value = _NONFINITE.get(value, value) if isinstance(value, str) else value
+        return Entry(None, 0, 0, str(e["d"]), shape, red, inline=value)
+    if "o" in e:
+        return Entry(data_file, int(e["o"]), int(e["l"]), str(e["d"]), shape, red)
+    return Entry(None, 0, 0, None, shape, red)

@@ -81,7 +81,7 @@ class Tensor:
             self._source.corrupt_records += 1
             if not self._warned_corrupt:
                 self._warned_corrupt = True
-                log.warning("trainspect: skipped a corrupt record of %s: %s", self.name, exc)
+                self._trial._note(f"skipped a corrupt or unreadable record of {self.name}: {exc}")
             raise TensorUnavailableForStep(self.name, step, parse_mode(mode)) from None
 
     def value(self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None) -> np.ndarray:

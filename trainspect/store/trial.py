@@ -22,6 +22,8 @@ from trainspect.store.tensor import Tensor
 __all__ = ["Trial", "StepState", "create_trial"]
 
 log = logging.getLogger(__name__)
+_RECHECK_S = 2.0
+"""While the job runs, its files are checked for damage at most this often."""
 
 
 class StepState(enum.Enum):
@@ -36,6 +38,7 @@ class Source(Protocol):
     """What a Trial reads from: a trainspect run directory or an smdebug trial directory."""
 
     corrupt_records: int
+    problems: list[str]
 
     def refresh(self, index: TrialIndex) -> int: ...
     def ended(self) -> bool: ...
@@ -60,12 +63,19 @@ class Trial:
     def __init__(self, path: str | Path, name: str | None = None, source: Source | None = None) -> None:
         self.path = Path(path)
         self.name = name or self.path.name
-        self._source: Source = source or _detect_source(self.path)
+        if source is None:
+            from trainspect.store.detect import detect_source  # the readers load only when a Trial is opened
+
+            source = detect_source(self.path)
+        self._source: Source = source
         self._index = TrialIndex()
         self._refresh_enabled = True
         self._ended = False
         self._collections: dict[str, Collection] | None = None
         self._tensors: dict[str, Tensor] = {}
+        self._notes: list[str] = []
+        self._checked_over = False
+        self._checked_at = float("-inf")
         self.refresh()
 
     # --- loading -------------------------------------------------------------------------------------------
@@ -75,6 +85,8 @@ class Trial:
         if self._source.refresh(self._index):
             self._collections = None
         self._ended = ended_before
+        if not self._checked_over and time.monotonic() - self._checked_at > _RECHECK_S:
+            self._check_files()
 
     def _maybe_refresh(self) -> None:
         if self._refresh_enabled and not self._ended:
@@ -99,6 +111,32 @@ class Trial:
     def job_ended(self) -> bool:
         """Whether the job wrote its end marker."""
         return self._ended or self._source.ended()
+
+    def _check_files(self) -> None:
+        """Name the files of the run that are missing or damaged (checked again until the job is over)."""
+        from trainspect.store import inventory
+        from trainspect.store.source import TrainspectSource
+
+        if not isinstance(self._source, TrainspectSource):
+            self._checked_over = True
+            return
+        layout = self._source.layout
+        self._checked_at = time.monotonic()
+        over = self._ended or inventory.job_over(layout)
+        for problem in inventory.tensor_problems(layout, over):
+            self._note(problem)
+        self._checked_over = over
+
+    def _note(self, message: str) -> None:
+        """Record a problem of the run directory and log it once."""
+        if message not in self._notes:
+            self._notes.append(message)
+            log.warning("trainspect: %s", message)
+
+    @property
+    def problems(self) -> list[str]:
+        """What could not be read: missing or damaged files and skipped records, one line each naming the file."""
+        return list(dict.fromkeys([*self._notes, *getattr(self._source, "problems", [])]))
 
     @property
     def corrupt_records(self) -> int:
@@ -307,23 +345,20 @@ class Trial:
         return f"Trial({str(self.path)!r}, steps={len(self._index.steps)}, tensors={len(self._index.tensors)})"
 
 
-def _detect_source(path: Path) -> Source:
-    from trainspect.store.smdebug_source import SmdebugSource
-    from trainspect.store.source import TrainspectSource
-
-    if not path.exists():
-        raise FileNotFoundError(f"create_trial: {path} does not exist")
-    if SmdebugSource.detect(path) and not TrainspectSource.detect(path):
-        return SmdebugSource(path)
-    return TrainspectSource(path)
-
-
 def create_trial(path: str | Path, name: str | None = None) -> Trial:
     """Open a run directory (trainspect's or smdebug's) for reading.
 
+    Missing or damaged files are named in warnings and listed in :attr:`Trial.problems`.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        NotARunDirectory: ``path`` is a file, or a directory that holds no run.
+
     Example:
         >>> import tempfile, trainspect
-        >>> trainspect.create_trial(tempfile.mkdtemp()).steps()
-        []
+        >>> trainspect.create_trial(tempfile.mkdtemp())  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        ...
+        trainspect.exceptions.NotARunDirectory: create_trial: ... holds no run (no trainspect.json, ...)
     """
     return Trial(path, name=name)

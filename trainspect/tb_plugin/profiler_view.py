@@ -117,7 +117,8 @@ def _recommendation(v: Verdict) -> dict[str, Any]:
 
 def _node(data: ProfilerData, node: str | None) -> SystemArrays:
     if not data.system:
-        raise errors.NotFoundError("this run has no system metrics")
+        damaged = [p for p in data.problems if "/system/" in p or ".tsys" in p]
+        raise errors.NotFoundError("this run has no system metrics" + (f" ({damaged[0]})" if damaged else ""))
     name = node or sorted(data.system)[0]
     if name not in data.system:
         raise errors.NotFoundError(f"no node named {name!r} in this run")

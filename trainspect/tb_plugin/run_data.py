@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from pathlib import Path
 
 import pandas as pd
 
-from trainspect.profiler.data import ProfilerData
+from trainspect.exceptions import DamagedFile
+from trainspect.profiler.data import ProfilerData, missing_files
 from trainspect.profiler.detailed import read_tables
 from trainspect.profiler.readers import FrameworkMetricsReader, SystemMetricsReader
 from trainspect.rules.verdict import Verdict, read_verdicts
@@ -23,6 +25,7 @@ from trainspect.store.layout import RunLayout
 __all__ = ["RunData"]
 
 _PROFILER_LOGGER = "trainspect.profiler"
+_RECHECK_S = 5.0
 
 
 class _Collect(logging.Handler):
@@ -34,9 +37,16 @@ class _Collect(logging.Handler):
         self.sink = sink
 
     def emit(self, record: logging.LogRecord) -> None:
-        text = record.getMessage()
-        if self.needle in text and len(self.sink) < 20:
-            self.sink.append(text.replace(self.needle, "<run>"))
+        text = record.getMessage().removeprefix("trainspect: ")
+        _add_problem(self.sink, text, self.needle)
+
+
+def _add_problem(sink: list[str], text: str, root: str) -> None:
+    """Append one problem line (the run's path shown as ``<run>``) unless it is there already; at most 20."""
+    if root in text:
+        text = text.replace(root, "<run>")
+        if text not in sink and len(sink) < 20:
+            sink.append(text)
 
 
 class RunData:
@@ -63,6 +73,9 @@ class RunData:
         self._verdicts_key: tuple[int, int] | None = None
         self._verdicts: tuple[list[Verdict], str | None] = ([], None)
         self.problems: list[str] = []
+        self._table_problems: list[str] = []
+        self._missing: list[str] = []
+        self._missing_at = float("-inf")
 
     def profiler(self) -> ProfilerData:
         """The run's profiler data as it is on disk now (new samples and records are read incrementally)."""
@@ -76,6 +89,10 @@ class RunData:
                 self._refresh_tables()
             finally:
                 logger.removeHandler(handler)
+            for text in self._system.problems() + self._framework.problems() + self._table_problems:
+                _add_problem(self.problems, text, str(self.path))
+            for text in self._missing_files():
+                _add_problem(self.problems, text, str(self.path))
             return ProfilerData(
                 path=self.path,
                 source=self._system.source,
@@ -84,7 +101,15 @@ class RunData:
                 operators=self._operators,
                 python_stats=self._python,
                 job_ended=self.layout.end_marker.exists(),
+                problems=list(self.problems),
             )
+
+    def _missing_files(self) -> list[str]:
+        """Missing profiler files, rechecked at most every few seconds (a live view polls)."""
+        if self._system.source == "trainspect" and time.monotonic() - self._missing_at > _RECHECK_S:
+            self._missing = missing_files(self.path, self._system.root)
+            self._missing_at = time.monotonic()
+        return self._missing
 
     def _refresh_tables(self) -> None:
         detailed = self._system.root / "detailed"
@@ -97,8 +122,9 @@ class RunData:
                 continue
             key.append((str(f), st.st_mtime_ns, st.st_size))
         if tuple(key) != self._tables_key:
-            self._operators = read_tables(detailed, "operators")
-            self._python = read_tables(detailed, "python")
+            self._table_problems = []
+            self._operators = read_tables(detailed, "operators", self._table_problems)
+            self._python = read_tables(detailed, "python", self._table_problems)
             self._tables_key = tuple(key)
 
     def version(self, data: ProfilerData) -> tuple[object, ...]:
@@ -127,6 +153,11 @@ class RunData:
 def _read(target: Path) -> tuple[list[Verdict], str | None]:
     try:
         return read_verdicts(target), None
+    except DamagedFile as exc:
+        reason = str(exc).removeprefix(f"{target}: ")
+        if reason.startswith("not valid JSON"):
+            reason = "not valid JSON"
+        return [], f"rules/verdicts.json could not be read ({reason})"
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:
         reason = "not valid JSON" if isinstance(exc, json.JSONDecodeError) else f"{type(exc).__name__}: {exc}"
         return [], f"rules/verdicts.json could not be read ({reason})"
