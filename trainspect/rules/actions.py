@@ -19,7 +19,16 @@ from typing import Any, ClassVar
 from trainspect.exceptions import ConfigError
 from trainspect.rules.verdict import Verdict
 
-__all__ = ["Action", "StopTraining", "Callback", "LogAction", "Webhook", "parse_actions", "finish_webhooks", "ACTION_NAMES"]
+__all__ = [
+    "Action",
+    "StopTraining",
+    "Callback",
+    "LogAction",
+    "Webhook",
+    "parse_actions",
+    "finish_webhooks",
+    "ACTION_NAMES",
+]
 
 _log = logging.getLogger(__name__)
 
