@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from trainspect import env
 
@@ -128,14 +129,25 @@ def _add_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
 
 
 def _info(args: argparse.Namespace) -> int:
+    from trainspect.exceptions import TrainspectError
     from trainspect.store.trial import create_trial
 
+    path = Path(args.dir)
+    if path.is_dir() and not any(path.iterdir()):
+        print(f"trainspect info: {args.dir} is empty: it holds no run", file=sys.stderr)
+        return 2
     try:
         trial = create_trial(args.dir)
-    except FileNotFoundError as exc:
+        doc = _summary(trial)
+    except (TrainspectError, OSError, ValueError) as exc:  # no run there, damaged or unreadable files
         print(f"trainspect info: {exc}", file=sys.stderr)
         return 2
-    doc = {
+    print(json.dumps(doc, indent=1) if args.json else "\n".join(f"{k}: {v}" for k, v in doc.items()))
+    return 0
+
+
+def _summary(trial: Any) -> dict[str, Any]:
+    return {
         "path": str(trial.path),
         "steps": len(trial.steps()),
         "modes": [m.name for m in trial.modes()],
@@ -144,8 +156,6 @@ def _info(args: argparse.Namespace) -> int:
         "collections": sorted(trial.collections()),
         "ended": trial.job_ended,
     }
-    print(json.dumps(doc, indent=1) if args.json else "\n".join(f"{k}: {v}" for k, v in doc.items()))
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
