@@ -95,16 +95,18 @@ def _config_problem(args: argparse.Namespace, out: Path) -> str:
             ProfilerConfig(system_monitor_interval_millis=args.profiler_interval)
         except ConfigError as exc:
             return f"--profiler-interval {args.profiler_interval}: {exc}"
-    if args.config:
+    config = args.config or env.TRAINSPECT_CONFIG.get()
+    if config:
         from trainspect.hook_config import hook_kwargs_from_dict, load_json_config
 
+        where = f"--config {config!r}" if args.config else f"TRAINSPECT_CONFIG={config!r}"
         try:
-            doc = load_json_config(args.config)
+            doc = load_json_config(config)
             if not any(str(key).lower() == "localpath" for key in doc):
                 doc = {**doc, "LocalPath": str(out)}  # the child gets the run directory as TRAINSPECT_OUT_DIR
             hook_kwargs_from_dict(doc)
         except (ValueError, TypeError, OSError) as exc:  # ConfigError is a ValueError
-            return f"--config {args.config!r}: {exc}"
+            return f"{where}: {exc}"
     return ""
 
 
@@ -182,7 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trainspect`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C ends a command with the shell's status, not a traceback
+        print(file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
