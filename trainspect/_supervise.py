@@ -95,7 +95,7 @@ def run_child(command: Sequence[str], environ: Mapping[str, str]) -> int:
     target: list[int] = []
     with _forwarding(target) as pending:
         try:
-            child = subprocess.Popen(list(command), env=dict(environ), preexec_fn=_child_setup(tty))  # noqa: PLW1509
+            child = subprocess.Popen(list(command), env=dict(environ), preexec_fn=_child_setup(tty))
             target.append(child.pid)
             for signum in pending:
                 _send(child.pid, signum)

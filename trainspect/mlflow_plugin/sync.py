@@ -185,11 +185,11 @@ def sync_run(
 
     ctx = ReportContext.load(path, price_per_hour=price_per_hour)
     sink = MlflowSink(str(run_id), tracking_uri or recorded.get("tracking_uri"))
-    same_run = run_id == recorded.get("run_id")
-    kept_files = unsent_files(path) if same_run else []  # kept for the recorded run only
+    kept_files = unsent_files(path)
+    same_run = run_id == recorded.get("run_id")  # the kept metrics continue the recorded run's series only
     status, end_ms = _job_end(path, recorded, ctx.trial)
     summary = {**summarize(ctx).to_metrics(), **per_worker_steps(ctx)}
-    exact = [m for f in kept_files for m in read_unsent(f)]
+    exact = [m for f in kept_files for m in read_unsent(f)] if same_run else []
     by_step = (loss_history(ctx.trial) if ctx.trial is not None else []) + [
         Metric(k, float(v), end_ms, 0) for k, v in summary.items() if np.isfinite(v)
     ]
@@ -198,7 +198,7 @@ def sync_run(
     missing = plan_upload(_present(sink.client, str(run_id), keys), exact, by_step, series)
     sink.log(missing, verdict_tags(ctx.verdicts))
     _upload_files(sink, path, ctx, artifacts)
-    for f in kept_files:
+    for f in kept_files:  # the run now holds them (or, for another run, everything rebuilt): run.json names it
         f.unlink()
     info = sink.client.get_run(str(run_id)).info
     if info.status == "RUNNING":
