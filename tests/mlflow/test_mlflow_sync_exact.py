@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from mlflow_helpers import free_port, start_server, stop_server, train
@@ -25,7 +27,9 @@ def _history(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, int
     return {k: sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, k)) for k in keys}
 
 
-def test_sync_after_an_outage_sends_each_point_once_and_ends_the_run(tmp_path: Path, _migrated_db: Path) -> None:
+def test_sync_after_an_outage_sends_each_point_once_and_ends_the_run(
+    tmp_path: Path, _migrated_db: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     shutil.copy(_migrated_db, tmp_path / "db.sqlite")
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
@@ -36,9 +40,14 @@ def test_sync_after_an_outage_sends_each_point_once_and_ends_the_run(tmp_path: P
     killer = threading.Timer(1.0, stop_server, args=(server,))
     killer.start()  # the server goes away while the job trains: part of the run arrives, the rest cannot
     try:
-        train(out, mlflow_run={"run": run_id, "tracking_uri": uri, "interval_s": 0.2}, epochs=2)
+        with caplog.at_level(logging.WARNING):
+            train(out, mlflow_run={"run": run_id, "tracking_uri": uri, "interval_s": 0.2}, epochs=2)
     finally:
         killer.join()
+    warnings = [
+        r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and "mlflow" in r.getMessage().lower()
+    ]
+    assert len(warnings) == 1 and "trainspect mlflow-sync" in warnings[0], warnings
     recorded = json.loads((out / "mlflow" / "run.json").read_text())
     assert recorded["complete"] is False and recorded["end_status"] == "FINISHED"
     kept = [m for f in unsent_files(out) for m in read_unsent(f)]
