@@ -177,3 +177,45 @@ def test_a_missing_command_or_unusable_out_dir_is_one_line_and_exit_2(tmp_path: 
         assert proc2.returncode == 2
         lines = proc2.stderr.strip().splitlines()
         assert len(lines) == 1 and "--out" in lines[0] and "not a directory" in lines[0], proc2.stderr
+
+
+def test_in_a_terminal_the_training_owns_it_and_gets_ctrl_c(tmp_path: Path) -> None:
+    """As a shell does for a job: the training reads the terminal (``input()``, ``breakpoint()``), Ctrl-C reaches it."""
+    import pty
+    import select
+
+    code = "import sys, time\nprint('ready', flush=True)\nprint('read', repr(sys.stdin.readline()), flush=True)\n"
+    code += (
+        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True)\n    sys.exit(130)\n"
+    )
+    argv = [sys.executable, "-m", "trainspect.cli", "run", "--out", str(tmp_path / "run"), "--", sys.executable, "-c",
+            code]  # fmt: skip
+    environ = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSPECT_DISABLE": "1"}
+    pid, fd = pty.fork()
+    if pid == 0:  # the wrapper, on a new terminal as from a shell
+        os.execve(sys.executable, argv, environ)
+    seen = b""
+
+    def until(token: bytes) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + 120
+        while token not in seen and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(fd, 4096)
+                except OSError:
+                    return
+
+    try:
+        until(b"ready")
+        os.write(fd, b"hello\n")
+        until(b"read 'hello")
+        os.write(fd, b"\x03")  # Ctrl-C typed in the terminal
+        until(b"run directory")
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    text = seen.decode(errors="replace")
+    assert "read 'hello\\n'" in text and "interrupted" in text, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    assert os.waitstatus_to_exitcode(status) == 130
