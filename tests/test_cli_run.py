@@ -192,7 +192,8 @@ def test_in_a_terminal_the_training_owns_it_and_gets_ctrl_c(tmp_path: Path) -> N
             code]  # fmt: skip
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSPECT_DISABLE": "1"}
     pid, fd = pty.fork()
-    if pid == 0:  # the wrapper, on a new terminal as from a shell
+    if pid == 0:  # the wrapper, on a new terminal as from an interactive shell
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.execve(sys.executable, argv, environ)
     seen = b""
 
