@@ -6,11 +6,12 @@ import argparse
 import importlib
 import json
 import os
-import subprocess
+import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from trainspect import env
 
@@ -35,16 +36,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
 
 
 def _run(args: argparse.Namespace) -> int:
+    from trainspect._supervise import exit_like, run_child
+
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
-    if not command:
-        print("trainspect run: give the command after --, e.g. trainspect run -- python train.py", file=sys.stderr)
-        return 2
-    if args.config and not Path(args.config).is_file():
-        print(f"trainspect run: --config {args.config!r} is not a file", file=sys.stderr)
-        return 2
-    script = next((Path(c).stem for c in command[1:] if c.endswith(".py")), Path(command[0]).name)
+    script = next((Path(c).stem for c in command[1:] if c.endswith(".py")), Path(command[0]).name if command else "")
     out = Path(args.out or Path("runs") / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     bootstrap = str(Path(__file__).parent / "_bootstrap")
     path = os.pathsep.join(p for p in (bootstrap, str(Path(__file__).parent.parent), env.PYTHONPATH.get()) if p)
@@ -56,10 +53,74 @@ def _run(args: argparse.Namespace) -> int:
     }
     if args.profile or args.profiler_interval:
         overrides["TRAINSPECT_PROFILE"] = str(args.profiler_interval or 500)
-    code = subprocess.call(command, env=env.child_environment(overrides))
+    environ = env.child_environment(overrides)
+    problem = _run_problem(args, command, out, environ)
+    if problem:
+        print(f"trainspect run: {problem}", file=sys.stderr)
+        return 2
+    try:
+        code = run_child(command, environ)
+    except OSError as exc:
+        print(f"trainspect run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     print(f"trainspect: run directory {out}", file=sys.stderr)
     print(f"trainspect: view it with: tensorboard --logdir {out.parent}", file=sys.stderr)
-    return code
+    return exit_like(code)
+
+
+def _run_problem(args: argparse.Namespace, command: list[str], out: Path, environ: dict[str, str]) -> str:
+    """What prevents the run from starting, in one line ("" when nothing does)."""
+    if not command:
+        return "give the command after --, e.g. trainspect run -- python train.py"
+    return (
+        _command_problem(command[0], environ.get("PATH", os.defpath)) or _config_problem(args, out) or _out_problem(out)
+    )
+
+
+def _command_problem(program: str, search_path: str) -> str:
+    if os.sep in program:
+        found: str | None = program if os.path.isfile(program) and os.access(program, os.X_OK) else None
+    else:
+        found = shutil.which(program, path=search_path)
+    return "" if found else f"command {program!r} not found or not executable"
+
+
+def _config_problem(args: argparse.Namespace, out: Path) -> str:
+    from trainspect.exceptions import ConfigError
+
+    if args.profiler_interval is not None:
+        from trainspect.profiler.config import ProfilerConfig
+
+        try:
+            ProfilerConfig(system_monitor_interval_millis=args.profiler_interval)
+        except ConfigError as exc:
+            return f"--profiler-interval {args.profiler_interval}: {exc}"
+    config = args.config or env.TRAINSPECT_CONFIG.get()
+    if config:
+        from trainspect.hook_config import hook_kwargs_from_dict, load_json_config
+
+        where = f"--config {config!r}" if args.config else f"TRAINSPECT_CONFIG={config!r}"
+        try:
+            doc = load_json_config(config)
+            if not any(str(key).lower() == "localpath" for key in doc):
+                doc = {**doc, "LocalPath": str(out)}  # the child gets the run directory as TRAINSPECT_OUT_DIR
+            hook_kwargs_from_dict(doc)
+        except (ValueError, TypeError, OSError) as exc:  # ConfigError is a ValueError
+            return f"{where}: {exc}"
+    return ""
+
+
+def _out_problem(out: Path) -> str:
+    if out.exists() and not out.is_dir():
+        return f"--out {str(out)!r} exists and is not a directory"
+    parent = out
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        return f"--out {str(out)!r}: {str(parent)!r} is not a directory"
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return f"--out {str(out)!r}: {str(parent)!r} is not writable"
+    return ""
 
 
 def _add_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -70,14 +131,25 @@ def _add_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg
 
 
 def _info(args: argparse.Namespace) -> int:
+    from trainspect.exceptions import TrainspectError
     from trainspect.store.trial import create_trial
 
+    path = Path(args.dir)
+    if path.is_dir() and not any(path.iterdir()):
+        print(f"trainspect info: {args.dir} is empty: it holds no run", file=sys.stderr)
+        return 2
     try:
         trial = create_trial(args.dir)
-    except FileNotFoundError as exc:
+        doc = _summary(trial)
+    except (TrainspectError, OSError, ValueError) as exc:  # no run there, damaged or unreadable files
         print(f"trainspect info: {exc}", file=sys.stderr)
         return 2
-    doc = {
+    print(json.dumps(doc, indent=1) if args.json else "\n".join(f"{k}: {v}" for k, v in doc.items()))
+    return 0
+
+
+def _summary(trial: Any) -> dict[str, Any]:
+    return {
         "path": str(trial.path),
         "steps": len(trial.steps()),
         "modes": [m.name for m in trial.modes()],
@@ -86,8 +158,6 @@ def _info(args: argparse.Namespace) -> int:
         "collections": sorted(trial.collections()),
         "ended": trial.job_ended,
     }
-    print(json.dumps(doc, indent=1) if args.json else "\n".join(f"{k}: {v}" for k, v in doc.items()))
-    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,7 +184,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trainspect`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:  # Ctrl-C ends a command with the shell's status, not a traceback
+        print(file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

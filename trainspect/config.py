@@ -181,6 +181,13 @@ class SaveConfig:
                 per_mode[mode] = value
             elif value is not None:
                 per_mode[mode] = SaveConfigMode.from_dict(value, base)
+        for mode, cfg in per_mode.items():
+            if cfg.end_step is not None and cfg.end_step < cfg.start_step:
+                where = "" if cfg == base else f" (mode {mode.name})"
+                raise ConfigError(
+                    f"SaveConfig{where}: start_step={cfg.start_step}, end_step={cfg.end_step}: end_step (exclusive) "
+                    "must be at least start_step"
+                )
         object.__setattr__(self, "modes", per_mode)
 
     def get_save_config(self, mode: ModeKeys | str) -> SaveConfigMode:

@@ -1,7 +1,8 @@
 """MLflow integration: logging a job to an MLflow run, the run-context provider, autolog and mlflow-sync.
 
-The submodules load on first use, so that MLflow can import the run-context provider
-(``trainspect.mlflow_plugin.context``) while it is itself still initialising.
+The submodules load on first use. The run-context provider (``trainspect.mlflow_plugin.context``) is MLflow's entry
+point, loaded by MLflow while ``import mlflow`` runs: it is reached here only after MLflow is imported, and no other
+module imports it, so MLflow never finds it half-initialised.
 
 Example:
     >>> from trainspect.mlflow_plugin import system_key
@@ -35,7 +36,7 @@ _WHERE = {
     "MlflowSink": "sink",
     "TrainspectRunContextProvider": "context",
     "autolog": "autologging",
-    "context_tags": "context",
+    "context_tags": "tags",
     "resolve_run": "session",
     "step_metrics": "keys",
     "sync_run": "sync",
@@ -47,6 +48,8 @@ _WHERE = {
 
 def __getattr__(name: str) -> Any:
     if name in _WHERE:
+        if _WHERE[name] == "context":
+            importlib.import_module("mlflow")  # MLflow first: its registry loads the context module itself
         return getattr(importlib.import_module(f"trainspect.mlflow_plugin.{_WHERE[name]}"), name)
     raise AttributeError(f"module 'trainspect.mlflow_plugin' has no attribute {name!r}")
 

@@ -3,7 +3,12 @@
 Registered in ``pyproject.toml`` under ``[project.entry-points."mlflow.run_context_provider"]``; MLflow calls
 :meth:`TrainspectRunContextProvider.in_context` at every ``mlflow.start_run()`` and merges :meth:`tags` into the
 new run. trainspect is active in a process started by ``trainspect run`` (``TRAINSPECT_RUN_ACTIVE``) or forced on
-with ``TRAINSPECT_MLFLOW=1``; a hook that attaches to a run sets the same tags itself (:func:`context_tags`).
+with ``TRAINSPECT_MLFLOW=1``; a hook that attaches to a run sets the same tags itself
+(:func:`~trainspect.mlflow_plugin.tags.context_tags`).
+
+This module is MLflow's entry point and nothing else: MLflow loads it while ``import mlflow`` runs (its registry
+of context providers is built then). trainspect's own modules never import it, so it is never half-initialised
+when MLflow asks for the class; what the hook shares with it lives in :mod:`trainspect.mlflow_plugin.tags`.
 """
 
 from __future__ import annotations
@@ -11,30 +16,9 @@ from __future__ import annotations
 from mlflow.tracking.context.abstract_context import RunContextProvider
 
 from trainspect import env
+from trainspect.mlflow_plugin.tags import TAG_CAPTURES, TAG_VERSION, context_tags, env_captures
 
 __all__ = ["TrainspectRunContextProvider", "context_tags", "TAG_VERSION", "TAG_CAPTURES"]
-
-TAG_VERSION = "trainspect.version"
-TAG_CAPTURES = "trainspect.captures"
-
-
-def context_tags(captures: list[str] | tuple[str, ...]) -> dict[str, str]:
-    """Return the provenance tags: trainspect's version and what it captures (``tensors,rules,system,…``).
-
-    Example:
-        >>> context_tags(["tensors", "system"])["trainspect.captures"]
-        'tensors,system'
-    """
-    from trainspect import __version__
-
-    return {TAG_VERSION: __version__, TAG_CAPTURES: ",".join(captures)}
-
-
-def _env_captures() -> list[str]:
-    captures = ["tensors"]
-    if env.TRAINSPECT_PROFILE.get():
-        captures += ["system", "framework"]
-    return captures
 
 
 class TrainspectRunContextProvider(RunContextProvider):  # type: ignore[misc]
@@ -58,6 +42,6 @@ class TrainspectRunContextProvider(RunContextProvider):  # type: ignore[misc]
     def tags(self) -> dict[str, str]:
         """The provenance tags for the new run."""
         try:
-            return context_tags(_env_captures())
+            return context_tags(env_captures())
         except ValueError:
             return context_tags(["tensors"])

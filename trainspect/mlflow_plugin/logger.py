@@ -3,8 +3,10 @@
 The training thread only enqueues step records (:meth:`MlflowLogger.submit`). Once per ``interval_s`` the thread
 tails the run directory's system metrics (each node's new samples averaged into one point under MLflow's
 ``system/`` names), turns the queued records into metrics, and sends one batch. If the tracking server is
-unreachable the metrics wait in a bounded buffer (oldest dropped first) and are retried with back-off; one warning
-says so, the run directory keeps everything, and ``trainspect mlflow-sync DIR --run-id ID`` uploads it later.
+unreachable the metrics wait in a bounded buffer and are retried with back-off; one warning says so. Metrics pushed
+out of the buffer, and those still unsent at close, are kept exactly as they would have been sent in
+``<run>/mlflow/unsent*.jsonl``; ``trainspect mlflow-sync DIR`` sends them (and what the run directory holds beyond
+them) later, once each.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from mlflow.entities import Metric
 from trainspect.mlflow_plugin.keys import step_metrics, system_metrics
 from trainspect.mlflow_plugin.sink import MlflowSink
 from trainspect.mlflow_plugin.system_tail import SystemTail
+from trainspect.mlflow_plugin.unsent import append_unsent, unsent_file
 from trainspect.step import StepRecord
 from trainspect.store.manifest import write_json_atomic
 
@@ -51,7 +54,8 @@ class MlflowLogger:
             close); the run directory keeps every step. Each metric row costs the tracking server about as much as
             a step of a small model costs the trainer, so logging every step of a fast loop would load the
             machine (and the server) more than the training: 1 logs every step.
-        max_buffer: the most metrics kept while the server is unreachable.
+        max_buffer: the most metrics kept in memory while the server is unreachable (older ones are moved to the
+            run directory's unsent file).
         max_queue: the most step records waiting for the thread (more are dropped).
         owns_run: end the MLflow run at :meth:`close` (it was created for this job).
         tail_system: log the run directory's system metrics as they arrive.
@@ -94,7 +98,9 @@ class MlflowLogger:
         self._tick_lock = threading.Lock()  # the thread's ticks and flush()/close() from the training thread
         self._retry_at = 0.0
         self._failures = 0
-        self.dropped = 0
+        self.dropped = 0  # metrics moved out of the memory buffer into the unsent file
+        self.unsent = 0  # metrics written to the unsent file
+        self.lost = 0  # metrics that could not even be written there
         self.requests = 0
         self.warned = False
 
@@ -149,9 +155,24 @@ class MlflowLogger:
             self._unlogged_last.pop(rec.mode, None)
             new.extend(self._step_metrics(rec))
         overflow = len(self._pending) + len(new) - (self._pending.maxlen or 0)
-        if overflow > 0:
+        if overflow > 0:  # the oldest leave memory for the unsent file
             self.dropped += overflow
+            old = min(overflow, len(self._pending))
+            self._spill([self._pending.popleft() for _ in range(old)] + new[: overflow - old])
+            new = new[overflow - old :]
         self._pending.extend(new)
+
+    def _spill(self, metrics: list[Metric]) -> None:
+        """Append metrics to the run directory's unsent file, exactly as they would have been sent."""
+        if not metrics:
+            return
+        try:
+            append_unsent(unsent_file(self.run_dir, self.key_prefix), metrics)
+            self.unsent += len(metrics)
+        except OSError as exc:
+            self.lost += len(metrics)
+            log.warning("trainspect: %d MLflow metrics lost: could not keep them in the run directory: %s",
+                        len(metrics), exc)  # fmt: skip
 
     def _step_metrics(self, rec: StepRecord) -> list[Metric]:
         ts = int(rec.wall_time * 1000) if rec.wall_time else int(time.time() * 1000)
@@ -234,12 +255,15 @@ class MlflowLogger:
                 now = int(time.time() * 1000)
                 self._pending.extend(Metric(k, float(v), now, 0) for k, v in final_metrics.items() if math.isfinite(v))
             ok = self._flush(force=True)
+            if not ok:  # kept for mlflow-sync, exactly as they would have been sent
+                self._spill(list(self._pending))
+                self._pending.clear()
         ok = ok and self.sink.reachable()
         if ok:
             ok = self._upload(artifacts or [], run_dir_artifacts)
         if ok and self.owns_run:
             self.sink.end("FINISHED")
-        self._record_sync(complete=ok and self.dropped == 0)
+        self._record_sync(complete=ok and self.unsent == 0 and self.lost == 0, ended=time.time())
         return ok
 
     def _upload(self, artifacts: list[tuple[str, str]], run_dir_artifacts: bool) -> bool:
@@ -254,17 +278,22 @@ class MlflowLogger:
             self._failed(exc)
             return False
 
-    def _record_sync(self, complete: bool) -> None:
+    def _record_sync(self, complete: bool, ended: float | None = None) -> None:
         if not self.record_sync:
             return
+        doc: dict[str, Any] = {
+            "run_id": self.sink.run_id, "tracking_uri": self.sink.tracking_uri, "complete": complete,
+            "dropped_metrics": self.dropped, "unsent_metrics": self.unsent, "lost_metrics": self.lost,
+            "updated": time.time(),
+        }  # fmt: skip
+        if ended is not None:  # the job closed its hook: the MLflow run's real end
+            doc.update(end_time=ended, end_status="FINISHED")
         try:
-            write_json_atomic(sync_file(self.run_dir), {
-                "run_id": self.sink.run_id, "tracking_uri": self.sink.tracking_uri, "complete": complete,
-                "dropped_metrics": self.dropped, "updated": time.time()})  # fmt: skip
+            write_json_atomic(sync_file(self.run_dir), doc)
         except OSError as exc:
             log.debug("trainspect: could not write %s: %s", sync_file(self.run_dir), exc)
 
     def status(self) -> dict[str, Any]:
-        """Counters for tests and benchmarks: ``requests``, ``pending``, ``dropped``, ``warned``."""
+        """Counters for tests and benchmarks: ``requests``, ``pending``, ``dropped``, ``unsent``, ``warned``."""
         return {"requests": self.requests, "pending": len(self._pending), "dropped": self.dropped,
-                "warned": self.warned}  # fmt: skip
+                "unsent": self.unsent, "warned": self.warned}  # fmt: skip

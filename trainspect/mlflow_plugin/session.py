@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from trainspect import env
-from trainspect.mlflow_plugin.context import context_tags
 from trainspect.mlflow_plugin.logger import DEFAULT_EVERY_N_STEPS, DEFAULT_INTERVAL_S, MlflowLogger
 from trainspect.mlflow_plugin.sink import MlflowSink, run_id_of
+from trainspect.mlflow_plugin.tags import context_tags
 from trainspect.rules.verdict import Verdict
 from trainspect.step import StepRecord
 
-__all__ = ["MlflowSession", "resolve_run", "verdict_tags"]
+__all__ = ["MlflowSession", "resolve_run", "verdict_tags", "per_worker_steps"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def verdict_tags(verdicts: list[Verdict]) -> dict[str, str]:
     return {f"trainspect.rule.{v.rule}": str(v.status) for v in verdicts}
 
 
-def _per_worker_steps(ctx: Any) -> dict[str, float]:
+def per_worker_steps(ctx: Any) -> dict[str, float]:
     """``trainspect/<worker>/step_p50_s`` and ``step_p95_s`` when the job has several workers."""
     import numpy as np
 
@@ -191,7 +191,7 @@ class MlflowSession:
         )
         if self.price_per_hour is not None:
             ctx.price_per_hour = self.price_per_hour
-        metrics = {**summarize(ctx).to_metrics(), **_per_worker_steps(ctx)}
+        metrics = {**summarize(ctx).to_metrics(), **per_worker_steps(ctx)}
         tmp = Path(tempfile.mkdtemp(prefix="trainspect-mlflow-"))
         verdicts_file = tmp / "verdicts.json"
         verdicts_file.write_text(json.dumps({"schema_version": 1, "verdicts": [v.to_dict() for v in ctx.verdicts]},

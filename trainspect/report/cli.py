@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -13,7 +14,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     """Add the ``report``, ``compare`` and ``mlflow-sync`` subcommands."""
     p = sub.add_parser("report", help="write the self-contained HTML report of a run directory")
     p.add_argument("dir", help="run directory")
-    p.add_argument("-o", "--output", help="HTML file (default: DIR/report.html)")
+    p.add_argument(
+        "-o", "--output", help="HTML file, or a directory to write report.html into (default: DIR/report.html)"
+    )
     p.add_argument("--price-per-hour", type=float, default=None, metavar="P", help="instance price, adds a cost part")
     p.set_defaults(func=_report)
 
@@ -35,14 +38,42 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _report(args: argparse.Namespace) -> int:
+    from trainspect.exceptions import TrainspectError
     from trainspect.report.render import write_report
 
-    if not Path(args.dir).is_dir():
-        print(f"trainspect report: {args.dir!r} is not a directory", file=sys.stderr)
+    run_dir = Path(args.dir)
+    target = _report_target(args)
+    if not run_dir.is_dir():
+        problem = f"{args.dir!r} is not a directory"
+    elif not any(run_dir.iterdir()):
+        problem = f"{args.dir!r} is empty: it holds no run (give the run directory the hook wrote)"
+    elif target is not None and target.exists() and not target.is_file():
+        problem = f"-o {args.output!r}: {str(target)!r} exists and is not a file"
+    else:
+        problem = ""
+    if problem:
+        print(f"trainspect report: {problem}", file=sys.stderr)
         return 2
-    out = write_report(args.dir, args.output, price_per_hour=args.price_per_hour)
+    try:
+        out = write_report(run_dir, target, price_per_hour=args.price_per_hour)
+    except TrainspectError as exc:  # e.g. the directory holds no run
+        print(f"trainspect report: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:  # damaged or unreadable run files, a full disk, an unwritable -o
+        print(f"trainspect report: cannot write the report of {args.dir}: {exc}", file=sys.stderr)
+        return 2
     print(f"report: {out}")
     return 0
+
+
+def _report_target(args: argparse.Namespace) -> Path | None:
+    """The HTML file: ``-o`` itself, or ``report.html`` inside it when it names a directory."""
+    if not args.output:
+        return None
+    target = Path(args.output)
+    if target.is_dir() or args.output.endswith(("/", os.sep)):
+        return target / "report.html"
+    return target
 
 
 def parse_prices(items: list[str]) -> tuple[float | None, float | None]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -25,6 +24,7 @@ from trainspect.report._system_sections import CostSection, HeatmapSection, JobS
 from trainspect.report.context import REQUIREMENT_HINTS, ReportContext
 from trainspect.report.sections import Page, SectionRegistry
 from trainspect.store.layout import RunLayout
+from trainspect.store.manifest import write_text_atomic
 
 __all__ = ["default_registry", "render_report", "write_report", "script_json"]
 
@@ -163,9 +163,5 @@ def write_report(
     target = Path(out) if out is not None else RunLayout(run_dir).report
     ctx = context or ReportContext.load(run_dir, price_per_hour=price_per_hour)
     html = render_report(ctx, price_per_hour=price_per_hour, registry=registry)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".report-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(html)
-    os.replace(tmp, target)
+    write_text_atomic(target, html, prefix="report")
     return target

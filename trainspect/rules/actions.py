@@ -11,14 +11,24 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from trainspect.exceptions import ConfigError
 from trainspect.rules.verdict import Verdict
 
-__all__ = ["Action", "StopTraining", "Callback", "LogAction", "Webhook", "parse_actions", "ACTION_NAMES"]
+__all__ = [
+    "Action",
+    "StopTraining",
+    "Callback",
+    "LogAction",
+    "Webhook",
+    "parse_actions",
+    "finish_webhooks",
+    "ACTION_NAMES",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -101,9 +111,12 @@ class LogAction(Action):
 class Webhook(Action):
     """POST the verdict as JSON to ``url`` on a background thread (never blocks training).
 
+    At close, :func:`finish_webhooks` waits for the POSTs in flight for at most a shared budget (2 s by default,
+    for all webhooks together), then logs one line naming what was not delivered.
+
     Args:
         url: an ``http://`` or ``https://`` URL.
-        timeout: seconds before the request is abandoned.
+        timeout: seconds before a request is abandoned by its thread.
 
     Example:
         >>> Webhook("http://127.0.0.1:9/hook").to_dict()["url"]
@@ -117,13 +130,15 @@ class Webhook(Action):
             raise ConfigError(f"webhook action: url={url!r} must start with http:// or https://")
         self.url = url
         self.timeout = float(timeout)
-        self._threads: list[threading.Thread] = []
+        self._threads: list[tuple[threading.Thread, str]] = []
+        self._lock = threading.Lock()
 
     def fire(self, verdict: Verdict) -> None:
         """Start the POST on a daemon thread and return at once."""
         body = json.dumps(verdict.to_dict()).encode("utf-8")
         thread = threading.Thread(target=self._post, args=(body,), name="trainspect-webhook", daemon=True)
-        self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+        with self._lock:
+            self._threads = [(t, r) for t, r in self._threads if t.is_alive()] + [(thread, verdict.rule)]
         thread.start()
 
     def _post(self, body: bytes) -> None:
@@ -136,10 +151,26 @@ class Webhook(Action):
         except Exception as exc:
             _log.warning("rule webhook POST to %s failed: %s", self.url, exc)
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Wait for the POSTs in flight (tests, and the runner's close)."""
-        for thread in list(self._threads):
-            thread.join(timeout)
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for the POSTs in flight, at most ``timeout`` seconds in all; return whether none is left."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            threads = [t for t, _ in self._threads]
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        return not self.pending()
+
+    def pending(self) -> list[str]:
+        """The rules whose POST is still in flight (and not yet given up)."""
+        with self._lock:
+            return [rule for thread, rule in self._threads if thread.is_alive()]
+
+    def give_up(self) -> list[str]:
+        """Stop waiting for the POSTs in flight (their daemon threads end with the process); return their rules."""
+        with self._lock:
+            lost = [rule for thread, rule in self._threads if thread.is_alive()]
+            self._threads = []
+        return lost
 
     def to_dict(self) -> dict[str, Any]:
         """Name, URL and timeout."""
@@ -147,6 +178,27 @@ class Webhook(Action):
 
     def __repr__(self) -> str:
         return f"Webhook({self.url!r})"
+
+
+CLOSE_BUDGET_S = 2.0
+"""Seconds that closing waits, for all webhooks together, before giving up on the POSTs still in flight."""
+
+
+def finish_webhooks(actions: Iterable[Action], budget: float = CLOSE_BUDGET_S) -> list[str]:
+    """Wait for the webhooks' POSTs in flight, ``budget`` seconds at most in all, and say what was not delivered.
+
+    Returns:
+        One ``"<rule> -> <url>"`` entry per POST still in flight (also logged as one warning line).
+    """
+    deadline = time.monotonic() + max(0.0, budget)
+    hooks = list(dict.fromkeys(a for a in actions if isinstance(a, Webhook)))
+    for hook in hooks:
+        hook.wait(max(0.0, deadline - time.monotonic()))
+    lost = [f"{rule} -> {hook.url}" for hook in hooks for rule in hook.give_up()]
+    if lost:
+        _log.warning("trainspect: %d webhook POST(s) not delivered within %.1f s at close: %s",
+                     len(lost), budget, "; ".join(lost))  # fmt: skip
+    return lost
 
 
 ACTION_NAMES = ("StopTraining", "log", "webhook", "callback")

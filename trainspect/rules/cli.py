@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-from trainspect.exceptions import ConfigError
+from trainspect.exceptions import ConfigError, TrainspectError
 from trainspect.rules.base import Rule
 from trainspect.rules.engine import evaluate, open_trial, run_finished
 from trainspect.rules.registry import RuleRegistry, default_registry
@@ -143,25 +143,43 @@ def _rules_for(trial: Any, args: argparse.Namespace, registry: RuleRegistry, err
     return rules
 
 
+def _input_problem(args: argparse.Namespace) -> str:
+    """What is wrong with the directory or the step range, in one line ("" when nothing is)."""
+    path = Path(args.dir)
+    if not path.is_dir():
+        return f"{args.dir} is not a directory"
+    if not any(path.iterdir()):
+        return f"{args.dir} is empty: it holds no run (give the run directory the hook wrote)"
+    for key in ("start_step", "end_step"):
+        value = getattr(args, key)
+        if value is not None and value < 0:
+            return f"--{key.replace('_', '-')} {value}: expected a step >= 0"
+    if args.start_step is not None and args.end_step is not None and args.end_step <= args.start_step:
+        return (f"--start-step {args.start_step} --end-step {args.end_step}: the range is empty; --end-step "
+                "(exclusive) must be greater than --start-step")  # fmt: skip
+    return ""
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Run the ``rules`` subcommand; return the exit code."""
     out, err = out or sys.stdout, err or sys.stderr
     registry = default_registry()
-    if not Path(args.dir).is_dir():
-        print(f"trainspect rules: {args.dir} is not a directory", file=err)
+    problem = _input_problem(args)
+    if problem:
+        print(f"trainspect rules: {problem}", file=err)
         return EXIT_ERROR
     try:
         trial = open_trial(args.dir)
         rules = _rules_for(trial, args, registry, err, quiet=False)
-    except ConfigError as exc:
+        if args.watch:
+            return _watch(trial, rules, args, registry, out, err)
+        verdicts = evaluate(trial, rules, args.start_step, args.end_step)
+    except TrainspectError as exc:  # ConfigError, a directory that holds no run
         print(f"trainspect rules: {exc}", file=err)
         return EXIT_ERROR
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # damaged or unreadable files
         print(f"trainspect rules: cannot read {args.dir}: {exc}", file=err)
         return EXIT_ERROR
-    if args.watch:
-        return _watch(trial, rules, args, registry, out, err)
-    verdicts = evaluate(trial, rules, args.start_step, args.end_step)
     _print(verdicts, args.json, out)
     return _exit_code(verdicts)
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from trainspect.env import TRAINSPECT_TESTING
 from trainspect.exceptions import TrainingStopped
-from trainspect.rules.actions import StopTraining, Webhook
+from trainspect.rules.actions import StopTraining, finish_webhooks
 from trainspect.rules.base import Rule
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tally import Tally
@@ -205,10 +205,7 @@ class LiveRuleRunner:
         verdicts = self._final_verdicts(final)
         self._final, self._final_final = verdicts, final
         self._write(verdicts, final=final)
-        for rule in self.rules:
-            for action in rule.actions:
-                if isinstance(action, Webhook):
-                    action.wait(min(timeout, 10.0))
+        finish_webhooks(action for rule in self.rules for action in rule.actions)
         if self._failure is not None and TRAINSPECT_TESTING.get():
             raise RuntimeError("trainspect live rules failed") from self._failure
         return verdicts

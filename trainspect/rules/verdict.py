@@ -6,7 +6,6 @@ import enum
 import json
 import math
 import os
-import tempfile
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ import numpy as np
 
 from trainspect.exceptions import DamagedFile
 from trainspect.store.jsonfile import ListOf, Obj, load_json
+from trainspect.store.manifest import write_text_atomic
 
 __all__ = ["Status", "Verdict", "Series", "VERDICT_SCHEMA_VERSION", "write_verdicts", "read_verdicts"]
 
@@ -147,13 +147,9 @@ def write_verdicts(path: str | os.PathLike[str], verdicts: list[Verdict], **meta
         **meta: extra top-level keys (for example ``updated`` or ``final``).
     """
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
     doc = {"schema_version": VERDICT_SCHEMA_VERSION, **_json_safe(meta), "verdicts": [v.to_dict() for v in verdicts]}
     text = json.dumps(doc)  # no indent: the C encoder (the live runner rewrites this file about once a second)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".verdicts-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, target)
+    write_text_atomic(target, text, prefix="verdicts")
 
 
 def read_verdicts(path: str | os.PathLike[str]) -> list[Verdict]:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import secrets
 import socket
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,21 +18,57 @@ __all__ = [
     "all_workers_ended",
     "check_run_directory",
     "claim_run_directory",
+    "create_temp_file",
     "mark_job_end",
     "read_manifest",
     "read_worker_manifests",
     "write_json_atomic",
+    "write_text_atomic",
     "write_worker_manifest",
 ]
 
 
-def write_json_atomic(path: Path, doc: Any) -> None:
-    """Write JSON through a temporary file renamed into place."""
+def create_temp_file(directory: Path, prefix: str) -> tuple[int, Path]:
+    """Create ``<directory>/.<prefix>-<random>.tmp`` for writing; return its descriptor and path.
+
+    Unlike :func:`tempfile.mkstemp` (always 0600), the file gets an ordinary new file's permissions: 0666
+    less the umask (0644 under the usual 022), so the renamed file is as readable as any other the user writes.
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = directory / f".{prefix}-{secrets.token_hex(6)}.tmp"
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+
+
+def write_text_atomic(path: Path, text: str, prefix: str | None = None) -> None:
+    """Write ``text`` through a temporary file renamed into place; on any failure no temporary file is left.
+
+    Args:
+        path: the file to write.
+        text: its new content.
+        prefix: the temporary file's name prefix (default: the file's name).
+
+    Raises:
+        OSError: the file could not be written (disk full, no permission); ``path`` is unchanged.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}-", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(doc, fh, indent=1, default=str)
-    os.replace(tmp, path)
+    fd, tmp = create_temp_file(path.parent, prefix or path.name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json_atomic(path: Path, doc: Any) -> None:
+    """Write JSON through a temporary file renamed into place (see :func:`write_text_atomic`)."""
+    write_text_atomic(path, json.dumps(doc, indent=1, default=str))
 
 
 def read_manifest(layout: RunLayout) -> dict[str, Any] | None:
@@ -67,7 +104,7 @@ def claim_run_directory(layout: RunLayout, job_id: str, manifest: dict[str, Any]
     """
     layout.root.mkdir(parents=True, exist_ok=True)
     doc = {"format_version": FORMAT_VERSION, "job_id": job_id, "created": time.time(), **manifest}
-    fd, tmp = tempfile.mkstemp(dir=layout.root, prefix=".trainspect-", suffix=".tmp")
+    fd, tmp = create_temp_file(layout.root, "trainspect")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump(doc, fh, indent=1, default=str)
