@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from trainspect.rules.base import Rule
+from trainspect.rules.record import record_verdicts, stamp
 from trainspect.rules.source import Needs, StepAssembler, TrialSource, roles_for
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tally import Tally
 from trainspect.rules.tensor_rule import TensorRule
-from trainspect.rules.verdict import Status, Verdict, read_verdicts, write_verdicts
+from trainspect.rules.verdict import Status, Verdict, read_verdicts
 from trainspect.step import TensorRecord
 from trainspect.store.layout import RunLayout
 
@@ -62,11 +63,13 @@ def evaluate(
         rules: the rules.
         start_step: first global step evaluated (None: the first saved).
         end_step: global step where evaluation stops, exclusive (None: the last saved).
-        write: write the verdicts into the run directory (``RunLayout(run).verdicts``).
+        write: add this evaluation to the run's verdict record (``RunLayout(run).verdicts``); what was recorded
+            before (the hook's live verdicts, earlier evaluations) stays in the record's history.
         actions: run the actions of rules that found issues (log, callback, webhook).
 
     Returns:
-        The verdicts. A rule that raised ends as ``Error``; the others go on.
+        The verdicts, marked ``source="offline"`` with their evaluation time. A rule that raised ends as
+        ``Error``; the others go on.
     """
     trial = open_trial(trial)
     try:
@@ -84,7 +87,7 @@ def evaluate(
     for rule in rules:
         if id(rule) not in results:
             results[id(rule)] = _evaluate_other(rule, trial, finished)
-    verdicts = _note_missing_workers(trial, [results[id(r)] for r in rules])
+    verdicts = stamp(_note_missing_workers(trial, [results[id(r)] for r in rules]), "offline")
     if actions:
         fire_actions(rules, verdicts)
     path = getattr(trial, "path", None)
@@ -220,14 +223,11 @@ def fire_actions(rules: Sequence[Rule], verdicts: Sequence[Verdict]) -> None:
 
 
 def _write(path: Any, verdicts: list[Verdict], finished: bool) -> None:
-    try:
-        write_verdicts(RunLayout(path).verdicts, verdicts, final=finished, source="offline")
-    except OSError as exc:
-        _log.warning("rules: could not write verdicts into %s: %s", path, exc)
+    record_verdicts(path, verdicts, "offline", finished)
 
 
 def load_verdicts(run_dir: str | os.PathLike[str]) -> list[Verdict]:
-    """Read the verdicts written into a run directory (an empty list when there are none)."""
+    """Read the current verdicts of a run: each rule's latest, live or offline (empty when there are none)."""
     path = Path(run_dir)
     if path.is_file():
         return read_verdicts(path)

@@ -23,10 +23,11 @@ from trainspect.env import TRAINSPECT_TESTING
 from trainspect.exceptions import TrainingStopped
 from trainspect.rules.actions import StopTraining, Webhook
 from trainspect.rules.base import Rule
+from trainspect.rules.record import VerdictRecord, stamp
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tally import Tally
 from trainspect.rules.tensor_rule import TensorRule
-from trainspect.rules.verdict import Status, Verdict, write_verdicts
+from trainspect.rules.verdict import Status, Verdict
 from trainspect.step import StepRecord, TensorRecord
 from trainspect.store.layout import RunLayout
 
@@ -132,6 +133,7 @@ class LiveRuleRunner:
         self._closed = False
         self._final: list[Verdict] | None = None
         self._final_final = False
+        self._record = VerdictRecord(RunLayout(self.run_dir).verdicts, "live")
 
     # --- training-thread side --------------------------------------------------------------------------
     def start(self) -> None:
@@ -310,11 +312,12 @@ class LiveRuleRunner:
 
     # --- verdicts --------------------------------------------------------------------------------------
     def _snapshot(self, finished: bool) -> list[Verdict]:
+        now = time.time()
         out = []
         for rule in self.rules:
             live = self._live.get(id(rule))
             if live is not None:
-                out.append(live.tally.verdict(finished))
+                out.extend(stamp([live.tally.verdict(finished)], "live", now))
             else:
                 out.append(_pending(rule))
         return out
@@ -332,7 +335,7 @@ class LiveRuleRunner:
             self._fire(rule, verdict)
         deferred = [r for r in self.rules if id(r) not in self._live]
         if deferred and final:
-            offline = dict(zip(map(id, deferred), self._evaluate_offline(deferred), strict=True))
+            offline = dict(zip(map(id, deferred), stamp(self._evaluate_offline(deferred), "live"), strict=True))
             verdicts = [offline.get(id(r), v) for r, v in zip(self.rules, verdicts, strict=True)]
         return verdicts
 
@@ -349,15 +352,7 @@ class LiveRuleRunner:
         if not self.write:
             return
         try:
-            write_verdicts(
-                RunLayout(self.run_dir).verdicts,
-                verdicts,
-                final=final,
-                source="live",
-                worker=self.worker,
-                updated=time.time(),
-                last_step=self._last_step,
-            )
+            self._record.write(verdicts, final, worker=self.worker, updated=time.time(), last_step=self._last_step)
         except OSError as exc:
             _log.warning("trainspect: could not write verdicts: %s", exc)
 
@@ -365,5 +360,10 @@ class LiveRuleRunner:
 def _pending(rule: Rule, message: str = "") -> Verdict:
     text = message or f"{rule.name} is evaluated when the run closes"
     return Verdict(
-        rule=rule.name, status=Status.IN_PROGRESS, kind=rule.kind, message=text, parameters=dict(rule.params)
+        rule=rule.name,
+        status=Status.IN_PROGRESS,
+        kind=rule.kind,
+        message=text,
+        parameters=dict(rule.params),
+        source="live",
     )
