@@ -116,8 +116,12 @@ class VerdictRecord:
     def _write(self, doc: dict[str, Any]) -> None:
         text = json.dumps(doc)  # no indent: the C encoder (the live runner rewrites this file about once a second)
         tmp = self.path.with_name(f".verdicts-{os.getpid()}-{id(self)}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, self.path)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
         key = _stat(self.path)
         self._cache = (key, doc) if key is not None else None
 
@@ -126,7 +130,7 @@ def merge(doc: dict[str, Any], entry: dict[str, Any], verdicts: Sequence[Verdict
     """The record ``doc`` with one more evaluation ``entry`` and the current verdicts updated by ``verdicts``."""
     evaluations = [e for e in doc.get("evaluations") or [] if isinstance(e, dict) and e.get("id") != entry["id"]]
     dropped = int(doc.get("evaluations_dropped") or 0)
-    if not evaluations and doc.get("verdicts"):  # a record of the first format: its verdicts were one evaluation
+    if "evaluations" not in doc and doc.get("verdicts"):  # a record of the first format: one evaluation
         evaluations.append({"id": "earlier", "source": str(doc.get("source") or "unknown"),
                             "final": bool(doc.get("final")), "verdicts": list(doc["verdicts"])})  # fmt: skip
     evaluations.append(_json_safe(entry))
