@@ -28,6 +28,7 @@ __all__ = [
     "top_operators",
     "python_hotspots",
     "is_own_frame",
+    "is_profiler_frame",
     "dataloader_statistics",
 ]
 
@@ -35,7 +36,7 @@ _OWN_FILES = re.compile(
     r"[/\\](site-packages|dist-packages)[/\\]trainspect[/\\]|[/\\]torch[/\\](profiler|autograd[/\\]profiler)"
     r"|[/\\](cProfile|profile|pstats)\.py$"
 )
-_OWN_BUILTINS = re.compile(r"_lsprof|profiler|kineto|_itt", re.IGNORECASE)
+_OWN_BUILTINS = re.compile(r"_lsprof|profiler|kineto|_itt|torch\._C\._autograd\.", re.IGNORECASE)
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 
 _UNITS = (("_percent", "percent"), ("_bytes_per_second", "bytes/s"), ("_bytes", "bytes"), ("_watts", "W"),
@@ -204,10 +205,15 @@ def is_own_frame(function: str, filename: str) -> bool:
         >>> is_own_frame("forward", "/home/me/train.py")
         False
     """
+    return str(filename).startswith(_PACKAGE_DIR) or is_profiler_frame(function, filename)
+
+
+def is_profiler_frame(function: str, filename: str) -> bool:
+    """Whether a profiled frame is a profiler's own (cProfile, torch.profiler) or trainspect's installed copy."""
     name = str(filename)
     if name in ("~", ""):
         return bool(_OWN_BUILTINS.search(str(function)))
-    return name.startswith(_PACKAGE_DIR) or bool(_OWN_FILES.search(name))
+    return bool(_OWN_FILES.search(name))
 
 
 def python_hotspots(data: ProfilerData, n: int = 20, include_own: bool = False) -> pd.DataFrame:
