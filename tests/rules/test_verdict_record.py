@@ -58,7 +58,10 @@ def test_offline_evaluation_keeps_the_live_record_and_every_reader_shows_the_lat
     (offline,) = evaluate(run, [ExplodingTensor(only_nan=True)])
     assert offline.source == "offline" and offline.evaluated_at is not None
     assert rules_main([str(run), "--rule", "LossNotDecreasing", "--param", "LossNotDecreasing.num_steps=5"]) == 1
-    capsys.readouterr()
+    printed = capsys.readouterr().out  # `trainspect rules` also lists the record's other current verdicts
+    assert "also current in the run's record (not evaluated now):" in printed
+    assert "VanishingGradient" in printed.split("not evaluated now")[1] and "(live)" in printed
+    assert "(offline)" in printed and "ExplodingTensor" in printed.split("not evaluated now")[1]
 
     doc = read_record(RunLayout(run).verdicts)
     sources = [(e["source"], e["final"]) for e in doc["evaluations"]]

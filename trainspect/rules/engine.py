@@ -25,7 +25,7 @@ from trainspect.rules.verdict import Status, Verdict, read_verdicts
 from trainspect.step import TensorRecord
 from trainspect.store.layout import RunLayout
 
-__all__ = ["evaluate", "load_verdicts", "run_finished", "fire_actions", "open_trial"]
+__all__ = ["evaluate", "load_verdicts", "recorded_besides", "run_finished", "fire_actions", "open_trial"]
 
 _log = logging.getLogger(__name__)
 
@@ -232,3 +232,16 @@ def load_verdicts(run_dir: str | os.PathLike[str]) -> list[Verdict]:
     if path.is_file():
         return read_verdicts(path)
     return read_verdicts(RunLayout(path).verdicts)
+
+
+def recorded_besides(run_dir: str | os.PathLike[str], verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The run's current verdicts of rules not among ``verdicts`` (e.g. live verdicts of rules not run offline).
+
+    Together with ``verdicts`` they are the set the report, the TensorBoard Rules tab and MLflow show.
+    """
+    done = {v.rule for v in verdicts}
+    try:
+        return [v for v in load_verdicts(run_dir) if v.rule not in done]
+    except (OSError, ValueError) as exc:
+        _log.warning("rules: could not read the verdict record of %s: %s", run_dir, exc)
+        return []
