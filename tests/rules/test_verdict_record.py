@@ -135,3 +135,12 @@ def test_the_history_is_capped(tmp_path: Path) -> None:
     doc = read_record(path)
     assert len(doc["evaluations"]) == MAX_EVALUATIONS and doc["evaluations_dropped"] == 5
     assert read_verdicts(path)[0].evaluated_at == float(MAX_EVALUATIONS + 4)
+
+
+def test_watch_like_repeated_evaluations_of_a_running_job_keep_one_entry(tmp_path: Path) -> None:
+    path = tmp_path / "verdicts.json"
+    for i in range(5):  # `trainspect rules --watch`: a new evaluation at every look, the run not over yet
+        VerdictRecord(path, "offline").write(stamp([Verdict("A", Status.IN_PROGRESS)], "offline", float(i)), False)
+    VerdictRecord(path, "offline").write(stamp([Verdict("A", Status.NO_ISSUES_FOUND)], "offline", 9.0), True)
+    VerdictRecord(path, "offline").write(stamp([Verdict("A", Status.NO_ISSUES_FOUND)], "offline", 10.0), True)
+    assert [e["final"] for e in read_record(path)["evaluations"]] == [True, True]

@@ -128,7 +128,7 @@ class VerdictRecord:
 
 def merge(doc: dict[str, Any], entry: dict[str, Any], verdicts: Sequence[Verdict]) -> dict[str, Any]:
     """The record ``doc`` with one more evaluation ``entry`` and the current verdicts updated by ``verdicts``."""
-    evaluations = [e for e in doc.get("evaluations") or [] if isinstance(e, dict) and e.get("id") != entry["id"]]
+    evaluations = [e for e in doc.get("evaluations") or [] if isinstance(e, dict) and not _same(e, entry)]
     dropped = int(doc.get("evaluations_dropped") or 0)
     if "evaluations" not in doc and doc.get("verdicts"):  # a record of the first format: one evaluation
         evaluations.append({"id": "earlier", "source": str(doc.get("source") or "unknown"),
@@ -152,6 +152,18 @@ def merge(doc: dict[str, Any], entry: dict[str, Any], verdicts: Sequence[Verdict
     if dropped:
         out["evaluations_dropped"] = dropped
     return out
+
+
+def _same(old: dict[str, Any], entry: dict[str, Any]) -> bool:
+    """Whether ``entry`` updates ``old``.
+
+    It does when both come from the same writer, or ``old`` is an unfinished evaluation of the same source and
+    process (``trainspect rules --watch`` evaluates again at every look).
+    """
+    if old.get("id") == entry["id"]:
+        return True
+    who = ("source", "host", "pid")
+    return not old.get("final") and all(old.get(k) == entry.get(k) for k in who)
 
 
 def _newer(new: Verdict, old: dict[str, Any]) -> bool:
