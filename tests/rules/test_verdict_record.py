@@ -49,10 +49,6 @@ def test_offline_evaluation_keeps_the_live_record_and_every_reader_shows_the_lat
     live = {v.rule: v for v in read_verdicts(RunLayout(run).verdicts)}
     assert live["ExplodingTensor"].status is Status.ISSUES_FOUND and live["ExplodingTensor"].source == "live"
     assert live["ExplodingTensor"].mode == "TRAIN"
-    assert (
-        f"first at global step {live['ExplodingTensor'].first_trigger_step} = TRAIN step"
-        in live["ExplodingTensor"].message
-    )
 
     # an offline evaluation with other parameters, through the API and through `trainspect rules`
     (offline,) = evaluate(run, [ExplodingTensor(only_nan=True)])
@@ -144,3 +140,25 @@ def test_watch_like_repeated_evaluations_of_a_running_job_keep_one_entry(tmp_pat
     VerdictRecord(path, "offline").write(stamp([Verdict("A", Status.NO_ISSUES_FOUND)], "offline", 9.0), True)
     VerdictRecord(path, "offline").write(stamp([Verdict("A", Status.NO_ISSUES_FOUND)], "offline", 10.0), True)
     assert [e["final"] for e in read_record(path)["evaluations"]] == [True, True]
+
+
+def test_live_and_offline_verdicts_name_the_mode_of_their_global_trigger_steps(tmp_path: Path) -> None:
+    import numpy as np
+    from rules_synth import record, tensor, write_run
+
+    from trainspect.modes import ModeKeys
+    from trainspect.rules import LiveRuleRunner
+
+    recs = []  # training steps 0-9, evaluation 10-14 (NaN in the evaluation from 12), training 15-19 (NaN from 18)
+    for n in range(20):
+        mode = ModeKeys.EVAL if 10 <= n < 15 else ModeKeys.TRAIN
+        bad = 12 <= n < 15 or n >= 18
+        recs.append(record(n, [tensor("loss", np.float32(np.nan if bad else 1.0), ["losses"])], mode))
+    runner = LiveRuleRunner([ExplodingTensor()], tmp_path / "live", poll=0.05)
+    runner.start()
+    for r in recs:
+        runner.submit(r)
+    (live,) = runner.close()
+    (offline,) = evaluate(write_run(tmp_path / "off", recs), [ExplodingTensor()], write=False)
+    for v in (live, offline):
+        assert (v.first_trigger_step, v.last_trigger_step, v.mode) == (12, 19, "EVAL+TRAIN"), v

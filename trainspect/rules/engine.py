@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -143,8 +143,22 @@ def evaluate_tensor_rules(
     verdicts = []
     for tally in tallies:
         tally.end()
-        verdicts.append(tally.verdict(finished))
+        verdicts.append(with_mode(tally.verdict(finished), lambda step: source.step_info(step)[0].name))
     return verdicts
+
+
+def with_mode(verdict: Verdict, mode_of: Callable[[int], str | None]) -> Verdict:
+    """The verdict with ``mode`` naming the mode(s) of its first and last trigger steps (global steps).
+
+    Example:
+        >>> from trainspect.rules.verdict import Status
+        >>> v = Verdict("X", Status.ISSUES_FOUND, first_trigger_step=3, last_trigger_step=9)
+        >>> with_mode(v, lambda s: "TRAIN" if s < 5 else "EVAL").mode
+        'TRAIN+EVAL'
+    """
+    steps = [s for s in (verdict.first_trigger_step, verdict.last_trigger_step) if s is not None]
+    modes = [m for m in dict.fromkeys(mode_of(s) for s in steps) if m]
+    return replace(verdict, mode="+".join(modes)) if modes else verdict
 
 
 def _roles(tally: Tally, names: list[str], membership: Mapping[str, frozenset[str]]) -> dict[str, str]:

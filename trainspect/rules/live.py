@@ -23,6 +23,7 @@ from trainspect.env import TRAINSPECT_TESTING
 from trainspect.exceptions import TrainingStopped
 from trainspect.rules.actions import StopTraining, Webhook
 from trainspect.rules.base import Rule
+from trainspect.rules.engine import with_mode
 from trainspect.rules.record import VerdictRecord, stamp
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tally import Tally
@@ -51,6 +52,7 @@ class _LiveRule:
         self.fired = False
         self._layout_key: tuple[str, ...] = ()
         self._layout: list[tuple[str, tuple[str, ...]]] = []
+        self.modes: dict[int, str] = {}  # the mode of each step the rule triggered at (first and last kept)
 
     def _role(self, name: str, rec: TensorRecord) -> str | None:
         role = self.roles.get(name, _UNSET)
@@ -70,6 +72,21 @@ class _LiveRule:
                     grouped.setdefault(role, []).append(name)
             self._layout_key, self._layout = key, [(r, tuple(names)) for r, names in grouped.items()]
         return self._layout
+
+    def note_mode(self, step: int, mode: str) -> None:
+        """Remember a trigger step's mode (only the first and the latest are kept)."""
+        if len(self.modes) >= 2:
+            del self.modes[max(self.modes)]
+        self.modes[step] = mode
+
+    def verdict(self, finished: bool) -> Verdict:
+        """The tally's verdict, with the mode of its trigger steps."""
+        last = self.tally.last_step
+
+        def mode_of(step: int) -> str | None:  # a trigger at the end or while idle is at the last step
+            return self.modes.get(step) or (last.mode.name if last is not None and last.step == step else None)
+
+        return with_mode(self.tally.verdict(finished), mode_of)
 
     def step_data(self, record: StepRecord) -> StepData:
         tensors = record.tensors
@@ -271,9 +288,11 @@ class LiveRuleRunner:
                 if live is None or live.tally.error is not None:
                     continue
                 check = live.tally.feed(live.step_data(record))
+                if check is not None:
+                    live.note_mode(record.global_step, record.mode.name)
                 if check is not None and not live.fired:
                     live.fired = True
-                    fired.append((rule, live.tally.verdict(finished=False)))
+                    fired.append((rule, live.verdict(finished=False)))
             self._dirty = True
         for rule, verdict in fired:
             self._fire(rule, verdict)
@@ -290,7 +309,7 @@ class LiveRuleRunner:
                     self._dirty = True
                     if not live.fired:
                         live.fired = True
-                        fired.append((rule, live.tally.verdict(finished=False)))
+                        fired.append((rule, live.verdict(finished=False)))
             verdicts = self._snapshot(finished=False) if self._dirty else None
             self._dirty = False
         for rule, verdict in fired:
@@ -317,7 +336,7 @@ class LiveRuleRunner:
         for rule in self.rules:
             live = self._live.get(id(rule))
             if live is not None:
-                out.extend(stamp([live.tally.verdict(finished)], "live", now))
+                out.extend(stamp([live.verdict(finished)], "live", now))
             else:
                 out.append(_pending(rule))
         return out
@@ -329,7 +348,7 @@ class LiveRuleRunner:
                 live = self._live.get(id(rule))
                 if live is not None and final and live.tally.end() is not None and not live.fired:
                     live.fired = True
-                    fired.append((rule, live.tally.verdict(finished=True)))
+                    fired.append((rule, live.verdict(finished=True)))
             verdicts = self._snapshot(finished=final)
         for rule, verdict in fired:
             self._fire(rule, verdict)

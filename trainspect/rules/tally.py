@@ -44,8 +44,6 @@ class Tally:
         self.triggers = 0
         self.first: tuple[int, float] | None = None
         self.last: tuple[int, float] | None = None
-        self.first_mode_step: tuple[str, int] | None = None
-        self.trigger_modes: dict[str, None] = {}
         self.tensors: dict[str, None] = {}
         self.workers: dict[str, None] = {}
         self.first_detail = ""
@@ -120,10 +118,8 @@ class Tally:
         self.triggers += 1
         if self.first is None:
             self.first = (data.step, when)
-            self.first_mode_step = (data.mode.name, data.mode_step)
             self.first_detail = result.detail
         self.last = (data.step, when)
-        self.trigger_modes.setdefault(data.mode.name, None)
         for name in result.tensors:
             self.tensors.setdefault(name, None)
         if len(self.trigger_x) < MAX_SERIES_POINTS:
@@ -163,7 +159,6 @@ class Tally:
             series=(self._series(),) if self.x or self.trigger_x else (),
             start_step=int(self.x[0]) if self.x else None,
             end_step=self.last_step.step if self.last_step is not None else None,
-            mode="+".join(self.trigger_modes) or None,
         )
 
     def _status(self, finished: bool) -> tuple[Status, str]:
@@ -172,11 +167,10 @@ class Tally:
             return Status.ERROR, f"{name} failed: {type(self.error).__name__}: {self.error}"
         if self.triggers:
             first = self.first[0] if self.first else None
-            where = f" = {self.first_mode_step[0]} step {self.first_mode_step[1]}" if self.first_mode_step else ""
             return (
                 Status.ISSUES_FOUND,
                 f"{name} triggered at {self.triggers} of {self.datapoints} evaluated steps "
-                f"(first at global step {first}{where}): {self.first_detail}",
+                f"(first at step {first}): {self.first_detail}",
             )
         if self.datapoints:
             text = f"no trigger in {self.datapoints} evaluated steps; last: {self.last_detail}"
