@@ -15,13 +15,34 @@ def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_demo_runs_and_prints_where_the_run_is(tmp_path: Path) -> None:
+def test_demo_tells_caught_then_fixed_then_compared(tmp_path: Path) -> None:
+    from trainspect.report.context import ReportContext
+
     out = tmp_path / "demo"
-    proc = _run(["examples/demo.py", "--out", str(out), "--steps", "60"], tmp_path)
+    proc = _run(["examples/demo.py", "--out", str(out), "--steps", "120"], tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert f"run directory: {out}" in proc.stdout
+    bad, good = out / "diverged", out / "fixed"
+    # 1. the learning rate far too high: caught live, training stopped by StopTraining
+    caught = {v.rule: v for v in ts.rules.load_verdicts(bad)}
+    assert (
+        caught["ExplodingTensor"].status is ts.rules.Status.ISSUES_FOUND and caught["ExplodingTensor"].source == "live"
+    )
+    assert "training stopped by trainspect: rule ExplodingTensor found issues" in proc.stdout
+    assert len(ts.create_trial(bad).steps(ts.modes.TRAIN)) < 120
+    # 2. the fixed run: every step, no issues from any rule (tensor rules live, profiler rules for the report)
+    fixed = ts.rules.load_verdicts(good)
+    assert [v.rule for v in fixed if v.status is ts.rules.Status.ISSUES_FOUND] == []
+    assert {"ExplodingTensor", "VanishingGradient", "LossNotDecreasing", "InputBottleneck"} <= {v.rule for v in fixed}
+    assert len(ts.create_trial(good).steps(ts.modes.TRAIN)) == 120
+    assert "trainspect.issues = ''" in proc.stdout and "trainspect.issues = 'ExplodingTensor" in proc.stdout
+    # 3. the comparison, and data in every profiler panel of both runs (no GPU on this machine)
+    assert "rules triggered" in proc.stdout and (out / "compare.html").exists()
+    for run in (bad, good):
+        ctx = ReportContext.load(run, evaluate_profiler_rules=False)
+        assert all(ctx.has(part) for part in ("system", "steps", "operators", "python", "dataloader", "tensors"))
+        assert len(next(iter(ctx.profiler.system.values()))) >= 3
+        assert (run / "report.html").exists()
     assert "tensorboard --logdir" in proc.stdout
-    assert len(ts.create_trial(out).steps(ts.modes.TRAIN)) == 60
 
 
 def test_manual_hook_example(tmp_path: Path) -> None:

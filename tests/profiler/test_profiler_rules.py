@@ -37,7 +37,7 @@ def _check_trigger(v: Verdict) -> None:
 
 
 def test_registry_and_contract() -> None:
-    assert len(PROFILER_RULES) == 12  # the eleven of smdebug plus WorkerStraggler
+    assert len(PROFILER_RULES) == 13  # the eleven of smdebug plus WorkerStraggler and InputBottleneck
     for cls in PROFILER_RULES:
         rule = cls()
         assert isinstance(rule, Rule) and rule.kind == "profiler"

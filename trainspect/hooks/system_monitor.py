@@ -2,8 +2,10 @@
 
 An orchestrator plus tiny samplers (:mod:`trainspect.hooks.samplers`). Only one process per node samples:
 :meth:`SystemMonitor.start` claims ``<system_dir>/monitor.lock`` with ``O_EXCL`` (a stale claim, whose
-process is gone, is taken over). Samples are buffered and written about once per second as compressed
-columnar chunks (:class:`trainspect.profiler.writers.SystemChunkWriter`). A sampling failure stops the
+process is gone, is taken over). Every process of the job on the node registers its pid under
+``<system_dir>/procs/`` so that the sampling process also sums the CPU and memory of the other workers' process
+trees (``process_*`` metrics) beside the host-wide ones. Samples are buffered and written about once per second
+as compressed columnar chunks (:class:`trainspect.profiler.writers.SystemChunkWriter`). A sampling failure stops the
 monitor with one warning; the training never notices.
 """
 
@@ -23,6 +25,7 @@ import psutil
 from trainspect import env
 from trainspect.hooks.samplers import GPUSampler, Sampler, default_samplers
 from trainspect.hooks.samplers.gpu import GPUUnavailable
+from trainspect.hooks.samplers.process import ProcessTreeSampler
 from trainspect.profiler.config import ProfilerConfig
 from trainspect.profiler.writers import SystemChunkWriter
 from trainspect.store.layout import RunLayout
@@ -31,6 +34,7 @@ __all__ = ["SystemMonitor", "NodeClaim", "default_node_id"]
 
 logger = logging.getLogger(__name__)
 LOCK_NAME = "monitor.lock"
+PROCS_DIR = "procs"
 
 
 def default_node_id() -> str:
@@ -123,6 +127,7 @@ class SystemMonitor:
         self._samplers: list[Sampler] | None = list(samplers) if samplers is not None else None
         self._flush_interval_s = flush_interval_s
         self._claim = NodeClaim(self.directory)
+        self._registration: Path | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.writer: SystemChunkWriter | None = None
@@ -149,15 +154,42 @@ class SystemMonitor:
         """
         if self._thread is not None or not self.config.enabled or env.TRAINSPECT_DISABLE.get():
             return False
+        self._register()
         if not self._claim.acquire():
             logger.debug("node %s is sampled by another process", self.node)
             return False
         if self._samplers is None:
-            self._samplers = default_samplers() + _gpu_samplers()
+            self._samplers = [*default_samplers(), ProcessTreeSampler(self.job_pids), *_gpu_samplers()]
         self.writer = SystemChunkWriter(self.directory, self.node, self.config.system_monitor_interval_millis)
         self._thread = threading.Thread(target=self._run, name="trainspect-system-monitor", daemon=True)
         self._thread.start()
         return True
+
+    def _register(self) -> None:
+        """Announce this process as part of the job on this node (best effort)."""
+        try:
+            me = psutil.Process()
+            folder = self.directory / PROCS_DIR
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{socket.gethostname()}-{me.pid}.json"
+            path.write_text(json.dumps({"pid": me.pid, "create_time": me.create_time(), "host": socket.gethostname()}))
+            self._registration = path
+        except OSError as exc:
+            logger.debug("could not register pid for the process-tree metrics: %s", exc)
+
+    def job_pids(self) -> list[int]:
+        """Return the process-tree roots: this process and the job's registered live processes on this host."""
+        pids = {os.getpid()}
+        host = socket.gethostname()
+        for path in (self.directory / PROCS_DIR).glob(f"{host}-*.json"):
+            try:
+                info = json.loads(path.read_text())
+                pid = int(info["pid"])
+                if abs(psutil.Process(pid).create_time() - float(info["create_time"])) < 1.0:
+                    pids.add(pid)
+            except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+                continue
+        return sorted(pids)
 
     def _tick(self, samplers: list[Sampler]) -> dict[str, float]:
         row: dict[str, float] = {}
@@ -205,6 +237,9 @@ class SystemMonitor:
         for sampler in self._samplers or []:
             sampler.close()
         self._claim.release()
+        if self._registration is not None:
+            self._registration.unlink(missing_ok=True)
+            self._registration = None
 
     def __enter__(self) -> SystemMonitor:
         self.start()

@@ -210,7 +210,7 @@ class TorchProfilingWindow:
         prof.disable()
         self.directory.mkdir(parents=True, exist_ok=True)
         prof.dump_stats(str(self.directory / f"python_{start}-{end}.pstats"))
-        stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+        stats = _for_the_job(pstats.Stats(prof).stats)  # type: ignore[attr-defined]
         top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:_TOP]
         rows = [
             {"function": func, "filename": filename, "line": int(line), "calls": int(nc), "total_time_s": float(tt),
@@ -218,3 +218,36 @@ class TorchProfilingWindow:
             for (filename, line, func), (_cc, nc, tt, ct, _callers) in top
         ]  # fmt: skip
         write_table(self.directory, "python", self.worker, start, end, rows)
+
+
+def _for_the_job(stats: dict[Any, Any]) -> dict[Any, Any]:
+    """Each function's own time less the share it spent for trainspect or the profilers (the .pstats keeps all).
+
+    What a profiler calls is the profiler's, through any number of callers (``getattr`` under torch.profiler's
+    parser); what trainspect calls is trainspect's for two levels (``json.dumps``, ``pathlib`` under its writers),
+    not further: its wrappers (the DataLoader timer) call the training's own code.
+    """
+    from trainspect.profiler.analysis import is_own_frame, is_profiler_frame
+
+    own = {key: is_own_frame(key[2], key[0]) for key in stats}
+    prof = _shares(stats, {key: 1.0 if is_profiler_frame(key[2], key[0]) else 0.0 for key in stats}, 8)
+    ours = _shares(stats, {key: 1.0 if own[key] and not prof[key] else 0.0 for key in stats}, 2)
+    return {
+        key: (cc, nc, tt if own[key] else tt * max(0.0, 1.0 - prof[key] - ours[key]), ct, callers)
+        for key, (cc, nc, tt, ct, callers) in stats.items()
+    }
+
+
+def _shares(stats: dict[Any, Any], seed: dict[Any, float], depth: int) -> dict[Any, float]:
+    """Per function, the share of its calls (by cumulative time) made, through up to ``depth`` callers, by seeds."""
+    share = dict(seed)
+    for _ in range(depth):
+        share = {key: seed[key] or _caller_share(stats[key][4], share) for key in stats}
+    return share
+
+
+def _caller_share(callers: dict[Any, Any], share: dict[Any, float]) -> float:
+    total = sum(v[3] for v in callers.values())
+    if total <= 0:
+        return 0.0
+    return sum(v[3] * share.get(c, 0.0) for c, v in callers.items()) / total

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from trainspect.step import StepRecord
 
-__all__ = ["system_key", "system_metrics", "step_metrics", "safe_key", "MAX_KEY_LENGTH"]
+__all__ = ["system_key", "system_metrics", "step_metrics", "safe_key", "issues_tags", "MAX_KEY_LENGTH", "ISSUES_TAG"]
 
 MAX_KEY_LENGTH = 250
+ISSUES_TAG = "trainspect.issues"
+"""The run tag listing the rules whose current verdict is IssuesFound (empty when none)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /:]")
 
 # trainspect key -> (MLflow key without "system/", factor)
@@ -109,3 +112,16 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
             if v is not None and math.isfinite(v):
                 out[safe_key(f"{mode}/{name}/{'abs_' if absolute else ''}{red}")] = float(v)
     return out
+
+
+def issues_tags(verdicts: Iterable[Any]) -> dict[str, str]:
+    """The summary tag: ``trainspect.issues`` = the rules with issues, sorted and comma-separated ("" when none).
+
+    Example:
+        >>> from trainspect.rules.verdict import Status, Verdict
+        >>> issues_tags([Verdict("LossNotDecreasing", Status.ISSUES_FOUND), Verdict("DeadRelu", Status.NO_DATA),
+        ...              Verdict("ExplodingTensor", Status.ISSUES_FOUND)])
+        {'trainspect.issues': 'ExplodingTensor, LossNotDecreasing'}
+    """
+    names = sorted({str(v.rule) for v in verdicts if getattr(v, "issues_found", False)})
+    return {ISSUES_TAG: ", ".join(names)}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspect import env
+from trainspect.mlflow_plugin.keys import issues_tags
 from trainspect.mlflow_plugin.logger import DEFAULT_EVERY_N_STEPS, DEFAULT_INTERVAL_S, MlflowLogger
 from trainspect.mlflow_plugin.sink import MlflowSink, run_id_of
 from trainspect.mlflow_plugin.tags import context_tags
@@ -55,14 +56,14 @@ def resolve_run(
 
 
 def verdict_tags(verdicts: list[Verdict]) -> dict[str, str]:
-    """``trainspect.rule.<Rule>`` = status for each verdict.
+    """``trainspect.rule.<Rule>`` = status for each verdict, and ``trainspect.issues`` listing the rules with issues.
 
     Example:
         >>> from trainspect.rules.verdict import Status
         >>> verdict_tags([Verdict("VanishingGradient", Status.ISSUES_FOUND)])
-        {'trainspect.rule.VanishingGradient': 'IssuesFound'}
+        {'trainspect.rule.VanishingGradient': 'IssuesFound', 'trainspect.issues': 'VanishingGradient'}
     """
-    return {f"trainspect.rule.{v.rule}": str(v.status) for v in verdicts}
+    return {**{f"trainspect.rule.{v.rule}": str(v.status) for v in verdicts}, **issues_tags(verdicts)}
 
 
 def per_worker_steps(ctx: Any) -> dict[str, float]:

@@ -8,6 +8,8 @@ the same columns, never an error.
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,8 +27,17 @@ __all__ = [
     "phase_ratios",
     "top_operators",
     "python_hotspots",
+    "is_own_frame",
+    "is_profiler_frame",
     "dataloader_statistics",
 ]
+
+_OWN_FILES = re.compile(
+    r"[/\\](site-packages|dist-packages)[/\\]trainspect[/\\]|[/\\]torch[/\\](profiler|autograd[/\\]profiler)"
+    r"|[/\\](cProfile|profile|pstats)\.py$"
+)
+_OWN_BUILTINS = re.compile(r"_lsprof|profiler|kineto|_itt|torch\._C\._autograd\.", re.IGNORECASE)
+_PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 
 _UNITS = (("_percent", "percent"), ("_bytes_per_second", "bytes/s"), ("_bytes", "bytes"), ("_watts", "W"),
           ("_celsius", "°C"))  # fmt: skip
@@ -183,8 +194,36 @@ def top_operators(data: ProfilerData, device: str | None = None, n: int = 20) ->
     return agg.groupby(["worker", "device"], sort=False).head(n).reset_index(drop=True)[cols]
 
 
-def python_hotspots(data: ProfilerData, n: int = 20) -> pd.DataFrame:
+def is_own_frame(function: str, filename: str) -> bool:
+    """Whether a profiled frame is trainspect's or the profilers' own (cProfile, torch.profiler), not the job's.
+
+    Example:
+        >>> is_own_frame("_parse_kineto_results", "/x/site-packages/torch/autograd/profiler.py")
+        True
+        >>> is_own_frame("<built-in method torch._C._autograd._disable_profiler>", "~")
+        True
+        >>> is_own_frame("forward", "/home/me/train.py")
+        False
+    """
+    return str(filename).startswith(_PACKAGE_DIR) or is_profiler_frame(function, filename)
+
+
+def is_profiler_frame(function: str, filename: str) -> bool:
+    """Whether a profiled frame is a profiler's own (cProfile, torch.profiler) or trainspect's installed copy."""
+    name = str(filename)
+    if name in ("~", ""):
+        return bool(_OWN_BUILTINS.search(str(function)))
+    return bool(_OWN_FILES.search(name))
+
+
+def python_hotspots(data: ProfilerData, n: int = 20, include_own: bool = False) -> pd.DataFrame:
     """Functions with the most own time in the Python-profiled windows.
+
+    Args:
+        data: the run's profiler data.
+        n: rows per worker.
+        include_own: keep trainspect's and the profilers' own frames (left out by default: they are the cost of
+            measuring, not of the training).
 
     Returns:
         Columns of ``detailed.PYTHON_COLUMNS`` minus the window (``worker, function, filename, line, calls,
@@ -192,6 +231,9 @@ def python_hotspots(data: ProfilerData, n: int = 20) -> pd.DataFrame:
     """
     stats = data.python_stats
     cols = [c for c in PYTHON_COLUMNS if c not in ("start_step", "end_step")]
+    if not stats.empty and not include_own:
+        own = [is_own_frame(f, p) for f, p in zip(stats["function"], stats["filename"], strict=True)]
+        stats = stats[~np.asarray(own, dtype=bool)]
     if stats.empty:
         return pd.DataFrame(columns=cols)
     keys = ["worker", "function", "filename", "line"]

@@ -44,9 +44,12 @@ class RulesSummarySection(Section):
         elif verdicts:
             page.p("No rule found issues.")
         rows = [[v.rule, v.kind, str(v.status), v.triggers, v.datapoints, v.message,
-                 v.recommendation if _triggered(v) else "", _params(v)] for v in verdicts]  # fmt: skip
-        page.table(["rule", "kind", "status", "triggers", "datapoints", "finding", "recommendation", "parameters"],
-                   rows)  # fmt: skip
+                 v.recommendation if _triggered(v) else "", _params(v), _evaluated(v)] for v in verdicts]  # fmt: skip
+        page.table(["rule", "kind", "status", "triggers", "datapoints", "finding", "recommendation", "parameters",
+                    "evaluated"], rows)  # fmt: skip
+        page.p("Each rule's latest verdict from the run's record (rules/verdicts.json): live by the hook, offline by "
+               "`trainspect rules`, or by this report; `trainspect rules DIR` and the TensorBoard Rules tab show the "
+               "same set.")  # fmt: skip
 
 
 class TriggeredRulesSection(Section):
@@ -78,7 +81,8 @@ def _when(t: float | None) -> str | None:
 def _where(v: Verdict) -> list[tuple[str, Any]]:
     rows: list[tuple[str, Any]] = [("Triggers", v.triggers), ("Datapoints", v.datapoints)]
     if v.first_trigger_step is not None:
-        rows.append(("Steps", f"{v.first_trigger_step} … {v.last_trigger_step}"))
+        mode = f" ({v.mode})" if v.mode else ""
+        rows.append(("Global steps", f"{v.first_trigger_step} … {v.last_trigger_step}{mode}"))
     if v.first_trigger_time is not None:
         rows.append(("Time", f"{_when(v.first_trigger_time)} … {_when(v.last_trigger_time)}"))
     if v.tensors:
@@ -87,7 +91,13 @@ def _where(v: Verdict) -> list[tuple[str, Any]]:
     if v.workers:
         rows.append(("Workers", ", ".join(v.workers)))
     rows.append(("Parameters", _params(v)))
+    rows.append(("Evaluated", _evaluated(v)))
     return rows
+
+
+def _evaluated(v: Verdict) -> str:
+    """Who evaluated the verdict and when: ``live 12:03:04 UTC``, ``offline …``, ``report …``."""
+    return " ".join(x for x in (v.source, _when(v.evaluated_at)) if x) or "–"
 
 
 def _loss_curve(tensor: Any, mode: ModeKeys) -> tuple[np.ndarray, np.ndarray]:

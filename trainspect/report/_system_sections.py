@@ -18,10 +18,13 @@ from trainspect.report.summary import summarize
 
 __all__ = ["JobSummarySection", "SystemUsageSection", "HeatmapSection", "CostSection", "usage_advice"]
 
+_JOB_CPU = "process_cpu_utilization_percent"
 _TABLE_METRICS = {
-    "cpu_total_utilization_percent": "CPU (mean of cores)",
-    "cpu_utilization_percent": "CPU (all cores)",
-    "cpu_memory_used_percent": "CPU memory",
+    _JOB_CPU: "CPU, training job's processes (% of all cores)",
+    "process_memory_used_bytes": "Memory, training job's processes",
+    "cpu_total_utilization_percent": "CPU, whole host (mean of cores)",
+    "cpu_utilization_percent": "CPU, whole host (all cores)",
+    "cpu_memory_used_percent": "CPU memory, whole host",
     "cpu_iowait_percent": "I/O wait",
     "gpu_total_utilization_percent": "GPU (mean of GPUs)",
     "disk_read_bytes_per_second": "Disk read",
@@ -95,10 +98,27 @@ def _p(stats: pd.DataFrame, node: str, metric: str, col: str) -> float | None:
     return float(sel[col].iloc[0]) if len(sel) else None
 
 
+def _cpu_p95(stats: pd.DataFrame, node: str, page: Page) -> float | None:
+    """The CPU p95 the advice uses: the training job's own where recorded (the host's is noted beside it)."""
+    host = _p(stats, node, "cpu_total_utilization_percent", "p95")
+    if host is None:
+        host = _p(stats, node, "cpu_utilization_percent", "p95")
+    job = _p(stats, node, _JOB_CPU, "p95")
+    if job is None:
+        return host
+    if host is not None:
+        page.p(f"CPU p95: the training job's processes {job:.1f}% of all cores; the whole host {host:.1f}% "
+               f"(the difference is other processes on the machine).")  # fmt: skip
+    return job
+
+
 def _series(arr: SystemArrays) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    job = arr.column(_JOB_CPU)
+    if job is not None:
+        out["CPU (training job)"] = (arr.timestamps, job)
     if arr.cpu_cores or "cpu_utilization_percent" in arr.keys:
-        out["CPU"] = (arr.timestamps, arr.cpu_total())
+        out["CPU (host)" if job is not None else "CPU"] = (arr.timestamps, arr.cpu_total())
     for key, label in (("cpu_memory_used_percent", "CPU memory"), ("cpu_iowait_percent", "I/O wait")):
         col = arr.column(key)
         if col is not None:
@@ -126,9 +146,7 @@ class SystemUsageSection(Section):
         stats = utilization_statistics(ctx.profiler)
         for node, arr in sorted(ctx.profiler.system.items()):
             page.h3(f"Node {node}")
-            cpu95 = _p(stats, node, "cpu_total_utilization_percent", "p95")
-            if cpu95 is None:
-                cpu95 = _p(stats, node, "cpu_utilization_percent", "p95")
+            cpu95 = _cpu_p95(stats, node, page)
             gpu95 = _p(stats, node, "gpu_total_utilization_percent", "p95")
             gpu50 = _p(stats, node, "gpu_total_utilization_percent", "p50")
             page.note(usage_advice(cpu95, gpu95, gpu50), warn=gpu50 is None or gpu50 <= 70)

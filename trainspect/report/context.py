@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspect.profiler.data import ProfilerData, load_profiler_data
+from trainspect.rules.record import record_report_verdicts
 from trainspect.rules.verdict import Verdict
 from trainspect.store import inventory
 from trainspect.store.layout import RunLayout
@@ -138,14 +139,16 @@ class ReportContext:
         from trainspect.rules.source import note_damage
 
         have = {v.rule for v in self.verdicts}
+        added: list[Verdict] = []
         for rule_cls in PROFILER_RULES:
             rule = rule_cls()  # type: ignore[abstract]
             if rule.name in have:
                 continue
             try:
-                self.verdicts.append(note_damage(rule.evaluate(self.profiler), self.profiler.problems))
+                added.append(note_damage(rule.evaluate(self.profiler), self.profiler.problems))
             except Exception as exc:  # one rule's failure is its own verdict, not the report's
                 log.warning("trainspect report: profiler rule %s failed: %s", rule.name, exc)
+        self.verdicts.extend(record_report_verdicts(self.run_dir, added, self.profiler))
 
     # --- what is available -----------------------------------------------------------------------------
     def has(self, requirement: str) -> bool:

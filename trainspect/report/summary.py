@@ -118,7 +118,11 @@ def summarize(ctx: ReportContext, name: str | None = None) -> RunSummary:
         out.step_p50_s, out.step_p95_s = (float(x) for x in np.percentile(d, [50, 95]))
     if prof.system:
         util = utilization_statistics(prof)
-        out.cpu_p95 = _p95(util, "cpu_total_utilization_percent") or _p95(util, "cpu_utilization_percent")
+        out.cpu_p95 = (  # the training job's own processes where recorded, else the whole host
+            _p95(util, "process_cpu_utilization_percent")
+            or _p95(util, "cpu_total_utilization_percent")
+            or _p95(util, "cpu_utilization_percent")
+        )
         out.gpu_p95 = _p95(util, "gpu_total_utilization_percent")
         out.memory_p95 = _p95(util, "cpu_memory_used_percent")
         out.io_wait_p95 = _p95(util, "cpu_iowait_percent")

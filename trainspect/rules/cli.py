@@ -16,7 +16,7 @@ from typing import Any, TextIO
 
 from trainspect.exceptions import ConfigError, TrainspectError
 from trainspect.rules.base import Rule
-from trainspect.rules.engine import evaluate, open_trial, run_finished
+from trainspect.rules.engine import evaluate, open_trial, recorded_besides, run_finished
 from trainspect.rules.registry import RuleRegistry, default_registry
 from trainspect.rules.source import TrialSource, roles_for
 from trainspect.rules.tensor_rule import TensorRule
@@ -181,7 +181,17 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         print(f"trainspect rules: cannot read {args.dir}: {exc}", file=err)
         return EXIT_ERROR
     _print(verdicts, args.json, out)
+    _print_recorded(args, verdicts, out)
     return _exit_code(verdicts)
+
+
+def _print_recorded(args: argparse.Namespace, verdicts: list[Verdict], out: TextIO) -> None:
+    """The record's other current verdicts (evaluated earlier: live, or offline with other rules), for reference."""
+    others = [] if args.json else recorded_besides(args.dir, verdicts)
+    if others:
+        print("also current in the run's record (not evaluated now):", file=out)
+        for v in others:
+            print(f"  {v.rule:<24}  {v.status.value:<13}  ({v.source or 'earlier'}) {v.message[:100]}", file=out)
 
 
 def _watch(

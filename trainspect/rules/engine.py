@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from trainspect.rules.base import Rule
+from trainspect.rules.record import record_verdicts, stamp
 from trainspect.rules.source import Needs, StepAssembler, TrialSource, note_damage, roles_for, trial_problems
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tally import Tally
 from trainspect.rules.tensor_rule import TensorRule
-from trainspect.rules.verdict import Status, Verdict, read_verdicts, write_verdicts
+from trainspect.rules.verdict import Status, Verdict, read_verdicts
 from trainspect.step import TensorRecord
 from trainspect.store.layout import RunLayout
 
-__all__ = ["evaluate", "load_verdicts", "run_finished", "fire_actions", "open_trial"]
+__all__ = ["evaluate", "load_verdicts", "recorded_besides", "run_finished", "fire_actions", "open_trial"]
 
 _log = logging.getLogger(__name__)
 
@@ -62,11 +63,13 @@ def evaluate(
         rules: the rules.
         start_step: first global step evaluated (None: the first saved).
         end_step: global step where evaluation stops, exclusive (None: the last saved).
-        write: write the verdicts into the run directory (``RunLayout(run).verdicts``).
+        write: add this evaluation to the run's verdict record (``RunLayout(run).verdicts``); what was recorded
+            before (the hook's live verdicts, earlier evaluations) stays in the record's history.
         actions: run the actions of rules that found issues (log, callback, webhook).
 
     Returns:
-        The verdicts. A rule that raised ends as ``Error``; the others go on.
+        The verdicts, marked ``source="offline"`` with their evaluation time. A rule that raised ends as
+        ``Error``; the others go on.
     """
     trial = open_trial(trial)
     try:
@@ -85,7 +88,7 @@ def evaluate(
     for rule in rules:
         if id(rule) not in results:
             results[id(rule)] = _evaluate_other(rule, trial, finished, loaded)
-    verdicts = _note_missing_workers(trial, [results[id(r)] for r in rules])
+    verdicts = stamp(_note_missing_workers(trial, [results[id(r)] for r in rules]), "offline")
     if actions:
         fire_actions(rules, verdicts)
     path = getattr(trial, "path", None)
@@ -141,8 +144,22 @@ def evaluate_tensor_rules(
     verdicts = []
     for tally in tallies:
         tally.end()
-        verdicts.append(tally.verdict(finished))
+        verdicts.append(with_mode(tally.verdict(finished), lambda step: source.step_info(step)[0].name))
     return verdicts
+
+
+def with_mode(verdict: Verdict, mode_of: Callable[[int], str | None]) -> Verdict:
+    """The verdict with ``mode`` naming the mode(s) of its first and last trigger steps (global steps).
+
+    Example:
+        >>> from trainspect.rules.verdict import Status
+        >>> v = Verdict("X", Status.ISSUES_FOUND, first_trigger_step=3, last_trigger_step=9)
+        >>> with_mode(v, lambda s: "TRAIN" if s < 5 else "EVAL").mode
+        'TRAIN+EVAL'
+    """
+    steps = [s for s in (verdict.first_trigger_step, verdict.last_trigger_step) if s is not None]
+    modes = [m for m in dict.fromkeys(mode_of(s) for s in steps) if m]
+    return replace(verdict, mode="+".join(modes)) if modes else verdict
 
 
 def _roles(tally: Tally, names: list[str], membership: Mapping[str, frozenset[str]]) -> dict[str, str]:
@@ -224,15 +241,25 @@ def fire_actions(rules: Sequence[Rule], verdicts: Sequence[Verdict]) -> None:
 
 
 def _write(path: Any, verdicts: list[Verdict], finished: bool) -> None:
-    try:
-        write_verdicts(RunLayout(path).verdicts, verdicts, final=finished, source="offline")
-    except OSError as exc:
-        _log.warning("rules: could not write verdicts into %s: %s", path, exc)
+    record_verdicts(path, verdicts, "offline", finished)
 
 
 def load_verdicts(run_dir: str | os.PathLike[str]) -> list[Verdict]:
-    """Read the verdicts written into a run directory (an empty list when there are none)."""
+    """Read the current verdicts of a run: each rule's latest, live or offline (empty when there are none)."""
     path = Path(run_dir)
     if path.is_file():
         return read_verdicts(path)
     return read_verdicts(RunLayout(path).verdicts)
+
+
+def recorded_besides(run_dir: str | os.PathLike[str], verdicts: Sequence[Verdict]) -> list[Verdict]:
+    """The run's current verdicts of rules not among ``verdicts`` (e.g. live verdicts of rules not run offline).
+
+    Together with ``verdicts`` they are the set the report, the TensorBoard Rules tab and MLflow show.
+    """
+    done = {v.rule for v in verdicts}
+    try:
+        return [v for v in load_verdicts(run_dir) if v.rule not in done]
+    except (OSError, ValueError) as exc:
+        _log.warning("rules: could not read the verdict record of %s: %s", run_dir, exc)
+        return []

@@ -23,10 +23,12 @@ from trainspect.env import TRAINSPECT_TESTING
 from trainspect.exceptions import TrainingStopped
 from trainspect.rules.actions import StopTraining, finish_webhooks
 from trainspect.rules.base import Rule
+from trainspect.rules.engine import with_mode
+from trainspect.rules.record import VerdictRecord, stamp
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tally import Tally
 from trainspect.rules.tensor_rule import TensorRule
-from trainspect.rules.verdict import Status, Verdict, write_verdicts
+from trainspect.rules.verdict import Status, Verdict
 from trainspect.step import StepRecord, TensorRecord
 from trainspect.store.layout import RunLayout
 
@@ -50,6 +52,7 @@ class _LiveRule:
         self.fired = False
         self._layout_key: tuple[str, ...] = ()
         self._layout: list[tuple[str, tuple[str, ...]]] = []
+        self.modes: dict[int, str] = {}  # the mode of each step the rule triggered at (first and last kept)
 
     def _role(self, name: str, rec: TensorRecord) -> str | None:
         role = self.roles.get(name, _UNSET)
@@ -69,6 +72,21 @@ class _LiveRule:
                     grouped.setdefault(role, []).append(name)
             self._layout_key, self._layout = key, [(r, tuple(names)) for r, names in grouped.items()]
         return self._layout
+
+    def note_mode(self, step: int, mode: str) -> None:
+        """Remember a trigger step's mode (only the first and the latest are kept)."""
+        if len(self.modes) >= 2:
+            del self.modes[max(self.modes)]
+        self.modes[step] = mode
+
+    def verdict(self, finished: bool) -> Verdict:
+        """The tally's verdict, with the mode of its trigger steps."""
+        last = self.tally.last_step
+
+        def mode_of(step: int) -> str | None:  # a trigger at the end or while idle is at the last step
+            return self.modes.get(step) or (last.mode.name if last is not None and last.step == step else None)
+
+        return with_mode(self.tally.verdict(finished), mode_of)
 
     def step_data(self, record: StepRecord) -> StepData:
         tensors = record.tensors
@@ -132,6 +150,7 @@ class LiveRuleRunner:
         self._closed = False
         self._final: list[Verdict] | None = None
         self._final_final = False
+        self._record = VerdictRecord(RunLayout(self.run_dir).verdicts, "live")
 
     # --- training-thread side --------------------------------------------------------------------------
     def start(self) -> None:
@@ -266,9 +285,11 @@ class LiveRuleRunner:
                 if live is None or live.tally.error is not None:
                     continue
                 check = live.tally.feed(live.step_data(record))
+                if check is not None:
+                    live.note_mode(record.global_step, record.mode.name)
                 if check is not None and not live.fired:
                     live.fired = True
-                    fired.append((rule, live.tally.verdict(finished=False)))
+                    fired.append((rule, live.verdict(finished=False)))
             self._dirty = True
         for rule, verdict in fired:
             self._fire(rule, verdict)
@@ -285,7 +306,7 @@ class LiveRuleRunner:
                     self._dirty = True
                     if not live.fired:
                         live.fired = True
-                        fired.append((rule, live.tally.verdict(finished=False)))
+                        fired.append((rule, live.verdict(finished=False)))
             verdicts = self._snapshot(finished=False) if self._dirty else None
             self._dirty = False
         for rule, verdict in fired:
@@ -307,11 +328,12 @@ class LiveRuleRunner:
 
     # --- verdicts --------------------------------------------------------------------------------------
     def _snapshot(self, finished: bool) -> list[Verdict]:
+        now = time.time()
         out = []
         for rule in self.rules:
             live = self._live.get(id(rule))
             if live is not None:
-                out.append(live.tally.verdict(finished))
+                out.extend(stamp([live.verdict(finished)], "live", now))
             else:
                 out.append(_pending(rule))
         return out
@@ -323,13 +345,13 @@ class LiveRuleRunner:
                 live = self._live.get(id(rule))
                 if live is not None and final and live.tally.end() is not None and not live.fired:
                     live.fired = True
-                    fired.append((rule, live.tally.verdict(finished=True)))
+                    fired.append((rule, live.verdict(finished=True)))
             verdicts = self._snapshot(finished=final)
         for rule, verdict in fired:
             self._fire(rule, verdict)
         deferred = [r for r in self.rules if id(r) not in self._live]
         if deferred and final:
-            offline = dict(zip(map(id, deferred), self._evaluate_offline(deferred), strict=True))
+            offline = dict(zip(map(id, deferred), stamp(self._evaluate_offline(deferred), "live"), strict=True))
             verdicts = [offline.get(id(r), v) for r, v in zip(self.rules, verdicts, strict=True)]
         return verdicts
 
@@ -346,15 +368,7 @@ class LiveRuleRunner:
         if not self.write:
             return
         try:
-            write_verdicts(
-                RunLayout(self.run_dir).verdicts,
-                verdicts,
-                final=final,
-                source="live",
-                worker=self.worker,
-                updated=time.time(),
-                last_step=self._last_step,
-            )
+            self._record.write(verdicts, final, worker=self.worker, updated=time.time(), last_step=self._last_step)
         except OSError as exc:
             _log.warning("trainspect: could not write verdicts: %s", exc)
 
@@ -362,5 +376,10 @@ class LiveRuleRunner:
 def _pending(rule: Rule, message: str = "") -> Verdict:
     text = message or f"{rule.name} is evaluated when the run closes"
     return Verdict(
-        rule=rule.name, status=Status.IN_PROGRESS, kind=rule.kind, message=text, parameters=dict(rule.params)
+        rule=rule.name,
+        status=Status.IN_PROGRESS,
+        kind=rule.kind,
+        message=text,
+        parameters=dict(rule.params),
+        source="live",
     )

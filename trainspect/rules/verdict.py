@@ -51,6 +51,12 @@ class Series:
 class Verdict:
     """What one rule concluded over the data it examined.
 
+    Steps (``first_trigger_step``, ``last_trigger_step``, ``start_step``, ``end_step``) are global steps;
+    ``mode`` names the mode(s) of the triggering steps (``"TRAIN"``, ``"EVAL"``, ``"TRAIN+EVAL"``), None without a
+    trigger. ``source`` says who evaluated it (``"live"``: the hook during training, ``"offline"``:
+    ``trainspect rules`` or ``ts.rules.evaluate``, ``"report"``: the report) and ``evaluated_at`` when (epoch
+    seconds; None for a placeholder); ``parameters`` holds the parameters it ran with.
+
     Example:
         >>> v = Verdict(rule="VanishingGradient", status=Status.NO_ISSUES_FOUND, datapoints=3)
         >>> Verdict.from_dict(v.to_dict()) == v
@@ -75,6 +81,9 @@ class Verdict:
     series: tuple[Series, ...] = ()
     start_step: int | None = None
     end_step: int | None = None
+    mode: str | None = None
+    source: str = ""
+    evaluated_at: float | None = None
 
     @property
     def issues_found(self) -> bool:

@@ -20,7 +20,9 @@ def verdict_rows(run: str, verdicts: list[Verdict]) -> list[dict[str, Any]]:
     """One table row per verdict of ``run`` (no series).
 
     Returns:
-        Rows with ``run, rule, kind, status, triggers, datapoints, last_trigger_step, last_trigger_time, message``.
+        Rows with ``run, rule, kind, status, triggers, datapoints, last_trigger_step, last_trigger_time, message``
+        and where the verdict comes from: ``mode`` (of its trigger steps), ``source`` (live, offline, report) and
+        ``evaluated_at``. ``verdicts`` is the record's current set: each rule's latest verdict.
     """
     return [
         _clean(
@@ -34,6 +36,9 @@ def verdict_rows(run: str, verdicts: list[Verdict]) -> list[dict[str, Any]]:
                 "last_trigger_step": v.last_trigger_step,
                 "last_trigger_time": v.last_trigger_time,
                 "message": v.message,
+                "mode": v.mode,
+                "source": v.source,
+                "evaluated_at": v.evaluated_at,
             }
         )
         for v in verdicts

@@ -10,6 +10,7 @@ from trainspect.hooks.samplers.disk import DiskSampler
 from trainspect.hooks.samplers.gpu import GPUSampler, visible_gpu_indices
 from trainspect.hooks.samplers.memory import MemorySampler
 from trainspect.hooks.samplers.network import NetworkSampler
+from trainspect.hooks.samplers.process import ProcessTreeSampler
 
 __all__ = [
     "Sampler",
@@ -17,6 +18,7 @@ __all__ = [
     "MemorySampler",
     "DiskSampler",
     "NetworkSampler",
+    "ProcessTreeSampler",
     "GPUSampler",
     "visible_gpu_indices",
     "default_samplers",
@@ -24,5 +26,8 @@ __all__ = [
 
 
 def default_samplers() -> list[Sampler]:
-    """The host samplers that always work (GPU is added by the monitor when NVML is available)."""
+    """The host samplers that always work.
+
+    The monitor adds the job's :class:`ProcessTreeSampler` and, when NVML is available, the GPU sampler.
+    """
     return [CPUSampler(), MemorySampler(), DiskSampler(), NetworkSampler()]

@@ -4,6 +4,7 @@ from trainspect.rules.profiler.batch_size import BatchSize
 from trainspect.rules.profiler.cpu_bottleneck import CPUBottleneck
 from trainspect.rules.profiler.dataloader import Dataloader
 from trainspect.rules.profiler.gpu_memory_increase import GPUMemoryIncrease
+from trainspect.rules.profiler.input_bottleneck import InputBottleneck
 from trainspect.rules.profiler.io_bottleneck import IOBottleneck
 from trainspect.rules.profiler.load_balancing import LoadBalancing
 from trainspect.rules.profiler.low_gpu_utilization import LowGPUUtilization
@@ -19,6 +20,7 @@ __all__ = [
     "CPUBottleneck",
     "Dataloader",
     "GPUMemoryIncrease",
+    "InputBottleneck",
     "IOBottleneck",
     "LoadBalancing",
     "LowGPUUtilization",
@@ -33,6 +35,7 @@ PROFILER_RULES = [
     LowGPUUtilization,
     CPUBottleneck,
     IOBottleneck,
+    InputBottleneck,
     BatchSize,
     GPUMemoryIncrease,
     LoadBalancing,

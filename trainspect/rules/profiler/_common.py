@@ -7,14 +7,30 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from trainspect.profiler.arrays import SystemArrays
 from trainspect.profiler.data import ProfilerData
 from trainspect.rules.base import Param, Rule
 from trainspect.rules.verdict import Series, Status, Verdict
 
-__all__ = ["ProfilerRule", "SCAN", "window_ends", "boxplot", "downsample", "pct"]
+__all__ = ["ProfilerRule", "SCAN", "window_ends", "boxplot", "downsample", "pct", "job_cpu", "JOB_CPU_KEY"]
 
 SCAN = Param("scan_interval_us", int, 60_000_000, "length of one evaluation window (µs)", min=1)
 MAX_SERIES_POINTS = 500
+JOB_CPU_KEY = "process_cpu_utilization_percent"
+"""The training job's own CPU (its process tree) as a share of all the node's cores."""
+
+
+def job_cpu(arr: SystemArrays) -> tuple[np.ndarray, bool]:
+    """Per row, the CPU the rules judge, and whether it is the training job's own.
+
+    The job's process tree (``process_cpu_utilization_percent``) when it was recorded, so that other jobs on a
+    shared machine are not blamed on the training; else the host's mean over cores (runs recorded before it,
+    SageMaker traces).
+    """
+    col = arr.column(JOB_CPU_KEY)
+    if col is not None and np.isfinite(col).any():
+        return col.astype(np.float64), True
+    return arr.cpu_total(), False
 
 
 def window_ends(first: float, last: float, scan_s: float) -> np.ndarray:

@@ -9,7 +9,7 @@ import numpy as np
 from trainspect.profiler.arrays import SystemArrays
 from trainspect.profiler.data import ProfilerData
 from trainspect.rules.base import Param
-from trainspect.rules.profiler._common import SCAN, ProfilerRule, boxplot, pct, window_ends
+from trainspect.rules.profiler._common import SCAN, ProfilerRule, boxplot, job_cpu, pct, window_ends
 from trainspect.rules.verdict import Series, Status, Verdict
 
 __all__ = ["BatchSize"]
@@ -18,6 +18,7 @@ __all__ = ["BatchSize"]
 class BatchSize(ProfilerRule):
     """Flag GPUs left idle by a too small batch.
 
+    The CPU is the training job's own (its process tree) where it was recorded, else the host's mean over cores.
     At each scan window, over the last ``window`` samples: when the total CPU's p95 is below
     ``cpu_threshold_p95``, each GPU whose utilisation p95 and memory p95 are both below their thresholds
     is a violation. Nodes need more than ``window`` and ``patience`` samples.
@@ -54,7 +55,7 @@ class BatchSize(ProfilerRule):
             if not arr.gpus:
                 continue
             most = max(most, len(arr))
-            cpu = arr.cpu_total()
+            cpu, _own = job_cpu(arr)
             details[node] = {"cpu": boxplot(cpu)}
             for g in arr.gpus:
                 details[node][f"gpu{g}"] = boxplot(arr.column(f"gpu{g}_utilization_percent"))  # type: ignore[arg-type]

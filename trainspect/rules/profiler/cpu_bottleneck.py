@@ -7,7 +7,7 @@ import numpy as np
 from trainspect.profiler.arrays import SystemArrays
 from trainspect.rules.base import Param
 from trainspect.rules.profiler._bottleneck import BottleneckRule
-from trainspect.rules.profiler._common import SCAN
+from trainspect.rules.profiler._common import SCAN, job_cpu
 
 __all__ = ["CPUBottleneck"]
 
@@ -16,7 +16,10 @@ class CPUBottleneck(BottleneckRule):
     """Flag a busy CPU starving the GPUs.
 
     Samples where some core is above ``cpu_threshold`` while some GPU is below ``gpu_threshold``;
-    triggers when they exceed ``threshold`` percent of more than ``patience`` samples.
+    triggers when they exceed ``threshold`` percent of more than ``patience`` samples. Where the training job's
+    own CPU was recorded (``process_cpu_utilization_percent``), a sample counts only when the job's processes
+    use at least ``cpu_threshold`` % of one core, so another job saturating a core is not blamed on the training
+    (smdebug looks at the host only).
 
     Example:
         >>> CPUBottleneck().cpu_threshold
@@ -35,11 +38,16 @@ class CPUBottleneck(BottleneckRule):
     resource = "CPU"
 
     def _high(self, arr: SystemArrays) -> np.ndarray | None:
+        """Per sample: some core above ``cpu_threshold`` (and the job's own share of it, where recorded)."""
         cores = [f"cpu{i}_utilization_percent" for i in arr.cpu_cores]
         if not cores:
             return None
         with np.errstate(invalid="ignore"):
-            return np.any(arr.matrix(cores) > self.cpu_threshold, axis=1)
+            high = np.any(arr.matrix(cores) > self.cpu_threshold, axis=1)
+            own, is_job = job_cpu(arr)
+            if is_job:
+                high &= own * len(cores) >= self.cpu_threshold
+        return high
 
     def _limit(self) -> float:
         return float(self.cpu_threshold)

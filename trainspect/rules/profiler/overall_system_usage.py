@@ -8,7 +8,7 @@ import numpy as np
 
 from trainspect.profiler.arrays import SystemArrays
 from trainspect.profiler.data import ProfilerData
-from trainspect.rules.profiler._common import ProfilerRule, downsample
+from trainspect.rules.profiler._common import JOB_CPU_KEY, ProfilerRule, downsample
 from trainspect.rules.verdict import Series, Status, Verdict
 
 __all__ = ["OverallSystemUsage"]
@@ -17,7 +17,12 @@ __all__ = ["OverallSystemUsage"]
 def _groups(arr: SystemArrays) -> dict[str, np.ndarray]:
     """Per-row totals: CPU and GPU as means over cores/GPUs, network and disk as sums (bytes/s)."""
     out: dict[str, np.ndarray] = {}
-    if arr.cpu_cores:
+    job = arr.column(JOB_CPU_KEY)
+    if job is not None and np.isfinite(job).any():
+        out["CPU"] = job.astype(np.float64)  # the training job's own processes
+        if arr.cpu_cores:
+            out["Host CPU"] = arr.cpu_total()
+    elif arr.cpu_cores:
         out["CPU"] = arr.cpu_total()
     if arr.gpus:
         for label, what in (("GPU", "utilization_percent"), ("GPU memory", "memory_used_percent")):
@@ -53,7 +58,8 @@ class OverallSystemUsage(ProfilerRule):
     """Summarise system utilisation per node.
 
     Statistics (max, p99, p95, p50, min) of CPU, CPU memory, GPU, GPU memory, I/O wait, network and disk
-    per node in ``details``; the message is the report's narrative. Never triggers.
+    per node in ``details``; the message is the report's narrative. Never triggers. ``CPU`` is the training
+    job's own processes where they were recorded (then ``Host CPU`` is the whole machine), else the host.
 
     Example:
         >>> OverallSystemUsage().kind
@@ -75,7 +81,7 @@ class OverallSystemUsage(ProfilerRule):
             groups = _groups(arr)
             for label, v in groups.items():
                 details.setdefault(label, {})[node] = _stats(v)
-            for label in ("CPU", "GPU"):
+            for label in ("CPU", "Host CPU", "GPU"):
                 if label in groups:
                     xs, ys = downsample(arr.timestamps, groups[label])
                     series.append(Series(f"{node} {label} utilisation (%)", xs, ys, "s"))
@@ -85,6 +91,14 @@ class OverallSystemUsage(ProfilerRule):
 
 
 def _narrative(node: str, details: dict[str, Any]) -> str:
+    host = details.get("Host CPU", {}).get(node, {})
+    text = _usage(node, details)
+    if host:
+        text += f" (CPU: the training job's processes; the whole host: p95 {host.get('p95', float('nan')):.1f}%.)"
+    return text
+
+
+def _usage(node: str, details: dict[str, Any]) -> str:
     cpu = details.get("CPU", {}).get(node, {})
     gpu = details.get("GPU", {}).get(node, {})
     if not gpu:
