@@ -6,7 +6,8 @@ and nothing is queued, :meth:`LiveRuleRunner.submit` evaluates the record right 
 no thread hand-off, no lag. Otherwise it only enqueues (O(1), never blocks) and a daemon thread evaluates. The daemon
 thread also runs idle checks and rewrites the verdict file at most about once a second. Actions run on a rule's
 first trigger; a ``StopTraining`` action makes :meth:`LiveRuleRunner.pending_stop` return the
-:class:`~trainspect.exceptions.TrainingStopped` the hook raises at the next step boundary.
+:class:`~trainspect.exceptions.TrainingStopped` the hook raises at the next step boundary (a rule that can stop
+training lags it by at most two steps: past that, training waits for it, at most 2 s per step).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ _log = logging.getLogger(__name__)
 _STOP = object()
 _MAX_QUEUE = 10_000
 _INLINE_SHARE = 0.03
+_STOP_LAG = 2  # steps a rule with a StopTraining action may lag training ...
+_STOP_WAIT = 2.0  # ... for which training waits at most this long at a step boundary
 """Records are evaluated on the training thread while they cost less than this share of the step interval."""
 _UNSET = object()
 
@@ -136,6 +139,7 @@ class LiveRuleRunner:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stop: TrainingStopped | None = None
+        self._stoppers = any(isinstance(a, StopTraining) for rule in self.rules for a in rule.actions)
         self._failure: BaseException | None = None
         self._dirty = True
         self._last_write = 0.0
@@ -183,7 +187,16 @@ class LiveRuleRunner:
         self._queue.put(record)
 
     def pending_stop(self) -> TrainingStopped | None:
-        """Return the TrainingStopped a StopTraining action asked for, else None (cheap; call every step)."""
+        """Return the TrainingStopped a StopTraining action asked for, else None (cheap; call every step).
+
+        When a rule can stop training and its evaluation lags more than two steps behind (a loaded machine), the
+        training thread waits for it, at most two seconds per step: a run asked to stop does not train on.
+        """
+        if self._stoppers and self._stop is None and self.lag > _STOP_LAG and self._thread is not None:
+            deadline = time.perf_counter() + _STOP_WAIT
+            while (self.lag > _STOP_LAG and self._stop is None and self._failure is None
+                   and time.perf_counter() < deadline):  # fmt: skip
+                time.sleep(0.0005)
         return self._stop
 
     def verdicts(self) -> list[Verdict]:
