@@ -19,7 +19,12 @@ from trainspect.modes import ModeKeys
 from trainspect.profiler._native import FrameworkWorkerStore, SystemNodeStore
 from trainspect.profiler.arrays import SPAN_NAMES, FrameworkTables, SystemArrays
 from trainspect.profiler.events import SystemEvent, TraceEvent, smdebug_names, unit_factor
-from trainspect.profiler.sagemaker import SageMakerFrameworkStore, SageMakerSystemStore, is_sagemaker_dir
+from trainspect.profiler.sagemaker import (
+    SageMakerFrameworkStore,
+    SageMakerSystemStore,
+    is_sagemaker_dir,
+    select_records,
+)
 from trainspect.profiler.traces import in_window, to_us
 
 __all__ = ["SystemMetricsReader", "FrameworkMetricsReader", "resolve_profiler_root"]
@@ -160,11 +165,9 @@ class SystemMetricsReader(_Reader):
     def _sagemaker_events(self, start: float, end: float, unit: str, event_type: str | None) -> list[SystemEvent]:
         self.refresh_event_file_list()
         f = unit_factor(unit)
-        lo, hi = to_us(start, unit) * 1000, to_us(end, unit) * 1000  # smdebug compares integer nanoseconds
         return [
             SystemEvent(r.type, r.name, r.dimension, r.value, r.node_id, r.timestamp * f, r.key)
-            for r in self._sm.records()
-            if lo <= int(r.timestamp * 1e9) <= hi and (event_type is None or r.type == event_type)
+            for r in select_records(self._sm.records(), start, end, unit, event_type)
         ]
 
     def to_dataframe(self, start: float | None = None, end: float | None = None, unit: str = "s") -> pd.DataFrame:

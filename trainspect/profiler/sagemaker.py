@@ -17,8 +17,17 @@ import numpy as np
 from trainspect.profiler._sm_framework import SageMakerFrameworkStore, Warner
 from trainspect.profiler.arrays import SystemArrays, merge_system
 from trainspect.profiler.events import key_for
+from trainspect.profiler.traces import to_us
 
-__all__ = ["is_sagemaker_dir", "SageMakerSystemStore", "SageMakerFrameworkStore", "SystemRecord", "tick_times"]
+__all__ = [
+    "is_sagemaker_dir",
+    "SageMakerSystemStore",
+    "SageMakerFrameworkStore",
+    "SystemRecord",
+    "read_system_file",
+    "select_records",
+    "tick_times",
+]
 
 _SYS_FILE = re.compile(r"(\d{10})\.algo-\d+\.json$")
 
@@ -49,6 +58,34 @@ def _record(line: str) -> SystemRecord:
         float(rec["Timestamp"]), type_, name, dim, float(rec["Value"]), str(rec.get("NodeId", "algo-1")),
         key_for(type_, name, dim),
     )  # fmt: skip
+
+
+def read_system_file(path: Path) -> tuple[list[SystemRecord], str | None]:
+    """The records of one system file and what was wrong with it (``None``: nothing); bad lines are skipped."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError as exc:
+        return [], str(exc)
+    out, bad = [], 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            out.append(_record(line))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            bad += 1
+    return out, (f"{bad} unreadable line(s)" if bad else None)
+
+
+def select_records(
+    records: list[SystemRecord], start: float, end: float, unit: str = "s", event_type: str | None = None
+) -> list[SystemRecord]:
+    """Records with ``start <= timestamp <= end`` (and ``type == event_type``), compared as smdebug compares them.
+
+    smdebug truncates the bounds to whole microseconds and the timestamps to whole nanoseconds.
+    """
+    lo, hi = to_us(start, unit) * 1000, to_us(end, unit) * 1000
+    return [r for r in records if lo <= int(r.timestamp * 1e9) <= hi and (event_type is None or r.type == event_type)]
 
 
 class SageMakerSystemStore:
@@ -82,22 +119,10 @@ class SageMakerSystemStore:
             self._nodes = None
 
     def _parse(self, path: Path) -> list[SystemRecord]:
-        out, bad = [], 0
-        try:
-            text = path.read_text(errors="replace")
-        except OSError as exc:
-            self.warn(path, str(exc))
-            return []
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                out.append(_record(line))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                bad += 1
-        if bad:
-            self.warn(path, f"{bad} unreadable line(s)")
-        return out
+        records, problem = read_system_file(path)
+        if problem:
+            self.warn(path, problem)
+        return records
 
     def file_times(self) -> list[float]:
         """Epoch seconds of each file, from its name."""
