@@ -4,9 +4,10 @@ A run is over when its end marker ``training_job_end.ts`` exists (at the run roo
 folder's ``system/`` or ``framework/``), when the caller says so (``final=True``, ``trainspect rules --final``),
 or when it has no end marker and its newest data is older than ``stale_after_s`` (default
 :data:`STALE_AFTER_S`). SageMaker writes no trainspect end marker, so a finished SageMaker job's folder is
-over once its data is that old. The age of SageMaker data is read from its file names (the minute of each
-system file, the last event of each trace), which survive a download; the age of other data is the newest
-modification time of its files (verdicts and reports that trainspect writes there are not data).
+over once its data is that old. The age of SageMaker data is read from the data and the file names (the
+newest sample of the newest system file, the last event of each trace), which survive a download; the age of
+other data is the newest modification time of its files (the verdicts and reports trainspect writes are
+not data).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 
 from trainspect.profiler.readers import resolve_profiler_root
+from trainspect.profiler.sagemaker import read_system_file
 from trainspect.profiler.traces import tf_trace_metadata
 
 __all__ = ["STALE_AFTER_S", "end_marker_exists", "newest_data_time", "run_over"]
@@ -39,9 +41,11 @@ def end_marker_exists(path: str | os.PathLike[str]) -> bool:
 
 def _sagemaker_newest(root: Path) -> float | None:
     times: list[float] = []
-    for path in (root / "system").rglob("*.json"):
-        if match := _SYS.match(path.name):
-            times.append(float(match.group(1)) + 60.0)  # one file per minute: its samples reach the minute's end
+    minutes = [(int(m.group(1)), p) for p in (root / "system").rglob("*.json") if (m := _SYS.match(p.name))]
+    if minutes:
+        minute, _path = max(minutes)
+        records = [r for m, p in minutes if m == minute for r in read_system_file(p)[0]]
+        times.append(max((r.timestamp for r in records), default=float(minute)))
     for path in (root / "framework").rglob("*"):
         if match := _TRACE.match(path.name):
             value = int(match.group(1))
