@@ -82,7 +82,8 @@ def _base_and_phases(raw: list[dict[str, Any]], base: float) -> tuple[float, dic
     for ev in raw:
         if ev.get("ph") != "M":
             continue
-        args = ev.get("args") if isinstance(ev.get("args"), dict) else {}
+        got = ev.get("args")
+        args: dict[str, Any] = got if isinstance(got, dict) else {}
         if "start_time_since_epoch_in_micros" in args:
             base = float(args["start_time_since_epoch_in_micros"])
         if ev.get("name") == "process_name" and "name" in args:

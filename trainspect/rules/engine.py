@@ -216,7 +216,10 @@ def _evaluate_other(rule: Rule, trial: Any, finished: bool, loaded: dict[str, An
 def _profiler_data(trial: Any, finished: bool = False) -> Any:
     from trainspect.profiler import load_profiler_data  # type: ignore[attr-defined]
 
-    return load_profiler_data(getattr(trial, "path", trial), final=finished)
+    data = load_profiler_data(getattr(trial, "path", trial))
+    if finished and getattr(data, "job_ended", True) is False:  # over by --final or by old data
+        data = replace(data, job_ended=True)
+    return data
 
 
 def evaluate_steps(rule: TensorRule, steps: Sequence[StepData], finished: bool = True) -> Verdict:
