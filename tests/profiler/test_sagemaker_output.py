@@ -143,8 +143,9 @@ def _cpu_bound_job(root: Path, t0: float, ticks: int = 200, gpu_offset_s: float 
     return out
 
 
-def test_gpu_samples_a_few_ms_off_join_their_cpu_tick(tmp_path: Path) -> None:
-    out = _cpu_bound_job(tmp_path, 1_700_000_000.0)
+@pytest.mark.parametrize("gpu_offset_s", [0.001, 0.004, -0.002])
+def test_gpu_samples_a_few_ms_off_join_their_cpu_tick(tmp_path: Path, gpu_offset_s: float) -> None:
+    out = _cpu_bound_job(tmp_path, 1_700_000_000.0, gpu_offset_s=gpu_offset_s)
     data = load_profiler_data(out)
     arrays = data.system["algo-1"]
     assert len(arrays) == 200 and arrays.interval_ms == 500  # not 400 half-empty rows

@@ -39,7 +39,7 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "--param", action="append", default=[], metavar="NAME.KEY=VALUE", help="a rule parameter (repeatable)"
     )
     parser.add_argument("--json", action="store_true", help="print the verdicts as a JSON list")
-    parser.add_argument("--watch", action="store_true", help="follow a run in progress until its end marker")
+    parser.add_argument("--watch", action="store_true", help="follow a run in progress until it is over")
     parser.add_argument("--poll", type=float, default=2.0, metavar="SECONDS", help="seconds between looks (--watch)")
     parser.add_argument("--start-step", type=int, default=None, help="first global step evaluated")
     parser.add_argument("--end-step", type=int, default=None, help="global step where evaluation stops (exclusive)")
