@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +72,9 @@ class SystemArrays:
         if not cores:
             col = self.column("cpu_utilization_percent")
             return np.full(len(self), np.nan) if col is None else col.astype(np.float64)
-        return np.nanmean(self.matrix(cores).astype(np.float64), axis=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # rows without any core sample are NaN
+            return np.nanmean(self.matrix(cores).astype(np.float64), axis=1)
 
     def slice(self, start: float | None = None, end: float | None = None) -> SystemArrays:
         """Rows with ``start <= timestamp <= end`` (epoch seconds)."""

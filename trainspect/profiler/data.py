@@ -11,6 +11,7 @@ import pandas as pd
 
 from trainspect.profiler.arrays import FrameworkTables, SystemArrays
 from trainspect.profiler.detailed import OPERATOR_COLUMNS, PYTHON_COLUMNS, read_tables
+from trainspect.profiler.ending import run_over
 from trainspect.profiler.readers import FrameworkMetricsReader, SystemMetricsReader
 from trainspect.store import inventory
 from trainspect.store.layout import RunLayout
@@ -32,7 +33,7 @@ class ProfilerData:
         framework: worker -> :class:`~trainspect.profiler.arrays.FrameworkTables`.
         operators: top operators of the detailed windows (columns ``detailed.OPERATOR_COLUMNS``).
         python_stats: Python hotspots of the profiled windows (columns ``detailed.PYTHON_COLUMNS``).
-        job_ended: whether the end marker exists (the job is over).
+        job_ended: whether the job is over (its end marker, ``final=True``, or data older than ``stale_after_s``).
         problems: what could not be read (damaged records, files missing or of the wrong shape), one line each
             naming the file.
 
@@ -74,20 +75,22 @@ class ProfilerData:
         return max(cands) if cands else None
 
 
-def load_profiler_data(run_dir: str | os.PathLike[str]) -> ProfilerData:
+def load_profiler_data(
+    run_dir: str | os.PathLike[str], *, final: bool = False, stale_after_s: float | None = None
+) -> ProfilerData:
     """Read a run's profiler data (trainspect run directory or SageMaker profiler-output folder).
 
     Damaged records are skipped with one warning per file; a running job gives what is on disk so far. Everything
-    skipped or missing is listed in :attr:`ProfilerData.problems`.
+    skipped or missing is listed in :attr:`ProfilerData.problems`. :attr:`ProfilerData.job_ended` follows
+    :func:`trainspect.profiler.ending.run_over` (``final``: the caller knows the job is over; ``stale_after_s``:
+    the age of the newest data after which a directory without an end marker is over).
     """
     system_reader = SystemMetricsReader(run_dir)
     framework_reader = FrameworkMetricsReader(run_dir)
     system = system_reader.read_arrays()
     framework = framework_reader.read_tables()
     root = system_reader.root
-    ended = RunLayout(run_dir).end_marker.exists() or any(
-        (root / sub / "training_job_end.ts").exists() for sub in ("system", "framework", ".")
-    )
+    ended = run_over(run_dir, final=final, stale_after_s=stale_after_s)
     problems = system_reader.problems() + framework_reader.problems()
     operators = read_tables(root / "detailed", "operators", problems)
     python_stats = read_tables(root / "detailed", "python", problems)

@@ -9,6 +9,7 @@ reader kept open follows a running job. ``read_arrays`` is the fast bulk path (n
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,13 @@ from trainspect.modes import ModeKeys
 from trainspect.profiler._native import FrameworkWorkerStore, SystemNodeStore
 from trainspect.profiler.arrays import SPAN_NAMES, FrameworkTables, SystemArrays
 from trainspect.profiler.events import SystemEvent, TraceEvent, smdebug_names, unit_factor
-from trainspect.profiler.sagemaker import SageMakerFrameworkStore, SageMakerSystemStore, is_sagemaker_dir
+from trainspect.profiler.sagemaker import (
+    SageMakerFrameworkStore,
+    SageMakerSystemStore,
+    is_sagemaker_dir,
+    select_records,
+)
+from trainspect.profiler.traces import in_window, to_us
 
 __all__ = ["SystemMetricsReader", "FrameworkMetricsReader", "resolve_profiler_root"]
 
@@ -69,7 +76,9 @@ class _Reader:
     def problems(self) -> list[str]:
         """What was skipped so far (damaged or truncated records), one line each naming the file."""
         stores = getattr(self, "_nodes", None) or getattr(self, "_workers", None) or {}
-        return [p for store in stores.values() for p in store.problems()]
+        found = [p for store in stores.values() for p in store.problems()]
+        sm = getattr(self, "_sm", None)
+        return found + (sm.problems() if sm is not None and self.source == "sagemaker" else [])
 
 
 class SystemMetricsReader(_Reader):
@@ -134,8 +143,14 @@ class SystemMetricsReader(_Reader):
         return max(lasts) * unit_factor(unit) if lasts else 0
 
     def get_events(self, start: float, end: float, unit: str = "s", event_type: str | None = None) -> list[SystemEvent]:
-        """Samples with ``start <= timestamp <= end`` as smdebug-style events (``event_type``: "cpu", "gpu"…)."""
+        """Samples with ``start <= timestamp <= end`` as smdebug-style events (``event_type``: "cpu", "gpu"…).
+
+        From a SageMaker folder these are the records as written (their own timestamps, type, name and
+        dimension), selected exactly as smdebug's ``SystemMetricsReader.get_events`` selects them.
+        """
         f = unit_factor(unit)
+        if self.source == "sagemaker":
+            return self._sagemaker_events(start, end, unit, event_type)
         out: list[SystemEvent] = []
         for node, arrays in self.read_arrays(start, end, unit).items():
             names = [smdebug_names(k) for k in arrays.keys]
@@ -146,6 +161,14 @@ class SystemMetricsReader(_Reader):
                         continue
                     out.append(SystemEvent(typ, name, dim, value, node, float(ts) * f, arrays.keys[col]))
         return out
+
+    def _sagemaker_events(self, start: float, end: float, unit: str, event_type: str | None) -> list[SystemEvent]:
+        self.refresh_event_file_list()
+        f = unit_factor(unit)
+        return [
+            SystemEvent(r.type, r.name, r.dimension, r.value, r.node_id, r.timestamp * f, r.key)
+            for r in select_records(self._sm.records(), start, end, unit, event_type)
+        ]
 
     def to_dataframe(self, start: float | None = None, end: float | None = None, unit: str = "s") -> pd.DataFrame:
         """Long DataFrame: ``timestamp`` (unit), ``node_id``, ``key``, ``type``, ``name``, ``dimension``, ``value``."""
@@ -215,35 +238,25 @@ class FrameworkMetricsReader(_Reader):
         lasts = [t for t in (tab.last_time() for tab in self.read_tables().values()) if t is not None]
         return max(lasts) * unit_factor(unit) if lasts else 0
 
-    def _all_events(self) -> list[TraceEvent]:
+    def _all_events_us(self) -> list[TraceEvent]:
         if self.source == "sagemaker":
             self.refresh_event_file_list()
-            return self._sm.events()
+            return self._sm.events_us()
         out: list[TraceEvent] = []
         for worker, tab in self.read_tables().items():
-            out.extend(_events_of(worker, tab))
+            for e in _events_of(worker, tab):
+                out.append(replace(e, start_time=e.start_time * 1e6, end_time=e.end_time * 1e6))
         return out
 
     def get_events(self, start: float, end: float, unit: str = "s") -> list[TraceEvent]:
-        """Events overlapping ``[start, end]``, times in ``unit``, sorted by start."""
-        f = unit_factor(unit)
-        lo, hi = start / f, end / f
-        out = []
-        for ev in self._all_events():
-            if ev.end_time >= lo and ev.start_time <= hi:
-                out.append(
-                    TraceEvent(
-                        ev.start_time * f,
-                        ev.end_time * f,
-                        ev.event_name,
-                        ev.event_phase,
-                        ev.node_id,
-                        ev.worker,
-                        ev.pid,
-                        ev.tid,
-                        ev.event_args,
-                    )
-                )
+        """Events overlapping ``[start, end]`` (bounds included), times in ``unit``, sorted by start.
+
+        The bounds are compared in whole microseconds as smdebug's readers compare them, so on SageMaker
+        output the selection is exactly smdebug's ``get_events``.
+        """
+        scale = unit_factor(unit) / 1e6
+        chosen = in_window(self._all_events_us(), to_us(start, unit), to_us(end, unit))
+        out = [replace(e, start_time=e.start_time * scale, end_time=e.end_time * scale) for e in chosen]
         return sorted(out, key=lambda e: e.start_time)
 
     def to_dataframe(self, start: float = 0.0, end: float = float("inf"), unit: str = "s") -> pd.DataFrame:

@@ -1,5 +1,8 @@
 """``trainspect rules DIR``: evaluate a finished run, or watch one in progress until it ends.
 
+Without an end marker a run is in progress (verdicts that found nothing say ``InProgress``) until its newest
+data is older than ``--stale-after`` seconds (default one hour), or at once with ``--final``.
+
 Exit codes: 0 no issues, 1 issues found, 2 usage or data errors (unknown rule or parameter, unreadable
 run directory, a rule that failed).
 """
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from trainspect.exceptions import ConfigError, TrainspectError
+from trainspect.profiler.readers import resolve_profiler_root
 from trainspect.rules.base import Rule
 from trainspect.rules.engine import evaluate, open_trial, recorded_besides, run_finished
 from trainspect.rules.registry import RuleRegistry, default_registry
@@ -35,10 +39,22 @@ def _configure(parser: argparse.ArgumentParser) -> None:
         "--param", action="append", default=[], metavar="NAME.KEY=VALUE", help="a rule parameter (repeatable)"
     )
     parser.add_argument("--json", action="store_true", help="print the verdicts as a JSON list")
-    parser.add_argument("--watch", action="store_true", help="follow a run in progress until its end marker")
+    parser.add_argument("--watch", action="store_true", help="follow a run in progress until it is over")
     parser.add_argument("--poll", type=float, default=2.0, metavar="SECONDS", help="seconds between looks (--watch)")
     parser.add_argument("--start-step", type=int, default=None, help="first global step evaluated")
     parser.add_argument("--end-step", type=int, default=None, help="global step where evaluation stops (exclusive)")
+    parser.add_argument(
+        "--final",
+        action="store_true",
+        help="the job is over: give final verdicts even without an end marker (e.g. a SageMaker job's folder)",
+    )
+    parser.add_argument(
+        "--stale-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="without an end marker, the run is over once its newest data is this old (default 3600)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -80,7 +96,7 @@ def _applicable_rules(
     source = TrialSource(trial)
     names, membership = source.names(), source.membership()
     has_steps = bool(trial.steps())
-    has_profiler = RunLayout(trial.path).profiler_dir.exists() if getattr(trial, "path", None) else False
+    has_profiler = _has_profiler(trial.path) if getattr(trial, "path", None) else False
     chosen: list[Rule] = []
     skipped: list[tuple[str, str]] = []
     for cls in registry.classes():
@@ -95,6 +111,12 @@ def _applicable_rules(
         else:
             chosen.append(rule)
     return chosen, skipped
+
+
+def _has_profiler(path: Any) -> bool:
+    if RunLayout(path).profiler_dir.exists():
+        return True
+    return resolve_profiler_root(path)[0] == "sagemaker"
 
 
 def _why_not(rule: Rule, names: list[str], membership: Any, has_steps: bool, has_profiler: bool) -> str:
@@ -154,6 +176,8 @@ def _input_problem(args: argparse.Namespace) -> str:
         value = getattr(args, key)
         if value is not None and value < 0:
             return f"--{key.replace('_', '-')} {value}: expected a step >= 0"
+    if args.stale_after is not None and not args.stale_after > 0:
+        return f"--stale-after {args.stale_after:g}: expected a number of seconds > 0"
     if args.start_step is not None and args.end_step is not None and args.end_step <= args.start_step:
         return (f"--start-step {args.start_step} --end-step {args.end_step}: the range is empty; --end-step "
                 "(exclusive) must be greater than --start-step")  # fmt: skip
@@ -173,7 +197,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         rules = _rules_for(trial, args, registry, err, quiet=False)
         if args.watch:
             return _watch(trial, rules, args, registry, out, err)
-        verdicts = evaluate(trial, rules, args.start_step, args.end_step)
+        verdicts = evaluate(trial, rules, args.start_step, args.end_step, **_ending(args))
     except TrainspectError as exc:  # ConfigError, a directory that holds no run
         print(f"trainspect rules: {exc}", file=err)
         return EXIT_ERROR
@@ -194,6 +218,10 @@ def _print_recorded(args: argparse.Namespace, verdicts: list[Verdict], out: Text
             print(f"  {v.rule:<24}  {v.status.value:<13}  ({v.source or 'earlier'}) {v.message[:100]}", file=out)
 
 
+def _ending(args: argparse.Namespace) -> dict[str, Any]:
+    return {"final": bool(getattr(args, "final", False)), "stale_after_s": getattr(args, "stale_after", None)}
+
+
 def _watch(
     trial: Any, rules: list[Rule], args: argparse.Namespace, registry: RuleRegistry, out: TextIO, err: TextIO
 ) -> int:
@@ -201,10 +229,10 @@ def _watch(
     verdicts: list[Verdict] = []
     try:
         while True:
-            finished = run_finished(trial)
+            finished = run_finished(trial, **_ending(args))
             if not args.rule:
                 rules = _rules_for(trial, args, registry, err, quiet=not finished)
-            verdicts = evaluate(trial, rules, args.start_step, args.end_step)
+            verdicts = evaluate(trial, rules, args.start_step, args.end_step, **_ending(args))
             summary = [(v.rule, v.status.value, v.triggers, v.datapoints) for v in verdicts]
             if summary != last and (not args.json or finished):
                 if not args.json:

@@ -3,7 +3,8 @@
 Unlike SageMaker, which stops a rule at its first trigger, the engine evaluates the whole range and counts
 every triggering step. The inputs of all tensor rules are fetched once per tensor (see
 :class:`~trainspect.rules.source.TrialSource`); profiler rules get ``trainspect.profiler.load_profiler_data``
-once. While the run has no end marker, verdicts that found no issues say ``InProgress``.
+once. While the run is not over (no end marker, recent data, no ``final=True``), verdicts that found no issues
+say ``InProgress``.
 """
 
 from __future__ import annotations
@@ -39,12 +40,20 @@ def open_trial(trial: Any) -> Any:
     return trial
 
 
-def run_finished(trial: Any) -> bool:
-    """Whether the run is over: the trial loaded every step, or the end marker exists."""
-    if getattr(trial, "loaded_all_steps", False):
+def run_finished(trial: Any, final: bool = False, stale_after_s: float | None = None) -> bool:
+    """Whether the run is over: ``final``, every step loaded, the end marker, or old data.
+
+    Without an end marker, a run whose newest data is older than ``stale_after_s`` is over (see
+    :func:`trainspect.profiler.ending.run_over`).
+    """
+    if final or getattr(trial, "loaded_all_steps", False):
         return True
     path = getattr(trial, "path", None)
-    return path is not None and RunLayout(path).end_marker.exists()
+    if path is None:
+        return False
+    from trainspect.profiler.ending import run_over
+
+    return RunLayout(path).end_marker.exists() or run_over(path, stale_after_s=stale_after_s)
 
 
 def evaluate(
@@ -55,6 +64,8 @@ def evaluate(
     *,
     write: bool = True,
     actions: bool = True,
+    final: bool = False,
+    stale_after_s: float | None = None,
 ) -> list[Verdict]:
     """Evaluate rules over a trial and return one verdict per rule, in the order given.
 
@@ -66,6 +77,9 @@ def evaluate(
         write: add this evaluation to the run's verdict record (``RunLayout(run).verdicts``); what was recorded
             before (the hook's live verdicts, earlier evaluations) stays in the record's history.
         actions: run the actions of rules that found issues (log, callback, webhook).
+        final: the job is over (verdicts are final even without an end marker; ``trainspect rules --final``).
+        stale_after_s: a directory without an end marker whose newest data is older than this many seconds is
+            over (``None``: ``trainspect.profiler.ending.STALE_AFTER_S``, one hour).
 
     Returns:
         The verdicts, marked ``source="offline"`` with their evaluation time. A rule that raised ends as
@@ -76,7 +90,7 @@ def evaluate(
         trial.refresh()
     except Exception:
         _log.debug("trial.refresh() failed", exc_info=True)
-    finished = run_finished(trial)
+    finished = run_finished(trial, final, stale_after_s)
     tensor_rules = [r for r in rules if isinstance(r, TensorRule)]
     results: dict[int, Verdict] = {}
     if tensor_rules:
@@ -203,7 +217,7 @@ def _evaluate_other(rule: Rule, trial: Any, finished: bool, loaded: dict[str, An
     try:
         if rule.kind == "profiler":
             if "profiler" not in loaded:
-                loaded["profiler"] = _profiler_data(trial)
+                loaded["profiler"] = _profiler_data(trial, finished)
             data = loaded["profiler"]
         else:
             data = trial
@@ -216,10 +230,13 @@ def _evaluate_other(rule: Rule, trial: Any, finished: bool, loaded: dict[str, An
     return verdict
 
 
-def _profiler_data(trial: Any) -> Any:
+def _profiler_data(trial: Any, finished: bool = False) -> Any:
     from trainspect.profiler import load_profiler_data  # type: ignore[attr-defined]
 
-    return load_profiler_data(getattr(trial, "path", trial))
+    data = load_profiler_data(getattr(trial, "path", trial))
+    if finished and getattr(data, "job_ended", True) is False:  # over by --final or by old data
+        data = replace(data, job_ended=True)
+    return data
 
 
 def evaluate_steps(rule: TensorRule, steps: Sequence[StepData], finished: bool = True) -> Verdict:
