@@ -83,32 +83,32 @@ def get_collections() -> dict[str, Any]:
     return dict(_any_hook().get_collections())
 
 
+def _job_hook_class(base: type, module: str, name: str) -> type:
+    """A subclass of a trainspect hook that becomes the job's hook (``get_hook()``) when created, named as smdebug's."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        base.__init__(self, *args, **kwargs)  # type: ignore[misc]
+        set_hook(self)
+
+    cls = type(name, (base,), {"__init__": __init__, "__module__": module})
+    cls.__qualname__ = name
+    return cls
+
+
 @functools.cache
 def pytorch_hook_class() -> type:
     """``smdebug.pytorch.Hook``: trainspect's PyTorch hook, registered as the job's hook when created."""
-    from trainspect.hooks.torch_hook import Hook as TorchHook
+    from trainspect.hooks.torch_hook import Hook
 
-    class Hook(TorchHook):  # type: ignore[misc,valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            set_hook(self)
-
-    Hook.__module__, Hook.__qualname__ = "smdebug.pytorch", "Hook"
-    return Hook
+    return _job_hook_class(Hook, "smdebug.pytorch", "Hook")
 
 
 @functools.cache
 def keras_hook_class() -> type:
     """``smdebug.tensorflow.KerasHook``: trainspect's Keras hook (a Keras callback), registered as the job's hook."""
-    from trainspect.hooks.keras_hook import Hook as KerasHook
+    from trainspect.hooks.keras_hook import Hook
 
-    class Hook(KerasHook):  # type: ignore[misc,valid-type]
-        def __init__(self, *args: Any, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            set_hook(self)
-
-    Hook.__module__, Hook.__qualname__ = "smdebug.tensorflow", "KerasHook"
-    return Hook
+    return _job_hook_class(Hook, "smdebug.tensorflow", "KerasHook")
 
 
 def create_trial(path: str | os.PathLike[str], name: str | None = None, **smdebug_options: Any) -> Any:
