@@ -23,6 +23,7 @@ SMDEBUG_SCRIPT = textwrap.dedent(
     import smdebug.pytorch as smd
     from smdebug import modes
     from smdebug.core.collection import CollectionKeys
+    from smdebug.profiler.utils import str2bool
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -43,6 +44,7 @@ SMDEBUG_SCRIPT = textwrap.dedent(
         loss_fn = nn.CrossEntropyLoss()
         hook.register_loss(loss_fn)
         assert smd.get_hook() is hook
+        assert str2bool("True") is True and str2bool("false") is False
         assert hook.get_collection(CollectionKeys.WEIGHTS).name == "weights"
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         x, y = torch.randn(64, 8), torch.randint(0, 3, (64,))

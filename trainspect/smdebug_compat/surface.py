@@ -120,6 +120,13 @@ def _core_collection() -> dict[str, Any]:
     return {"Collection": Collection, "CollectionKeys": CollectionKeys}
 
 
+def str2bool(value: Any) -> bool:
+    """The ``str2bool`` of smdebug (used by SageMaker scripts for their argparse flags)."""
+    from trainspect.config import parse_bool
+
+    return parse_bool("value", value)
+
+
 def _picked(*names: str) -> Callable[[], dict[str, Any]]:
     return lambda: {k: v for k, v in _common().items() if k in names}
 
@@ -138,6 +145,8 @@ MODULES: dict[str, Callable[[], dict[str, Any]]] = {
     "smdebug.rules": _rules,
     "smdebug.rules.rule_invoker": _rules,
     "smdebug.exceptions": _exceptions,
+    "smdebug.profiler": dict,
+    "smdebug.profiler.utils": lambda: {"str2bool": str2bool},
 }
 
 
