@@ -1,16 +1,18 @@
-"""Overtraining: the training or validation loss stopped improving."""
+"""Overtraining: training goes on while the validation loss no longer improves (or the training loss rises)."""
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
 from trainspect.modes import ModeKeys
-from trainspect.rules._common import fmt
+from trainspect.rules._common import LITERAL, Z_PROGRESS, Z_RISE, Window, fmt, window_of
 from trainspect.rules.base import Param, Requirement
+from trainspect.rules.loss_windows import WindowedSeries
 from trainspect.rules.step_data import Check, StepData, as_float
 from trainspect.rules.tensor_rule import Select, TensorRule
 
@@ -25,15 +27,29 @@ class _Best:
 
 @dataclass
 class _State:
-    modes: dict[ModeKeys, _Best] = field(default_factory=dict)
+    modes: dict[ModeKeys, _Best] = field(default_factory=dict)  # literal
+    train: WindowedSeries | None = None
+    rise_streak: int = 0
+    recent: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=20))
+    evals: list[tuple[int, float]] = field(default_factory=list)
+    best_val: Window | None = None
+    train_at_best: Window | None = None
+    val_streak: int = 0
 
 
 class Overtraining(TensorRule):
-    """Trigger when the training or validation loss stops improving.
+    """Trigger when training goes on although the validation loss stopped improving, or the training loss rises.
 
-    The training loss must improve by more than ``delta`` within ``patience_train`` saved TRAIN steps, and the
-    validation loss within ``patience_validation`` saved EVAL steps.
+    trainspect's default judges windows, not single losses. Validation: each evaluation (a run of EVAL
+    steps) is averaged; it improves when it lies below the best evaluation by more than ``delta`` and 2
+    standard errors. After ``patience_validation`` evaluations without improvement the rule triggers if the
+    training loss (mean of the last 20 TRAIN losses) went down meanwhile: the model keeps fitting the
+    training set while validation stalls. Training: windows of ``num_steps`` TRAIN losses; a window more
+    than ``delta`` and 3 standard errors above the best window counts, and ``patience_train`` such windows
+    in a row trigger. A training loss that levels off at its floor is converged, not overtrained.
 
+    With ``literal=True`` the rule is smdebug's: the best single loss per mode, which must improve by more
+    than ``delta`` within ``patience_train`` saved TRAIN steps and ``patience_validation`` saved EVAL steps.
     Heuristic: early stopping with patience and min-delta (Prechelt 1998; Keras/Lightning EarlyStopping).
 
     Example:
@@ -42,14 +58,16 @@ class Overtraining(TensorRule):
     """
 
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("patience_train", int, 5, "saved TRAIN steps without improvement tolerated", min=1),
-        Param("patience_validation", int, 10, "saved EVAL steps without improvement tolerated", min=1),
+        Param("patience_train", int, 5, "training windows (literal: saved TRAIN steps) tolerated", min=1),
+        Param("patience_validation", int, 10, "evaluations (literal: saved EVAL steps) without improvement", min=1),
         Param("delta", float, 0.01, "smallest improvement that counts", min=0),
+        Param("num_steps", int, 10, "TRAIN steps per window (not used with literal)", min=1),
+        LITERAL,
     )
     recommendation: ClassVar[str] = (
         "The loss stopped improving: stop training (early stopping), lower the learning rate, or regularise."
     )
-    series_label: ClassVar[str] = "saved steps since the best loss"
+    series_label: ClassVar[str] = "windows or evaluations without improvement"
 
     def selects(self) -> list[Select]:
         """The losses collection."""
@@ -71,6 +89,64 @@ class Overtraining(TensorRule):
         if not values:
             return None
         loss = float(np.mean(values))
+        if self.params["literal"]:
+            return self._literal(state, data, loss)
+        if data.mode is ModeKeys.EVAL:
+            state.evals.append((data.step, loss))
+            return None
+        result = self._close_evaluation(state)
+        state.recent.append((data.step, loss))
+        if state.train is None:
+            state.train = WindowedSeries(self.params["num_steps"])
+        win = state.train.add(data.mode_step, data.step, loss)
+        train_result = self._judge_train(state, win) if win is not None else None
+        return result if result is not None and (result.triggered or train_result is None) else train_result
+
+    def finish(self, state: _State, last: StepData | None) -> Check | None:
+        """Judge an evaluation still open when the data ends."""
+        return None if self.params["literal"] else self._close_evaluation(state)
+
+    def _judge_train(self, state: _State, win: Window) -> Check:
+        series = state.train
+        assert series is not None
+        delta = self.params["delta"]
+        rose = series.rose(win, 0.0, Z_RISE, delta)
+        state.rise_streak = state.rise_streak + 1 if rose else 0
+        best = series.best or win
+        series.remember(win)
+        patience = self.params["patience_train"]
+        detail = (
+            f"TRAIN loss median {fmt(win.mean)} over steps {win.steps()}, best window {fmt(best.mean)} "
+            f"(steps {best.steps()}); {state.rise_streak} window(s) in a row clearly above it (patience {patience})"
+        )
+        return Check(float(state.rise_streak), state.rise_streak >= patience, (), detail)
+
+    def _close_evaluation(self, state: _State) -> Check | None:
+        if not state.evals or not state.recent:
+            state.evals = []
+            return None
+        evals, state.evals = state.evals, []
+        values = [v for _, v in evals]
+        spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.05 * abs(values[0])
+        val = window_of(values, [s for s, _ in evals], spread)
+        train = window_of([v for _, v in state.recent], [s for s, _ in state.recent])
+        delta, best = self.params["delta"], state.best_val
+        if best is None or best.mean - val.mean > max(delta, Z_PROGRESS * (best.se + val.se)):
+            state.best_val, state.train_at_best, state.val_streak = val, train, 0
+        else:
+            state.val_streak += 1
+        ref = state.train_at_best or train
+        training_improved = ref.mean - train.mean > max(delta, Z_PROGRESS * (ref.se + train.se))
+        patience = self.params["patience_validation"]
+        triggered = state.val_streak >= patience and training_improved
+        detail = (
+            f"validation loss {fmt(val.mean)} (EVAL steps {val.steps()}), best {fmt(state.best_val.mean)}; "
+            f"{state.val_streak} evaluation(s) without improvement (patience {patience}); training loss "
+            f"{fmt(train.mean)} vs {fmt(ref.mean)} at the best evaluation"
+        )
+        return Check(float(state.val_streak), triggered, (), detail)
+
+    def _literal(self, state: _State, data: StepData, loss: float) -> Check:
         best = state.modes.setdefault(data.mode, _Best())
         if loss < best.value - self.params["delta"] or not math.isfinite(best.value):
             best.value, best.since = loss, 0
@@ -80,12 +156,8 @@ class Overtraining(TensorRule):
         patience = self.params["patience_train" if train else "patience_validation"]
         which = "training" if train else "validation"
         detail = (
-            f"{which} loss {fmt(loss)}, best {fmt(best.value)}, not improved by more than {fmt(self.params['delta'])} "
-            f"for {best.since} saved steps (patience {patience})"
+            f"{which} loss {fmt(loss)} at step {data.step}, best {fmt(best.value)}, not improved by more than "
+            f"{fmt(self.params['delta'])} for {best.since} saved steps (patience {patience})"
         )
-        return Check(
-            float(best.since),
-            best.since >= patience,
-            tuple(r.name for r in data.role()) if best.since >= patience else (),
-            detail,
-        )
+        hit = best.since >= patience
+        return Check(float(best.since), hit, tuple(r.name for r in data.role()) if hit else (), detail)

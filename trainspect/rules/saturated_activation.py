@@ -81,6 +81,8 @@ class SaturatedActivation(TensorRule):
                 kind = "sigmoid" if role == "sigmoid" or (role == "any" and "sigmoid" in rec.name.lower()) else "tanh"
                 lo, hi = self.params[f"threshold_{kind}_min"], self.params[f"threshold_{kind}_max"]
                 x = per_unit(rec.value)
+                if not np.isfinite(x).all():
+                    continue  # NaN/Inf inputs are ExplodingTensor's business
                 active = 100.0 * np.mean((x > lo) & (x < hi), axis=0)
                 pct[rec.name] = 100.0 * float(np.mean(active < self.params["threshold_inactivity"]))
         if not pct:

@@ -1,0 +1,87 @@
+"""Windows of a noisy loss series: the building block of the noise-aware loss rules (private).
+
+Minibatch losses jump from step to step, so judging two single values compares noise. The loss rules
+instead group a series into windows of ``size`` consecutive steps of one mode and compare window medians
+(a spike or two does not move them), with the standard error estimated from the series' own step-to-step
+noise (:func:`noise_sigma`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainspect.rules._common import Window, noise_sigma
+
+__all__ = ["WindowedSeries"]
+
+MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
+"""The standard error of a median is this much larger than that of a mean (normal noise)."""
+
+
+@dataclass
+class WindowedSeries:
+    """Collects ``(mode step, global step, value)`` and hands out a :class:`Window` each time one closes.
+
+    Args:
+        size: mode steps per window.
+        history: how many recent values the noise estimate uses (default: eight windows' worth).
+
+    Example:
+        >>> s = WindowedSeries(2)
+        >>> [s.add(i, i, v) for i, v in enumerate([1.0, 1.0, 0.5])][-1].mean
+        1.0
+    """
+
+    size: int
+    history: int = 0
+    _values: list[float] = field(default_factory=list)
+    _steps: list[int] = field(default_factory=list)
+    _bucket: int | None = None
+    _recent: deque[float] = field(default_factory=deque)
+    first: Window | None = None
+    best: Window | None = None
+    previous: Window | None = None
+    closed: int = 0
+
+    def add(self, mode_step: int, step: int, value: float) -> Window | None:
+        """Add a finite value; return the window that this value closed, if any."""
+        bucket = mode_step // self.size
+        done = self.close() if self._bucket is not None and bucket != self._bucket and self._values else None
+        self._bucket = bucket
+        self._values.append(value)
+        self._steps.append(step)
+        self._recent.append(value)
+        while len(self._recent) > (self.history or 8 * self.size):
+            self._recent.popleft()
+        return done
+
+    def close(self) -> Window | None:
+        """Close the open window (at the end of the data); return it, or None when it is empty."""
+        if not self._values:
+            return None
+        sigma = noise_sigma(list(self._recent)) * MEDIAN_EFFICIENCY
+        win = Window(float(np.median(self._values)), len(self._values), sigma, self._steps[0], self._steps[-1])
+        self._values, self._steps = [], []
+        return win
+
+    def remember(self, win: Window) -> None:
+        """Record a judged window as the previous one (and the first and best so far)."""
+        self.closed += 1
+        if self.first is None:
+            self.first = win
+        if self.best is None or win.mean < self.best.mean:
+            self.best = win
+        self.previous = win
+
+    def rose(self, win: Window, percent: float, z: float, floor: float = 0.0) -> bool:
+        """Whether ``win`` lies above the best window by more than ``percent`` %, ``z`` standard errors, ``floor``."""
+        best = self.best
+        if best is None:
+            return False
+        gap = win.mean - best.mean
+        margin = max(abs(best.mean) * percent / 100.0, z * (win.se + best.se), floor)
+        return gap > margin and math.isfinite(gap)
