@@ -36,6 +36,10 @@ KNOWN_COLLECTIONS = (
 )
 
 
+_TAGGED = ("weights", "biases", "gradients")
+"""Built-in collections by name that a saved tensor joins even when only another collection records it."""
+
+
 @dataclass(frozen=True)
 class TensorPlan:
     """What to save of one tensor at the current step."""
@@ -236,11 +240,18 @@ class SavePlanner:
         if plan is None:
             colls = [c for c in self.membership(name, extra) if c in self._active]
             plan = self._make_plan(colls) if colls else _NOTHING
-            tags = frozenset(extra).intersection(ACTIVATION_COLLECTIONS).difference(colls) if extra else ()
-            if tags and (plan.raw or plan.reductions):  # an activation saved for another collection is still one
-                plan = replace(plan, collections=plan.collections | tags)
+            if plan.raw or plan.reductions:  # a weight or activation saved for another collection is still one
+                tags = self._tags(name, extra).difference(colls)
+                if tags:
+                    plan = replace(plan, collections=plan.collections | tags)
             self._plans[key] = plan
         return plan
+
+    def _tags(self, name: str, extra: Iterable[str]) -> frozenset[str]:
+        """Built-in collections a saved tensor belongs to whether or not they are recorded (``save_all``…)."""
+        tags = frozenset(extra).intersection(ACTIVATION_COLLECTIONS) if extra else frozenset()
+        by_name = frozenset(c for c in _TAGGED if self.manager.get(c).matches(name))
+        return tags | by_name
 
     def _make_plan(self, names: list[str]) -> TensorPlan:
         raw, hist, reductions = False, False, set()
