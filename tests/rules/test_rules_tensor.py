@@ -137,7 +137,8 @@ def test_loss_not_decreasing_too_little_data_and_mode_filter():
     flat_eval = losses([1.0] * 30, mode=ModeKeys.EVAL)
     assert run(LossNotDecreasing(mode="train", literal=True), flat_eval).status is Status.NO_DATA
     assert run(LossNotDecreasing(mode="EVAL", literal=True), flat_eval).status is Status.ISSUES_FOUND
-    assert run(LossNotDecreasing(mode="EVAL"), losses([1.0] * 60, mode=ModeKeys.EVAL)).status is Status.ISSUES_FOUND
+    assert run(LossNotDecreasing(), losses([1.0] * 60)).status is Status.ISSUES_FOUND  # never went down
+    assert run(LossNotDecreasing(), losses([1.0] * 60, mode=ModeKeys.EVAL)).status is Status.NO_ISSUES_FOUND
 
 
 def test_loss_not_decreasing_schedule_with_sparse_losses():

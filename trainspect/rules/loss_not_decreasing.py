@@ -9,7 +9,17 @@ from typing import ClassVar
 
 from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys, parse_mode
-from trainspect.rules._common import COLLECTION_NAMES, LITERAL, TENSOR_REGEX, Z_PROGRESS, Z_RISE, Window, fmt, mode_name
+from trainspect.rules._common import (
+    COLLECTION_NAMES,
+    LITERAL,
+    TENSOR_REGEX,
+    Z_PROGRESS,
+    Z_RISE,
+    Window,
+    fmt,
+    is_training,
+    mode_name,
+)
 from trainspect.rules.base import Param
 from trainspect.rules.loss_windows import WindowedSeries
 from trainspect.rules.step_data import Check, StepData, as_float
@@ -45,8 +55,9 @@ class LossNotDecreasing(TensorRule):
 
     trainspect's default judges windows of ``num_steps`` steps (per tensor and mode), not single values: a
     window triggers when its median lies above the best window's by more than ``increase_threshold_percent`` %
-    and by more than 3 standard errors of the minibatch noise; and when, after 5 windows, no window has
-    gone below the first by ``diff_percent`` % and 2 standard errors (the loss never decreased). A loss that
+    and by more than 3 standard errors of the minibatch noise; and when, after 5 windows of a training
+    loss, no window has gone below the first by ``diff_percent`` % and 2 standard errors (the loss never
+    decreased; evaluation losses are not judged so, since evaluation usually starts after some training). A loss that
     went down and then stays at its floor is converged, not stalled. NaN or infinite losses always trigger.
 
     With ``literal=True`` the rule is smdebug's: at a step s it compares the loss with the newest saved step
@@ -158,7 +169,7 @@ class LossNotDecreasing(TensorRule):
         if series.rose(win, rise, Z_RISE, FLOOR_FRACTION * abs(first.mean)):
             triggered = True
             detail += f": above the best by more than {fmt(rise)}% and {fmt(Z_RISE)} standard errors"
-        elif not track.progressed and series.closed + 1 >= MIN_WINDOWS:
+        elif not track.progressed and series.closed + 1 >= MIN_WINDOWS and is_training(mode):
             triggered = True
             detail += (
                 f": not below the first window ({fmt(first.mean)} at steps {first.steps()}) by {fmt(diff)}% "

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from trainspect.exceptions import ConfigError
 from trainspect.rules._common import COLLECTION_NAMES, fmt, per_unit
 from trainspect.rules.base import Param, Requirement
 from trainspect.rules.step_data import Check, StepData
@@ -51,6 +52,15 @@ class SaturatedActivation(TensorRule):
         "learning rate, or ReLU-family activations."
     )
     series_label: ClassVar[str] = "max % saturated units per layer"
+
+    def validate(self) -> None:
+        """Each activation's lower limit must lie below its upper limit."""
+        for kind in ("tanh", "sigmoid"):
+            lo, hi = self.params[f"threshold_{kind}_min"], self.params[f"threshold_{kind}_max"]
+            if lo is None or hi is None or lo >= hi:
+                raise ConfigError(
+                    f"{self.name}: threshold_{kind}_min={lo!r} and threshold_{kind}_max={hi!r}; allowed: min < max"
+                )
 
     def selects(self) -> list[Select]:
         """Read the inputs of Tanh and Sigmoid modules."""
