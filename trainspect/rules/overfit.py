@@ -31,6 +31,7 @@ class _State:
     evals: list[float] = field(default_factory=list)
     eval_steps: list[int] = field(default_factory=list)
     best: Window | None = None
+    first: Window | None = None
     streak: int = 0
     evaluations: int = 0
 
@@ -42,7 +43,8 @@ class Overfit(TensorRule):
     ends). trainspect's default compares its mean loss with the mean of the last 20 training losses before
     it (the training loss at the same point of training), and counts it when the relative gap
     ``(val − train) / train`` exceeds ``ratio_threshold`` *and* the validation loss lies above its best
-    evaluation by more than 1 % and 3 standard errors (its spread over the evaluation's batches): the gap
+    evaluation by more than 3 standard errors (its spread over the evaluation's batches) and 1 % of the best
+    (or first, if larger: a loss converged near zero does not rise) evaluation's loss: the gap
     grows because validation gets worse, not because training is still going well. ``patience``
     consecutive such evaluations trigger. With ``literal=True`` the rule is smdebug's: the static gap against
     the mean training loss since the previous evaluation. Steps before ``start_step`` are ignored. Heuristic:
@@ -124,8 +126,10 @@ class Overfit(TensorRule):
         recent = list(state.recent)
         train = window_of([v for _, v in recent], [s for s, _ in recent])
         gap = (val.mean - train.mean) / abs(train.mean) if train.mean else float("inf")
-        best = state.best
-        rising = best is not None and val.mean - best.mean > max(Z_RISE * (val.se + best.se), MIN_RISE * abs(best.mean))
+        best, first = state.best, state.first or val
+        state.first = first
+        floor = MIN_RISE * max(abs(best.mean), abs(first.mean)) if best is not None else 0.0
+        rising = best is not None and val.mean - best.mean > max(Z_RISE * (val.se + best.se), floor)
         state.streak = state.streak + 1 if gap > self.threshold() and rising else 0
         detail = (
             f"validation loss {fmt(val.mean)} (EVAL steps {val.steps()}) vs training loss {fmt(train.mean)} "
