@@ -120,7 +120,9 @@ def train(out: Path, model: nn.Module, opt: torch.optim.Optimizer, task: Task, s
           save_all: bool = False, batch: int = BATCH, per_step: Callable[..., None] | None = None) -> None:  # fmt: skip
     """Train and evaluate as a careful user records it."""
     kwargs: dict[str, Any] = {"save_all": True} if save_all else {"include_collections": list(COLLECTIONS)}
-    with ts.torch.Hook(out, export_tensorboard=False, save_config=SaveConfig(save_interval=SAVE_EVERY), **kwargs) as hook:
+    with ts.torch.Hook(
+        out, export_tensorboard=False, save_config=SaveConfig(save_interval=SAVE_EVERY), **kwargs
+    ) as hook:
         hook.register_module(model)
         hook.register_loss(task.loss_fn)
         for step in range(steps):

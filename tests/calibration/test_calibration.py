@@ -40,7 +40,10 @@ def _judge_all(runs: dict[str, Path]) -> dict[str, tuple[int, list[dict]]]:
         procs = {
             n: subprocess.Popen(
                 [sys.executable, "-m", "trainspect.cli", "rules", str(runs[n]), "--json"],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
             )  # fmt: skip
             for n in names[i : i + 2]
         }

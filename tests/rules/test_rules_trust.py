@@ -29,7 +29,10 @@ from trainspect.rules import (
         (lambda: LossNotDecreasing(num_steps=1.5), "LossNotDecreasing: parameter num_steps=1.5: expected int >= 1"),
         (lambda: LossNotDecreasing(num_steps="1.5"), "LossNotDecreasing: parameter num_steps='1.5'"),
         (lambda: Overtraining(num_steps=-3), "Overtraining: parameter num_steps=-3 is out of range; allowed: >= 1"),
-        (lambda: DeadRelu(threshold_layer=150), "DeadRelu: parameter threshold_layer=150 is out of range; allowed: >= 0"),
+        (
+            lambda: DeadRelu(threshold_layer=150),
+            "DeadRelu: parameter threshold_layer=150 is out of range; allowed: >= 0",
+        ),
         (lambda: Overfit(ratio_threshold="-0.1"), "Overfit: parameter ratio_threshold='-0.1' is out of range"),
         (lambda: VanishingGradient(converged_loss_ratio=2), "VanishingGradient: parameter converged_loss_ratio=2"),
         (lambda: SaturatedActivation(threshold_tanh_min=5, threshold_tanh_max=-5), "allowed: min < max"),

@@ -194,9 +194,7 @@ class LossNotDecreasing(TensorRule):
         track.next_eval = s + n
         return self._compare(track, f"{mode_name(data.mode)} {name}", name, (p_step, p_loss), (data.step, loss))
 
-    def _compare(
-        self, track: _Track, what: str, name: str, prev: tuple[int, float], cur: tuple[int, float]
-    ) -> _Result:
+    def _compare(self, track: _Track, what: str, name: str, prev: tuple[int, float], cur: tuple[int, float]) -> _Result:
         (p, lp), (s, ls) = prev, cur
         if not (math.isfinite(lp) and math.isfinite(ls)):
             return math.nan, True, name, f"{what} is {fmt(ls)} at step {s} (was {fmt(lp)} at step {p}): not finite"

@@ -139,8 +139,9 @@ class Overtraining(TensorRule):
         training_improved = ref.mean - train.mean > max(delta, Z_PROGRESS * (ref.se + train.se))
         patience = self.params["patience_validation"]
         triggered = state.val_streak >= patience and training_improved
+        best_val = state.best_val or val
         detail = (
-            f"validation loss {fmt(val.mean)} (EVAL steps {val.steps()}), best {fmt(state.best_val.mean)}; "
+            f"validation loss {fmt(val.mean)} (EVAL steps {val.steps()}), best {fmt(best_val.mean)}; "
             f"{state.val_streak} evaluation(s) without improvement (patience {patience}); training loss "
             f"{fmt(train.mean)} vs {fmt(ref.mean)} at the best evaluation"
         )

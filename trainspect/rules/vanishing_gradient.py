@@ -48,7 +48,11 @@ class VanishingGradient(TensorRule):
     parameters: ClassVar[tuple[Param, ...]] = (
         Param("threshold", float, 1e-7, "smallest acceptable mean |gradient|", min=0),
         Param(
-            "converged_loss_ratio", float, 1e-3, "loss / first loss below which tiny gradients are expected", min=0,
+            "converged_loss_ratio",
+            float,
+            1e-3,
+            "loss / first loss below which tiny gradients are expected",
+            min=0,
             max=1,
         ),  # fmt: skip
         LITERAL,
