@@ -63,7 +63,9 @@ class WindowedSeries:
         """Close the open window (at the end of the data); return it, or None when it is empty."""
         if not self._values:
             return None
-        sigma = noise_sigma(list(self._recent)) * MEDIAN_EFFICIENCY
+        recent = list(self._recent)
+        before = recent[: len(recent) - len(self._values)]  # the noise so far: a window that runs away cannot hide
+        sigma = noise_sigma(before if len(before) >= 3 else recent) * MEDIAN_EFFICIENCY
         win = Window(float(np.median(self._values)), len(self._values), sigma, self._steps[0], self._steps[-1])
         self._values, self._steps = [], []
         return win
