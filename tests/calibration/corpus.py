@@ -40,9 +40,12 @@ class Task:
     loss_fn: nn.Module
 
     def batch(self, step: int, size: int = BATCH) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's minibatch; the order is shuffled every epoch, as a DataLoader with shuffle=True does."""
         n = self.x.shape[0]
-        start = (step * size) % n
-        idx = torch.arange(start, start + size) % n
+        per_epoch = max(1, n // size)
+        epoch, i = divmod(step, per_epoch)
+        order = torch.randperm(n, generator=_gen(1000 + epoch))
+        idx = order[i * size : (i + 1) * size]
         return self.x[idx], self.y[idx]
 
 
@@ -270,8 +273,8 @@ def broken_lr_nan(out: Path) -> None:
 
 def broken_lr_high(out: Path) -> None:
     torch.manual_seed(11)
-    model = mlp([16, 64, 64, 4])
-    train(out, model, torch.optim.SGD(model.parameters(), lr=0.8, momentum=0.9), teacher_task(seed=11))
+    model = mlp([16, 64, 64, 4], nn.Tanh)
+    train(out, model, torch.optim.SGD(model.parameters(), lr=1.0, momentum=0.9), teacher_task(seed=11))
 
 
 def broken_deep_sigmoid(out: Path) -> None:
@@ -314,7 +317,7 @@ def broken_tiny_init(out: Path) -> None:
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, nn.Linear):
-                m.weight.normal_(0, 1e-3)
+                m.weight.normal_(0, 1e-2)
                 m.bias.zero_()
     train(out, model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), teacher_task(seed=16), steps=200)
 

@@ -317,7 +317,22 @@ def test_overtraining():
     assert v.triggers == 3 and v.first_trigger_step == 5
     falling = losses([1.0 - 0.1 * i for i in range(8)])
     assert run(Overtraining(literal=True), falling).status is Status.NO_ISSUES_FOUND
-    assert run(Overtraining(), losses([1.0] * 80)).status is Status.NO_ISSUES_FOUND  # a plateau is converged
+    assert run(Overtraining(), losses([1.0] * 80)).status is Status.NO_DATA  # judges evaluations only
+    # validation stalls at 1.0 while training keeps improving: overtrained after patience_validation evaluations
+    data, n = [], 0
+    for k in range(6):
+        for _ in range(3):
+            data.append(step(n, [tensor("loss", np.float32(1.0 - 0.1 * k), ["losses"])], ModeKeys.TRAIN))
+            n += 1
+        for v in (1.0, 1.1):
+            data.append(step(n, [tensor("loss", np.float32(v), ["losses"])], ModeKeys.EVAL))
+            n += 1
+    v = run(Overtraining(patience_validation=3), data)
+    assert v.status is Status.ISSUES_FOUND and "3 evaluation(s) without improvement" in v.message
+    flat = [d for d in data if d.mode is ModeKeys.EVAL] + [
+        step(100 + i, [tensor("loss", np.float32(0.5), ["losses"])], ModeKeys.TRAIN) for i in range(3)
+    ]
+    assert run(Overtraining(patience_validation=3), flat).status is not Status.ISSUES_FOUND
 
 
 # --- SimilarAcrossRuns -------------------------------------------------------------------------------------

@@ -28,7 +28,10 @@ from trainspect.rules import (
     [
         (lambda: LossNotDecreasing(num_steps=1.5), "LossNotDecreasing: parameter num_steps=1.5: expected int >= 1"),
         (lambda: LossNotDecreasing(num_steps="1.5"), "LossNotDecreasing: parameter num_steps='1.5'"),
-        (lambda: Overtraining(num_steps=-3), "Overtraining: parameter num_steps=-3 is out of range; allowed: >= 1"),
+        (
+            lambda: Overtraining(patience_validation=-3),
+            "Overtraining: parameter patience_validation=-3 is out of range",
+        ),
         (
             lambda: DeadRelu(threshold_layer=150),
             "DeadRelu: parameter threshold_layer=150 is out of range; allowed: >= 0",
@@ -102,3 +105,74 @@ def test_activations_join_their_collections_by_module_type_under_save_all(tmp_pa
     assert DeadRelu().name in {
         v.rule for v in ts.rules.evaluate(trial, [DeadRelu()], write=False) if v.status.value == "NoIssuesFound"
     }
+
+
+# --- the noise-aware defaults on synthetic series ---------------------------------------------------------
+def _run(rule, data):
+    from trainspect.rules.tally import Tally
+
+    tally = Tally(rule)
+    for d in data:
+        tally.feed(d)
+    tally.end()
+    return tally.verdict(finished=True)
+
+
+def _losses(values, mode=None):
+    from rules_synth import step, tensor
+
+    from trainspect.modes import ModeKeys
+
+    return [step(i, [tensor("loss", np.float32(v), ["losses"])], mode or ModeKeys.TRAIN) for i, v in enumerate(values)]
+
+
+def test_loss_not_decreasing_is_quiet_on_a_noisy_plateau_and_catches_a_rise():
+    rng = np.random.default_rng(0)
+    falling_then_flat = [max(0.5, 2.0 - 0.03 * i) + abs(rng.standard_cauchy()) * 0.02 for i in range(300)]
+    assert _run(LossNotDecreasing(), _losses(falling_then_flat)).status.value == "NoIssuesFound"
+    assert _run(LossNotDecreasing(literal=True), _losses(falling_then_flat)).status.value == "IssuesFound"
+    rising = falling_then_flat[:150] + [v + 0.02 * i for i, v in enumerate(falling_then_flat[150:])]
+    v = _run(LossNotDecreasing(), _losses(rising))
+    assert v.status.value == "IssuesFound" and "above the best" in v.message
+    nan = _run(LossNotDecreasing(), _losses([1.0, 0.9, float("nan")]))
+    assert nan.status.value == "IssuesFound" and nan.first_trigger_step == 2
+
+
+def test_vanishing_gradient_leaves_out_zero_bias_and_converged_gradients_but_not_real_ones():
+    from rules_synth import step, tensor
+
+    def at(n, grads, loss):
+        recs = [tensor(name, None, ["gradients"], abs_mean=v) for name, v in grads.items()]
+        return step(n, {"main": recs, "loss": [tensor("loss", np.float32(loss), ["losses"])]})
+
+    healthy = {"gradient/fc.weight": 1e-3, "gradient/fc.bias": 1e-9, "gradient/key.bias": 0.0}
+    v = _run(VanishingGradient(), [at(i, healthy, 1.0) for i in range(3)])
+    assert v.status.value == "NoIssuesFound" and "gradient/fc.bias (bias gradient tiny" in v.message
+    converged = {"gradient/fc.weight": 1e-9}
+    assert _run(VanishingGradient(), [at(0, {"gradient/fc.weight": 1e-2}, 1.0), at(1, converged, 1e-6)]).triggers == 0
+    deep = {"gradient/0.weight": 1e-9, "gradient/0.bias": 1e-9, "gradient/9.weight": 1e-2}
+    v = _run(VanishingGradient(), [at(i, deep, 1.3) for i in range(3)])
+    assert v.triggers == 3 and set(v.tensors) == {"gradient/0.weight", "gradient/0.bias"}
+    assert _run(VanishingGradient(literal=True), [at(i, healthy, 1.0) for i in range(3)]).triggers == 3
+
+
+def test_overfit_needs_a_rising_validation_loss_not_a_static_gap():
+    from rules_synth import step, tensor
+
+    from trainspect.modes import ModeKeys
+
+    def phases(vals):
+        out, n = [], 0
+        for val in vals:
+            for _ in range(5):
+                out.append(step(n, [tensor("loss", np.float32(0.5), ["losses"])], ModeKeys.TRAIN))
+                n += 1
+            for b in range(3):
+                out.append(step(n, [tensor("loss", np.float32(val + 0.1 * b), ["losses"])], ModeKeys.EVAL))
+                n += 1
+        return out
+
+    assert _run(Overfit(), phases([1.0, 0.95, 1.0, 0.97])).status.value == "NoIssuesFound"  # static gap
+    v = _run(Overfit(), phases([1.0, 0.9, 1.1, 1.3]))
+    assert v.status.value == "IssuesFound" and "rising" in v.message and v.triggers == 2
+    assert _run(Overfit(literal=True), phases([1.0, 0.95, 1.0, 0.97])).triggers == 4

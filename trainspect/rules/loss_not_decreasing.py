@@ -7,6 +7,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numpy as np
+
 from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys, parse_mode
 from trainspect.rules._common import (
@@ -30,6 +32,9 @@ __all__ = ["LossNotDecreasing"]
 MIN_WINDOWS = 5
 """Windows judged before a loss that never went down counts as stalled."""
 
+MAX_TREND_POINTS = 5000
+"""Losses kept for the trend test of a loss that has not gone down yet."""
+
 FLOOR_FRACTION = 0.01
 """A rise smaller than this fraction of the first window's loss is ignored (a loss converged near zero)."""
 
@@ -43,6 +48,7 @@ class _Track:
     best: float = math.inf
     series: WindowedSeries | None = None
     progressed: bool = False
+    seen: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) until the loss went down
 
 
 @dataclass
@@ -53,12 +59,14 @@ class _State:
 class LossNotDecreasing(TensorRule):
     """Trigger when a loss is NaN/Inf, rises clearly above its best, or has not gone down since training began.
 
-    trainspect's default judges windows of ``num_steps`` steps (per tensor and mode), not single values: a
-    window triggers when its median lies above the best window's by more than ``increase_threshold_percent`` %
-    and by more than 3 standard errors of the minibatch noise; and when, after 5 windows of a training
-    loss, no window has gone below the first by ``diff_percent`` % and 2 standard errors (the loss never
-    decreased; evaluation losses are not judged so, since evaluation usually starts after some training). A loss that
-    went down and then stays at its floor is converged, not stalled. NaN or infinite losses always trigger.
+    trainspect's default judges windows of ``num_steps`` steps (per tensor and mode), not single values. It
+    triggers when the loss level (the median of the last three window medians) lies above the lowest level so
+    far by more than ``increase_threshold_percent`` % and 3 standard errors (of the minibatch noise and of the
+    windows' drift); and when, after 5 windows of a training loss, no window has gone below the first by
+    ``diff_percent`` % and 2 standard errors, nor does a line through the losses fall by 2 standard errors
+    (the loss never decreased; evaluation losses are not judged so, since evaluation usually starts after some
+    training). A loss that went down and stays at its floor is converged, not stalled. NaN or infinite losses
+    always trigger.
 
     With ``literal=True`` the rule is smdebug's: at a step s it compares the loss with the newest saved step
     p <= s - num_steps of the same mode, then waits until s + num_steps before judging again, and triggers
@@ -143,6 +151,8 @@ class LossNotDecreasing(TensorRule):
         track = state.tracks.setdefault((name, int(data.mode)), _Track())
         if track.series is None:
             track.series = WindowedSeries(self.params["num_steps"])
+        if not track.progressed and len(track.seen) < MAX_TREND_POINTS:
+            track.seen.append((data.step, loss))
         win = track.series.add(data.mode_step, data.step, loss)
         return self._judge_window(track, name, data.mode, win) if win is not None else None
 
@@ -157,6 +167,8 @@ class LossNotDecreasing(TensorRule):
         decrease = 100.0 * (prev.mean - win.mean) / abs(prev.mean) if prev.mean else 0.0
         diff = self.params["diff_percent"]
         if first.mean - win.mean > max(Z_PROGRESS * (first.se + win.se), abs(first.mean) * diff / 100.0):
+            track.progressed = True
+        elif not track.progressed and _falling(track.seen):
             track.progressed = True
         rise = self.params["increase_threshold_percent"]
         best = series.best
@@ -216,6 +228,25 @@ class LossNotDecreasing(TensorRule):
     def insufficient(self, state: _State) -> str:
         """Too few saved losses to compare over ``num_steps``."""
         return f"needs saved losses over at least two windows of num_steps={self.params['num_steps']} steps"
+
+
+def _falling(points: list[tuple[int, float]]) -> bool:
+    """Whether a least-squares line through the losses so far falls by more than ``Z_PROGRESS`` standard errors.
+
+    A steady decrease that no two windows show beyond their noise still counts as progress.
+    """
+    if len(points) < 4:
+        return False
+    x = np.asarray([p[0] for p in points], dtype=np.float64)
+    y = np.asarray([p[1] for p in points], dtype=np.float64)
+    x = x - x.mean()
+    sxx = float(x @ x)
+    if sxx == 0:
+        return False
+    slope = float(x @ (y - y.mean())) / sxx
+    resid = y - y.mean() - slope * x
+    se = math.sqrt(float(resid @ resid) / (len(points) - 2) / sxx)
+    return slope < 0 and (se == 0 or -slope / se > Z_PROGRESS)
 
 
 def _combine(results: list[_Result]) -> Check | None:

@@ -18,6 +18,9 @@ from trainspect.rules._common import Window, noise_sigma
 
 __all__ = ["WindowedSeries"]
 
+LEVEL = 3
+"""Windows whose medians make one loss level (see :meth:`WindowedSeries.rose`)."""
+
 MEDIAN_EFFICIENCY = math.sqrt(math.pi / 2)
 """The standard error of a median is this much larger than that of a mean (normal noise)."""
 
@@ -46,6 +49,8 @@ class WindowedSeries:
     best: Window | None = None
     previous: Window | None = None
     closed: int = 0
+    _medians: deque[float] = field(default_factory=lambda: deque(maxlen=8))
+    best_level: float = math.inf
 
     def add(self, mode_step: int, step: int, value: float) -> Window | None:
         """Add a finite value; return the window that this value closed, if any."""
@@ -78,12 +83,26 @@ class WindowedSeries:
         if self.best is None or win.mean < self.best.mean:
             self.best = win
         self.previous = win
+        self._medians.append(win.mean)
+        self.best_level = min(self.best_level, self._level())
+
+    def _level(self, extra: float | None = None) -> float:
+        """The loss level: the median of the last ``LEVEL`` window medians (one lucky or unlucky window is ignored)."""
+        recent = list(self._medians)[-(LEVEL - (extra is not None)) :] + ([extra] if extra is not None else [])
+        return float(np.median(recent))
 
     def rose(self, win: Window, percent: float, z: float, floor: float = 0.0) -> bool:
-        """Whether ``win`` lies above the best window by more than ``percent`` %, ``z`` standard errors, ``floor``."""
+        """Whether ``win`` lies above the best window by more than ``percent`` %, ``z`` standard errors, ``floor``.
+
+        Levels are compared, not single windows: the median of the last three window medians (this one included)
+        against the lowest such level so far, so one lucky or unlucky window decides nothing. The standard errors
+        are those of the windows and the drift of the recent windows' medians from one window to the next (data
+        order and momentum make windows wander more than independent noise would).
+        """
         best = self.best
-        if best is None:
+        if best is None or not math.isfinite(self.best_level):
             return False
-        gap = win.mean - best.mean
-        margin = max(abs(best.mean) * percent / 100.0, z * (win.se + best.se), floor)
+        gap = self._level(win.mean) - self.best_level
+        drift = noise_sigma(list(self._medians)) if len(self._medians) >= 3 else 0.0  # windows wander too
+        margin = max(abs(self.best_level) * percent / 100.0, z * (win.se + best.se), z * drift, floor)
         return gap > margin and math.isfinite(gap)

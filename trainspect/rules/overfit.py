@@ -19,7 +19,7 @@ __all__ = ["Overfit"]
 TRAIN_WINDOW = 20
 """Training losses just before an evaluation that stand for "the training loss at the same point"."""
 
-MIN_RISE = 0.01
+MIN_RISE = 0.1
 """Smallest relative rise of the validation loss above its best that counts (besides the noise test)."""
 
 
@@ -31,6 +31,7 @@ class _State:
     evals: list[float] = field(default_factory=list)
     eval_steps: list[int] = field(default_factory=list)
     best: Window | None = None
+    best_values: list[float] = field(default_factory=list)
     first: Window | None = None
     streak: int = 0
     evaluations: int = 0
@@ -43,8 +44,9 @@ class Overfit(TensorRule):
     ends). trainspect's default compares its mean loss with the mean of the last 20 training losses before
     it (the training loss at the same point of training), and counts it when the relative gap
     ``(val − train) / train`` exceeds ``ratio_threshold`` *and* the validation loss lies above its best
-    evaluation by more than 3 standard errors (its spread over the evaluation's batches) and 1 % of the best
-    (or first, if larger: a loss converged near zero does not rise) evaluation's loss: the gap
+    evaluation by more than 3 standard errors (batch by batch when the evaluations cover the same number of
+    batches, else from their spreads) and 10 % of the best (or first, if larger: a loss converged near zero does
+    not rise) evaluation's loss: the gap
     grows because validation gets worse, not because training is still going well. ``patience``
     consecutive such evaluations trigger. With ``literal=True`` the rule is smdebug's: the static gap against
     the mean training loss since the previous evaluation. Steps before ``start_step`` are ignored. Heuristic:
@@ -120,16 +122,15 @@ class Overfit(TensorRule):
         state.evaluations += 1
         if self.params["literal"]:
             return self._literal(state, float(np.mean(train)), float(np.mean(evals)), steps)
-        return self._windowed(state, window_of(evals, steps, _spread(evals)))
+        return self._windowed(state, window_of(evals, steps, _spread(evals)), evals)
 
-    def _windowed(self, state: _State, val: Window) -> Check:
+    def _windowed(self, state: _State, val: Window, values: list[float]) -> Check:
         recent = list(state.recent)
         train = window_of([v for _, v in recent], [s for s, _ in recent])
         gap = (val.mean - train.mean) / abs(train.mean) if train.mean else float("inf")
         best, first = state.best, state.first or val
         state.first = first
-        floor = MIN_RISE * max(abs(best.mean), abs(first.mean)) if best is not None else 0.0
-        rising = best is not None and val.mean - best.mean > max(Z_RISE * (val.se + best.se), floor)
+        rising = best is not None and _rising(val, values, best, state.best_values, first)
         state.streak = state.streak + 1 if gap > self.threshold() and rising else 0
         detail = (
             f"validation loss {fmt(val.mean)} (EVAL steps {val.steps()}) vs training loss {fmt(train.mean)} "
@@ -143,7 +144,7 @@ class Overfit(TensorRule):
             )
         detail += f" ({state.streak}/{self.params['patience']} in a row)"
         if best is None or val.mean < best.mean:
-            state.best = val
+            state.best, state.best_values = val, list(values)
         return Check(gap, state.streak >= self.params["patience"], (), detail)
 
     def _literal(self, state: _State, mean_train: float, mean_eval: float, steps: list[int]) -> Check:
@@ -158,6 +159,20 @@ class Overfit(TensorRule):
     def insufficient(self, state: _State) -> str:
         """Needs losses of both modes."""
         return "needs losses saved in both TRAIN and EVAL mode (an evaluation after some training)"
+
+
+def _rising(val: Window, values: list[float], best: Window, best_values: list[float], first: Window) -> bool:
+    """Whether the validation loss lies above its best evaluation beyond noise and 10 % of its scale.
+
+    Evaluations over the same held-out batches are compared batch by batch (a paired test: the spread between
+    different batches is no noise here); otherwise by their means and standard errors.
+    """
+    floor = MIN_RISE * max(abs(best.mean), abs(first.mean))
+    if len(values) == len(best_values) and len(values) > 1:
+        diffs = np.asarray(values) - np.asarray(best_values)
+        se = float(np.std(diffs, ddof=1)) / np.sqrt(diffs.size)
+        return float(diffs.mean()) > max(Z_RISE * se, floor)
+    return val.mean - best.mean > max(Z_RISE * (val.se + best.se), floor)
 
 
 def _spread(values: list[float]) -> float:

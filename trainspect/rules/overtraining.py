@@ -10,9 +10,8 @@ from typing import ClassVar
 import numpy as np
 
 from trainspect.modes import ModeKeys
-from trainspect.rules._common import LITERAL, Z_PROGRESS, Z_RISE, Window, fmt, window_of
+from trainspect.rules._common import LITERAL, Z_PROGRESS, Window, fmt, window_of
 from trainspect.rules.base import Param, Requirement
-from trainspect.rules.loss_windows import WindowedSeries
 from trainspect.rules.step_data import Check, StepData, as_float
 from trainspect.rules.tensor_rule import Select, TensorRule
 
@@ -28,8 +27,6 @@ class _Best:
 @dataclass
 class _State:
     modes: dict[ModeKeys, _Best] = field(default_factory=dict)  # literal
-    train: WindowedSeries | None = None
-    rise_streak: int = 0
     recent: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=20))
     evals: list[tuple[int, float]] = field(default_factory=list)
     best_val: Window | None = None
@@ -38,15 +35,15 @@ class _State:
 
 
 class Overtraining(TensorRule):
-    """Trigger when training goes on although the validation loss stopped improving, or the training loss rises.
+    """Trigger when training goes on although the validation loss stopped improving.
 
-    trainspect's default judges windows, not single losses. Validation: each evaluation (a run of EVAL
-    steps) is averaged; it improves when it lies below the best evaluation by more than ``delta`` and 2
-    standard errors. After ``patience_validation`` evaluations without improvement the rule triggers if the
-    training loss (mean of the last 20 TRAIN losses) went down meanwhile: the model keeps fitting the
-    training set while validation stalls. Training: windows of ``num_steps`` TRAIN losses; a window more
-    than ``delta`` and 3 standard errors above the best window counts, and ``patience_train`` such windows
-    in a row trigger. A training loss that levels off at its floor is converged, not overtrained.
+    trainspect's default judges evaluations, not single losses: each evaluation (a run of EVAL steps) is
+    averaged, and improves when it lies below the best evaluation by more than ``delta`` and 2 standard errors.
+    After ``patience_validation`` evaluations without improvement the rule triggers if the training loss (the
+    mean of the last 20 TRAIN losses) went down meanwhile: the model keeps fitting the training set while
+    validation stalls. A training loss that levels off is converged, not overtrained, and one that rises is
+    LossNotDecreasing's finding, so ``patience_train`` applies only to the literal rule; without EVAL losses
+    the rule has no data.
 
     With ``literal=True`` the rule is smdebug's: the best single loss per mode, which must improve by more
     than ``delta`` within ``patience_train`` saved TRAIN steps and ``patience_validation`` saved EVAL steps.
@@ -58,16 +55,15 @@ class Overtraining(TensorRule):
     """
 
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("patience_train", int, 5, "training windows (literal: saved TRAIN steps) tolerated", min=1),
+        Param("patience_train", int, 5, "saved TRAIN steps without improvement tolerated (literal only)", min=1),
         Param("patience_validation", int, 10, "evaluations (literal: saved EVAL steps) without improvement", min=1),
         Param("delta", float, 0.01, "smallest improvement that counts", min=0),
-        Param("num_steps", int, 10, "TRAIN steps per window (not used with literal)", min=1),
         LITERAL,
     )
     recommendation: ClassVar[str] = (
         "The loss stopped improving: stop training (early stopping), lower the learning rate, or regularise."
     )
-    series_label: ClassVar[str] = "windows or evaluations without improvement"
+    series_label: ClassVar[str] = "evaluations without improvement"
 
     def selects(self) -> list[Select]:
         """The losses collection."""
@@ -82,7 +78,7 @@ class Overtraining(TensorRule):
         return _State()
 
     def check(self, state: _State, data: StepData) -> Check | None:
-        """Update the best loss of this step's mode."""
+        """Collect losses; judge an evaluation when training resumes."""
         if data.mode not in (ModeKeys.TRAIN, ModeKeys.EVAL):
             return None
         values = [v for v in (as_float(r) for r in data.role()) if v is not None and math.isfinite(v)]
@@ -96,30 +92,11 @@ class Overtraining(TensorRule):
             return None
         result = self._close_evaluation(state)
         state.recent.append((data.step, loss))
-        if state.train is None:
-            state.train = WindowedSeries(self.params["num_steps"])
-        win = state.train.add(data.mode_step, data.step, loss)
-        train_result = self._judge_train(state, win) if win is not None else None
-        return result if result is not None and (result.triggered or train_result is None) else train_result
+        return result
 
     def finish(self, state: _State, last: StepData | None) -> Check | None:
         """Judge an evaluation still open when the data ends."""
         return None if self.params["literal"] else self._close_evaluation(state)
-
-    def _judge_train(self, state: _State, win: Window) -> Check:
-        series = state.train
-        assert series is not None
-        delta = self.params["delta"]
-        rose = series.rose(win, 0.0, Z_RISE, delta)
-        state.rise_streak = state.rise_streak + 1 if rose else 0
-        best = series.best or win
-        series.remember(win)
-        patience = self.params["patience_train"]
-        detail = (
-            f"TRAIN loss median {fmt(win.mean)} over steps {win.steps()}, best window {fmt(best.mean)} "
-            f"(steps {best.steps()}); {state.rise_streak} window(s) in a row clearly above it (patience {patience})"
-        )
-        return Check(float(state.rise_streak), state.rise_streak >= patience, (), detail)
 
     def _close_evaluation(self, state: _State) -> Check | None:
         if not state.evals or not state.recent:
