@@ -21,6 +21,7 @@ class _State:
     first_loss: float | None = None
     loss: float | None = None
     excused: dict[str, str] = field(default_factory=dict)
+    grads_seen: bool = False
 
 
 class VanishingGradient(TensorRule):
@@ -76,6 +77,12 @@ class VanishingGradient(TensorRule):
         """Gradients are what must be recorded."""
         return "collection 'gradients'"
 
+    def insufficient(self, state: _State) -> str:
+        """No gradients were recorded (only losses), or none was finite."""
+        if state.grads_seen:
+            return "every recorded gradient was NaN/Inf (ExplodingTensor's finding)"
+        return "no gradients were recorded; record collection 'gradients'"
+
     def threshold(self) -> float:
         """Return ``threshold``."""
         return float(self.params["threshold"])
@@ -87,6 +94,7 @@ class VanishingGradient(TensorRule):
     def check(self, state: _State, data: StepData) -> Check | None:
         """Judge the smallest finite mean |gradient| at this step."""
         self._note_loss(state, data)
+        state.grads_seen = state.grads_seen or bool(data.role())
         limit = self.threshold()
         values = {}
         for rec in data.role():
