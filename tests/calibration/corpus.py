@@ -120,9 +120,11 @@ def mlp(sizes: list[int], act: Callable[[], nn.Module] = nn.ReLU) -> nn.Sequenti
 
 
 def train(out: Path, model: nn.Module, opt: torch.optim.Optimizer, task: Task, steps: int = STEPS,
-          save_all: bool = False, batch: int = BATCH, per_step: Callable[..., None] | None = None) -> None:  # fmt: skip
+          save_all: bool = False, batch: int = BATCH, per_step: Callable[..., None] | None = None,
+          rules: list[Any] | None = None) -> None:  # fmt: skip
     """Train and evaluate as a careful user records it."""
     kwargs: dict[str, Any] = {"save_all": True} if save_all else {"include_collections": list(COLLECTIONS)}
+    kwargs["rules"] = rules
     with ts.torch.Hook(
         out, export_tensorboard=False, save_config=SaveConfig(save_interval=SAVE_EVERY), **kwargs
     ) as hook:

@@ -113,3 +113,19 @@ def test_verdict_steps_and_message_agree_and_name_the_mode(verdicts: dict[str, t
     (lnd,) = [v for v in verdicts["lr_nan"][1] if v["rule"] == "LossNotDecreasing"]
     assert f"first at step {lnd['first_trigger_step']}" in lnd["message"] and "TRAIN" in lnd["message"]
     assert f"at step {lnd['first_trigger_step']}:" in lnd["message"]
+
+
+def test_live_verdicts_agree_with_the_cli(tmp_path: Path) -> None:
+    from corpus import _kill_relus, mlp, teacher_task, train
+    from torch.optim import Adam
+
+    from trainspect.rules import DeadRelu, LossNotDecreasing, Overfit, Overtraining, VanishingGradient
+
+    rules = [VanishingGradient(), LossNotDecreasing(), Overfit(), Overtraining(), DeadRelu()]
+    model = mlp([16, 64, 64, 4])
+    _kill_relus(model)
+    train(tmp_path / "run", model, Adam(model.parameters(), lr=1e-3), teacher_task(seed=14), steps=200, rules=rules)
+    live = {v.rule: v.status.value for v in ts.rules.load_verdicts(tmp_path / "run")}
+    proc = cli(tmp_path / "run", *[arg for r in rules for arg in ("--rule", r.name)])
+    assert live == {v["rule"]: v["status"] for v in json.loads(proc.stdout)}
+    assert live["DeadRelu"] == "IssuesFound" and live["VanishingGradient"] == "NoIssuesFound"
