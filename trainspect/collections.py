@@ -17,6 +17,8 @@ __all__ = [
     "SCALAR_COLLECTIONS",
     "DEFAULT_COLLECTIONS",
     "ALWAYS_SAVED",
+    "ACTIVATION_COLLECTIONS",
+    "activation_tags",
 ]
 
 # PyTorch regexes of smdebug (spec 5.4); `inputs`/`outputs` collect module inputs/outputs by module.
@@ -31,7 +33,17 @@ _BUILTIN_REGEX: dict[str, list[str]] = {
     "inputs": [],
     "outputs": [],
 }
-BUILTIN_COLLECTIONS = tuple(_BUILTIN_REGEX)
+ACTIVATION_COLLECTIONS: dict[str, tuple[frozenset[str], bool]] = {
+    "relu_input": (frozenset({"ReLU", "LeakyReLU"}), True),
+    "relu_output": (frozenset({"ReLU", "LeakyReLU"}), False),
+    "tanh_input": (frozenset({"Tanh"}), True),
+    "sigmoid_input": (frozenset({"Sigmoid"}), True),
+}
+"""Collections of activation inputs/outputs, by module type: ``name -> (module types, inputs (else outputs))``.
+
+Whenever a module of one of these types has its inputs (outputs) recorded, for whatever collection, the tensors
+are also members of the matching collection, so rules such as DeadRelu find them (also under ``save_all``)."""
+BUILTIN_COLLECTIONS = (*_BUILTIN_REGEX, *ACTIVATION_COLLECTIONS)
 SCALAR_COLLECTIONS = frozenset({"losses", "metrics", "optimizer_variables", "sm_metrics", "scalars"})
 DEFAULT_COLLECTIONS = ("losses",)
 ALWAYS_SAVED = ("losses",)
@@ -202,8 +214,24 @@ class CollectionManager:
         return {name: c.to_dict() for name, c in self._collections.items()}
 
 
+def activation_tags(type_name: str) -> tuple[frozenset[str], frozenset[str]]:
+    """Return the activation collections that a module of this type's (inputs, outputs) belong to.
+
+    Example:
+        >>> activation_tags("ReLU")
+        (frozenset({'relu_input'}), frozenset({'relu_output'}))
+    """
+    ins = frozenset(n for n, (types, inp) in ACTIVATION_COLLECTIONS.items() if inp and type_name in types)
+    outs = frozenset(n for n, (types, inp) in ACTIVATION_COLLECTIONS.items() if not inp and type_name in types)
+    return ins, outs
+
+
 def _builtin(name: str) -> Collection:
     coll = Collection(name, include_regex=list(_BUILTIN_REGEX.get(name, [])))
+    if name in ACTIVATION_COLLECTIONS:
+        types, inputs = ACTIVATION_COLLECTIONS[name]
+        coll.module_types |= set(types)
+        coll.module_inputs, coll.module_outputs = inputs, not inputs
     if name == "all":
         coll.include(".*")
         coll.module_types.add("*")

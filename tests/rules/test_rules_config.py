@@ -89,7 +89,7 @@ def test_requirements_of_activation_rules_name_module_types():
     from trainspect.rules import DeadRelu, PoorWeightInitialization, SaturatedActivation
 
     (relu,) = DeadRelu().requirements()
-    assert relu.module_types == ("ReLU",) and relu.module_outputs
+    assert relu.module_types == ("ReLU", "LeakyReLU") and relu.module_outputs
     pwi = PoorWeightInitialization().requirements()[0]
     assert pwi.module_types == ("ReLU",) and pwi.module_inputs and pwi.save_interval == 1 and pwi.end_step == 10
     sat = {r.collection: r for r in SaturatedActivation().requirements()}

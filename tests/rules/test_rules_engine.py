@@ -49,7 +49,7 @@ def test_evaluate_finished_run_writes_and_reads_back(tmp_path):
     rules = [VanishingGradient(), ExplodingTensor(), LossNotDecreasing(), WeightUpdateRatio()]
     verdicts = evaluate(trainspect.create_trial(run), rules)
     assert [v.status for v in verdicts] == [Status.NO_ISSUES_FOUND] * 4
-    assert [v.datapoints for v in verdicts] == [30, 30, 2, 29]
+    assert [v.datapoints for v in verdicts] == [30, 30, 3, 29]
     doc = json.loads(RunLayout(run).verdicts.read_text())
     assert doc["final"] is True and [v["rule"] for v in doc["verdicts"]] == [r.name for r in rules]
     assert load_verdicts(run) == verdicts

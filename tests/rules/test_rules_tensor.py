@@ -112,15 +112,17 @@ def brute_lnd(values: list[float], n: int, diff: float) -> list[int]:
 
 def test_loss_not_decreasing_matches_brute_force_on_a_plateau():
     values = [1.0 / (1 + i) for i in range(30)] + [0.03] * 30
-    v = run(LossNotDecreasing(increase_threshold_percent="1000"), losses(values))
+    v = run(LossNotDecreasing(increase_threshold_percent="1000", literal=True), losses(values))
     ref = brute_lnd(values, 10, 0.1)
     assert ref and v.triggers == len(ref) and v.first_trigger_step == ref[0] and v.last_trigger_step == ref[-1]
     assert "threshold 0.1%" in v.message
 
 
 def test_loss_not_decreasing_quiet_while_loss_falls():
-    v = run(LossNotDecreasing(), losses([math.exp(-0.05 * i) for i in range(50)]))
+    v = run(LossNotDecreasing(literal=True), losses([math.exp(-0.05 * i) for i in range(50)]))
     assert v.status is Status.NO_ISSUES_FOUND and v.datapoints == 4
+    v = run(LossNotDecreasing(), losses([math.exp(-0.05 * i) for i in range(50)]))
+    assert v.status is Status.NO_ISSUES_FOUND and v.datapoints == 5
 
 
 def test_loss_not_decreasing_non_finite_loss_triggers():
@@ -130,17 +132,19 @@ def test_loss_not_decreasing_non_finite_loss_triggers():
 
 
 def test_loss_not_decreasing_too_little_data_and_mode_filter():
-    v = run(LossNotDecreasing(), losses([1.0, 0.9, 0.8]))
+    v = run(LossNotDecreasing(literal=True), losses([1.0, 0.9, 0.8]))
     assert v.status is Status.NO_DATA and "num_steps=10" in v.message
     flat_eval = losses([1.0] * 30, mode=ModeKeys.EVAL)
-    assert run(LossNotDecreasing(mode="train"), flat_eval).status is Status.NO_DATA
-    assert run(LossNotDecreasing(mode="EVAL"), flat_eval).status is Status.ISSUES_FOUND
+    assert run(LossNotDecreasing(mode="train", literal=True), flat_eval).status is Status.NO_DATA
+    assert run(LossNotDecreasing(mode="EVAL", literal=True), flat_eval).status is Status.ISSUES_FOUND
+    assert run(LossNotDecreasing(), losses([1.0] * 60)).status is Status.ISSUES_FOUND  # never went down
+    assert run(LossNotDecreasing(), losses([1.0] * 60, mode=ModeKeys.EVAL)).status is Status.NO_ISSUES_FOUND
 
 
 def test_loss_not_decreasing_schedule_with_sparse_losses():
     # loss saved every 3 steps, num_steps 10: judged at 12 (vs 0), then at the first saved step >= 22: 24
     data = [step(s, [tensor("loss", np.float32(1.0), ["losses"])]) for s in range(0, 40, 3)]
-    v = run(LossNotDecreasing(), data)
+    v = run(LossNotDecreasing(literal=True), data)
     assert v.series[0].trigger_x == (12.0, 24.0, 36.0)
 
 
@@ -214,10 +218,13 @@ def test_poor_weight_initialization_variance_ratio_and_window():
 
 def test_poor_weight_initialization_gradient_spread_and_loss_patience():
     narrow = [tensor("gradient/w", np.full((10, 10), 1e-6))]
-    assert checks(PoorWeightInitialization(), [step(0, {"grad": narrow})])[0].triggered
+    assert checks(PoorWeightInitialization(literal=True), [step(0, {"grad": narrow})])[0].triggered
+    assert not checks(PoorWeightInitialization(), [step(0, {"grad": narrow})])[0].triggered  # reported only
     flat = [step(i, {"loss": [tensor("loss", np.float32(1.0))]}) for i in range(7)]
-    res = checks(PoorWeightInitialization(patience=5), flat)
+    res = checks(PoorWeightInitialization(patience=5, literal=True), flat)
     assert [r.triggered for r in res] == [False] * 5 + [True] * 2
+    res = checks(PoorWeightInitialization(patience=5), flat)
+    assert not any(r.triggered for r in res) and "loss not improved" in res[-1].detail
 
 
 # --- AllZero, TensorVariance, UnchangedTensor ----------------------------------------------------------------
@@ -297,17 +304,35 @@ def phases(train: float, val: float, rounds: int) -> list:
 
 
 def test_overfit():
-    v = run(Overfit(patience=2), phases(1.0, 1.5, 3))
+    v = run(Overfit(patience=2, literal=True), phases(1.0, 1.5, 3))
     assert v.status is Status.ISSUES_FOUND and v.datapoints == 3 and v.triggers == 2
-    assert run(Overfit(), phases(1.0, 1.05, 3)).status is Status.NO_ISSUES_FOUND
+    assert run(Overfit(literal=True), phases(1.0, 1.05, 3)).status is Status.NO_ISSUES_FOUND
+    assert run(Overfit(), phases(1.0, 1.5, 3)).status is Status.NO_ISSUES_FOUND  # a static gap: not rising
     assert run(Overfit(), losses([1.0] * 5)).status is Status.NO_DATA
 
 
 def test_overtraining():
     flat = losses([1.0] * 8)
-    v = run(Overtraining(), flat)
+    v = run(Overtraining(literal=True), flat)
     assert v.triggers == 3 and v.first_trigger_step == 5
-    assert run(Overtraining(), losses([1.0 - 0.1 * i for i in range(8)])).status is Status.NO_ISSUES_FOUND
+    falling = losses([1.0 - 0.1 * i for i in range(8)])
+    assert run(Overtraining(literal=True), falling).status is Status.NO_ISSUES_FOUND
+    assert run(Overtraining(), losses([1.0] * 80)).status is Status.NO_DATA  # judges evaluations only
+    # validation stalls at 1.0 while training keeps improving: overtrained after patience_validation evaluations
+    data, n = [], 0
+    for k in range(6):
+        for _ in range(3):
+            data.append(step(n, [tensor("loss", np.float32(1.0 - 0.1 * k), ["losses"])], ModeKeys.TRAIN))
+            n += 1
+        for v in (1.0, 1.1):
+            data.append(step(n, [tensor("loss", np.float32(v), ["losses"])], ModeKeys.EVAL))
+            n += 1
+    v = run(Overtraining(patience_validation=3), data)
+    assert v.status is Status.ISSUES_FOUND and "3 evaluation(s) without improvement" in v.message
+    flat = [d for d in data if d.mode is ModeKeys.EVAL] + [
+        step(100 + i, [tensor("loss", np.float32(0.5), ["losses"])], ModeKeys.TRAIN) for i in range(3)
+    ]
+    assert run(Overtraining(patience_validation=3), flat).status is not Status.ISSUES_FOUND
 
 
 # --- SimilarAcrossRuns -------------------------------------------------------------------------------------

@@ -31,7 +31,9 @@ def _resolve_rules(rules: Any) -> list[Any]:
         if rules.strip().lower() != "default":
             raise ValueError(f"rules={rules!r}: pass a list of rules or 'default'")
         return list(default_rules())
-    return list(rules)
+    from trainspect.rules.registry import resolve_rules
+
+    return resolve_rules(rules)
 
 
 _MLFLOW_KEYS = {"run": "run", "runid": "run", "trackinguri": "tracking_uri", "intervals": "interval_s",

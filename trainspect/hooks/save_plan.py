@@ -6,7 +6,14 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
-from trainspect.collections import ALWAYS_SAVED, DEFAULT_COLLECTIONS, Collection, CollectionManager
+from trainspect.collections import (
+    ACTIVATION_COLLECTIONS,
+    ALWAYS_SAVED,
+    DEFAULT_COLLECTIONS,
+    Collection,
+    CollectionManager,
+    activation_tags,
+)
 from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys
@@ -25,7 +32,12 @@ KNOWN_COLLECTIONS = (
     "outputs",
     "optimizer_variables",
     "scalars",
+    *ACTIVATION_COLLECTIONS,
 )
+
+
+_TAGGED = ("weights", "biases", "gradients")
+"""Built-in collections by name that a saved tensor joins even when only another collection records it."""
 
 
 @dataclass(frozen=True)
@@ -109,37 +121,43 @@ class SavePlanner:
         return DEFAULT_COLLECTIONS
 
     def add_requirement(self, req: Requirement) -> None:
-        """Record what a rule needs, keeping the user's own settings of that collection."""
+        """Record what a rule needs, never taking away what the user asked for.
+
+        The rule's reductions are added to the collection's; its save interval applies unless the user configured
+        the collection. A collection the user included keeps its raw tensors (and so its histograms) even when the
+        rule needs only reductions.
+        """
+        user_included = req.collection in self.included
         coll = self.manager.get(req.collection)
         if req.include_regex:
             coll.include([r for r in req.include_regex if r not in coll.include_regex])
         coll.module_types |= set(req.module_types)
         coll.module_inputs = coll.module_inputs or req.module_inputs
         coll.module_outputs = coll.module_outputs or req.module_outputs
-        if req.collection not in self._user_configured:
-            self._apply_rule_settings(coll, req)
-        self.included.add(req.collection)
-
-    def _apply_rule_settings(self, coll: Collection, req: Requirement) -> None:
-        if req.save_interval is not None:
+        if req.collection not in self._user_configured and req.save_interval is not None:
             current = coll.save_config.get_save_config(ModeKeys.TRAIN).save_interval if coll.save_config else None
             interval = req.save_interval if current is None else min(current, req.save_interval)
             coll.save_config = SaveConfig(save_interval=interval)
+        self._add_reductions(coll, req, keep_raw=user_included)
+        self.included.add(req.collection)
+
+    def _add_reductions(self, coll: Collection, req: Requirement, keep_raw: bool) -> None:
         wanted = ReductionConfig.from_string(",".join(req.reductions)) if req.reductions else None
-        if req.raw:
-            if coll.reduction_config is not None:
-                coll.reduction_config = replace(coll.reduction_config, save_raw_tensor=True)
+        base = coll.reduction_config or self.reduction_config
+        if req.raw or (keep_raw and (base is None or not base.has_reductions)):
+            if base is not None and base.has_reductions:
+                coll.reduction_config = replace(base, save_raw_tensor=True)
             elif wanted is not None:
                 coll.reduction_config = replace(wanted, save_raw_tensor=True)
-        elif wanted is not None:
-            base = coll.reduction_config
-            if base is None and self.reduction_config is None:
-                coll.reduction_config = wanted
-            else:
-                merged = sorted(set((base or self.reduction_config or wanted).names()) | set(wanted.names()))
-                text = ",".join(("abs_" if a else "") + n for n, a in merged)
-                raw = (base or self.reduction_config or wanted).save_raw_tensor
-                coll.reduction_config = ReductionConfig.from_string(text, save_raw_tensor=raw)
+            return
+        if wanted is None:
+            return
+        if base is None:
+            coll.reduction_config = wanted
+            return
+        merged = sorted(set(base.names()) | set(wanted.names()))
+        text = ",".join(("abs_" if a else "") + n for n, a in merged)
+        coll.reduction_config = ReductionConfig.from_string(text, save_raw_tensor=base.save_raw_tensor)
 
     # --- per step ------------------------------------------------------------------------------------------
     def _include_user_collections(self) -> None:
@@ -222,8 +240,18 @@ class SavePlanner:
         if plan is None:
             colls = [c for c in self.membership(name, extra) if c in self._active]
             plan = self._make_plan(colls) if colls else _NOTHING
+            if plan.raw or plan.reductions:  # a weight or activation saved for another collection is still one
+                tags = self._tags(name, extra).difference(colls)
+                if tags:
+                    plan = replace(plan, collections=plan.collections | tags)
             self._plans[key] = plan
         return plan
+
+    def _tags(self, name: str, extra: Iterable[str]) -> frozenset[str]:
+        """Built-in collections a saved tensor belongs to whether or not they are recorded (``save_all``…)."""
+        tags = frozenset(extra).intersection(ACTIVATION_COLLECTIONS) if extra else frozenset()
+        by_name = frozenset(c for c in _TAGGED if self.manager.get(c).matches(name))
+        return tags | by_name
 
     def _make_plan(self, names: list[str]) -> TensorPlan:
         raw, hist, reductions = False, False, set()
@@ -262,6 +290,9 @@ class SavePlanner:
                 ins.add(cname)
             if wants_out:
                 outs.add(cname)
-        result = frozenset(ins), frozenset(outs)
+        tag_in, tag_out = activation_tags(type_name)
+        for tag in tag_in | tag_out:
+            self.manager.get(tag)  # listed in the collections file with its members
+        result = frozenset(ins) | tag_in, frozenset(outs) | tag_out
         self._module_plans[key] = result
         return result

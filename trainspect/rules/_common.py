@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -53,3 +54,67 @@ def is_training(mode: object) -> bool:
     """Whether a step of this mode updates weights (TRAIN, or GLOBAL when no mode was set)."""
     name = getattr(mode, "name", str(mode))
     return name in ("TRAIN", "GLOBAL")
+
+
+LITERAL = Param(
+    "literal",
+    bool,
+    False,
+    "True: smdebug's literal rule (single points, no noise test), see docs/rules.md; False: trainspect's",
+)
+"""The parameter every rule whose default differs from smdebug's literal rule takes to restore it."""
+
+Z_RISE = 3.0
+"""Standard errors by which a window must exceed another to count as a real rise (guards against false alarms)."""
+
+Z_PROGRESS = 2.0
+"""Standard errors by which a window must lie below another to count as real progress."""
+
+
+def noise_sigma(values: list[float] | np.ndarray) -> float:
+    """Estimate the step-to-step noise of a series: the robust spread of successive differences over sqrt(2).
+
+    Trends barely affect it (differences remove them), and a few spikes do not inflate it (median, not mean).
+
+    Example:
+        >>> round(noise_sigma([1.0, 1.2, 1.0, 1.2, 1.0]), 3)
+        0.212
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[np.isfinite(arr)]
+    if arr.size < 3:
+        return float(np.std(arr)) if arr.size else 0.0
+    diffs = np.abs(np.diff(arr))
+    return float(1.4826 * np.median(diffs) / math.sqrt(2.0))
+
+
+@dataclass
+class Window:
+    """Summary of a run of loss values: mean, count, spread and the global steps it covers."""
+
+    mean: float
+    count: int
+    sigma: float
+    first_step: int
+    last_step: int
+
+    @property
+    def se(self) -> float:
+        """Standard error of the mean."""
+        return self.sigma / math.sqrt(max(self.count, 1))
+
+    def steps(self) -> str:
+        """The global steps covered, for messages."""
+        return f"{self.first_step}" if self.first_step == self.last_step else f"{self.first_step}-{self.last_step}"
+
+
+def window_of(values: list[float], steps: list[int], sigma: float | None = None) -> Window:
+    """Summarise values (with their global steps); ``sigma`` defaults to their own spread."""
+    arr = np.asarray(values, dtype=np.float64)
+    spread = sigma if sigma is not None else (float(np.std(arr, ddof=1)) if arr.size > 1 else 0.0)
+    return Window(float(arr.mean()), int(arr.size), spread, int(steps[0]), int(steps[-1]))
+
+
+def mode_name(mode: object) -> str:
+    """The mode's name for messages (TRAIN, EVAL…)."""
+    return str(getattr(mode, "name", mode))

@@ -54,7 +54,8 @@ class Param:
         """Convert and validate a value.
 
         Raises:
-            ConfigError: the value has the wrong type or lies outside the allowed range.
+            ConfigError: the value has the wrong type or lies outside the allowed range (one line naming the
+                parameter, the value and what is allowed; the rule prefixes its name).
         """
         if value is None or (isinstance(value, str) and value.strip().lower() in ("none", "null")):
             return None
@@ -75,9 +76,10 @@ class Param:
         if self.type in (int, float) and isinstance(value, bool):
             raise TypeError(value)
         if self.type is int:
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError(value)
-            return int(float(value)) if isinstance(value, str) else int(value)
+            number = float(value) if isinstance(value, str) else value
+            if isinstance(number, float) and not number.is_integer():
+                raise ValueError(value)  # "1.5" is no whole number of steps, not 1
+            return int(number)
         if self.type is float:
             return float(value)
         return self.type(value)
@@ -178,9 +180,12 @@ class Rule(abc.ABC):
             raise ConfigError(
                 f"{self.name}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(declared) or '(none)'}"
             )
-        self.params: dict[str, Any] = {
-            name: p.parse(params[name]) if name in params else p.default for name, p in declared.items()
-        }
+        try:
+            self.params: dict[str, Any] = {
+                name: p.parse(params[name]) if name in params else p.default for name, p in declared.items()
+            }
+        except ConfigError as exc:
+            raise ConfigError(f"{self.name}: {exc}") from None
         self.actions: list[Action] = parse_actions(actions)
         self.validate()
 

@@ -91,7 +91,7 @@ def _explicit_rules(names: Sequence[str], params: dict[str, dict[str, str]], reg
 
 
 def _applicable_rules(
-    trial: Any, params: dict[str, dict[str, str]], registry: RuleRegistry
+    trial: Any, params: dict[str, dict[str, str]], registry: RuleRegistry, strict: bool = True
 ) -> tuple[list[Rule], list[tuple[str, str]]]:
     source = TrialSource(trial)
     names, membership = source.names(), source.membership()
@@ -100,12 +100,17 @@ def _applicable_rules(
     chosen: list[Rule] = []
     skipped: list[tuple[str, str]] = []
     for cls in registry.classes():
+        given = params.get(cls.__name__)
         try:
-            rule = cls(**params.get(cls.__name__, {}))
+            rule = cls(**(given or {}))
         except ConfigError as exc:
+            if given:
+                raise  # the user's --param is wrong: say so (exit 2), do not skip the rule silently
             skipped.append((cls.__name__, f"needs parameters: {exc}"))
             continue
         reason = _why_not(rule, names, membership, has_steps, has_profiler)
+        if reason and given and strict:
+            raise ConfigError(f"--param {cls.__name__}.{next(iter(given))}: {cls.__name__} is not run here ({reason})")
         if reason:
             skipped.append((rule.name, reason))
         else:
@@ -158,7 +163,7 @@ def _rules_for(trial: Any, args: argparse.Namespace, registry: RuleRegistry, err
     params = _parse_params(args.param, registry)
     if args.rule:
         return _explicit_rules(args.rule, params, registry)
-    rules, skipped = _applicable_rules(trial, params, registry)
+    rules, skipped = _applicable_rules(trial, params, registry, strict=not quiet and not args.watch)
     if not quiet:
         for name, reason in skipped:
             print(f"skipped {name}: {reason}", file=err)

@@ -21,7 +21,8 @@ class DeadRelu(TensorRule):
     ``threshold_inactivity`` % of the batch's samples. Heuristic: "dying ReLU" (Maas, Hannun and Ng,
     "Rectifier nonlinearities improve neural network acoustic models", 2013; Lu et al., "Dying ReLU and
     initialization", 2019). Reads the outputs of ``ReLU`` modules (collection ``relu_output``, which a hook
-    given this rule records) or tensors matching ``tensor_regex``.
+    given this rule records, and which holds every recorded output of a ReLU or LeakyReLU module) or tensors
+    matching ``tensor_regex``. Tensors holding NaN or Inf are skipped (ExplodingTensor reports them).
 
     Example:
         >>> DeadRelu(threshold_layer="60").params["threshold_layer"]
@@ -47,7 +48,7 @@ class DeadRelu(TensorRule):
             Select(
                 collections=("relu_output",),
                 regex=tuple(self.params["tensor_regex"] or ()),
-                module_types=("ReLU",),
+                module_types=("ReLU", "LeakyReLU"),
                 module_outputs=True,
             )
         ]
@@ -64,6 +65,8 @@ class DeadRelu(TensorRule):
             if rec.value is None or np.asarray(rec.value).size == 0:
                 continue
             x = per_unit(rec.value)
+            if not np.isfinite(x).all():
+                continue  # NaN/Inf activations are ExplodingTensor's business, not dead units
             active = 100.0 * ((x > 0).sum(axis=0) / x.shape[0])  # == 100 * mean over the batch, without its overhead
             dead[rec.name] = 100.0 * (int(np.count_nonzero(active < inactivity)) / active.size)
         if not dead:

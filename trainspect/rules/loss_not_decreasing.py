@@ -1,4 +1,4 @@
-"""LossNotDecreasing: a loss did not go down by ``diff_percent`` over ``num_steps`` steps."""
+"""LossNotDecreasing: a loss became NaN/Inf, rose above its best, or never went down."""
 
 from __future__ import annotations
 
@@ -7,39 +7,73 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import numpy as np
+
 from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys, parse_mode
-from trainspect.rules._common import COLLECTION_NAMES, TENSOR_REGEX, fmt
+from trainspect.rules._common import (
+    COLLECTION_NAMES,
+    LITERAL,
+    TENSOR_REGEX,
+    Z_PROGRESS,
+    Z_RISE,
+    Window,
+    fmt,
+    is_training,
+    mode_name,
+)
 from trainspect.rules.base import Param
+from trainspect.rules.loss_windows import WindowedSeries
 from trainspect.rules.step_data import Check, StepData, as_float
 from trainspect.rules.tensor_rule import Select, TensorRule
 
 __all__ = ["LossNotDecreasing"]
 
+MIN_WINDOWS = 5
+"""Windows judged before a loss that never went down counts as stalled."""
+
+MAX_TREND_POINTS = 5000
+"""Losses kept for the trend test of a loss that has not gone down yet."""
+
+FLOOR_FRACTION = 0.01
+"""A rise smaller than this fraction of the first window's loss is ignored (a loss converged near zero)."""
+
+_Result = tuple[float, bool, str, str]
+
 
 @dataclass
 class _Track:
-    history: deque[tuple[int, float]] = field(default_factory=deque)
+    history: deque[tuple[int, int, float]] = field(default_factory=deque)  # literal: (mode step, step, loss)
     next_eval: int | None = None
     best: float = math.inf
+    series: WindowedSeries | None = None
+    progressed: bool = False
+    seen: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) until the loss went down
 
 
 @dataclass
 class _State:
     tracks: dict[tuple[str, int], _Track] = field(default_factory=dict)
-    max_seen: int = 0
 
 
 class LossNotDecreasing(TensorRule):
-    """Trigger when a loss is not lower than ``num_steps`` steps earlier by at least ``diff_percent`` %.
+    """Trigger when a loss is NaN/Inf, rises clearly above its best, or has not gone down since training began.
 
-    At a step s where the loss was saved, the rule compares it with the newest saved step
-    p <= s - num_steps of the same mode, then waits until s + num_steps before judging again (smdebug's
-    schedule). It triggers when ``100 * (loss(p) - loss(s)) / |loss(p)| < diff_percent``, when the loss
-    rose more than ``increase_threshold_percent`` % above the lowest loss judged so far, and always when
-    either loss is NaN or infinite. This follows the documented intent of the rule (the spec's decision;
-    smdebug's 2019 tests used another reading). Heuristic: a plateau test as in early stopping (Prechelt,
-    "Early stopping - but when?", 1998). With ``mode`` unset every mode is judged on its own steps.
+    trainspect's default judges windows of ``num_steps`` steps (per tensor and mode), not single values. It
+    triggers when the loss level (the median of the last three window medians) lies above the lowest level so
+    far by more than ``increase_threshold_percent`` % and 3 standard errors (of the minibatch noise and of the
+    windows' drift); and when, after 5 windows of a training loss, no window has gone below the first by
+    ``diff_percent`` % and 2 standard errors, nor does a line through the losses fall by 2 standard errors
+    (the loss never decreased; evaluation losses are not judged so, since evaluation usually starts after some
+    training). A loss that went down and stays at its floor is converged, not stalled. NaN or infinite losses
+    always trigger.
+
+    With ``literal=True`` the rule is smdebug's: at a step s it compares the loss with the newest saved step
+    p <= s - num_steps of the same mode, then waits until s + num_steps before judging again, and triggers
+    when ``100 * (loss(p) - loss(s)) / |loss(p)| < diff_percent`` or the loss rose more than
+    ``increase_threshold_percent`` % above the lowest loss judged so far (docs/rules.md). Heuristic: a
+    plateau test as in early stopping (Prechelt, "Early stopping - but when?", 1998). With ``mode`` unset
+    every mode is judged on its own steps. Steps in messages are global steps.
 
     Example:
         >>> LossNotDecreasing(num_steps="5").params["num_steps"]
@@ -50,14 +84,15 @@ class LossNotDecreasing(TensorRule):
         COLLECTION_NAMES,
         TENSOR_REGEX,
         Param("use_losses_collection", bool, True, "read the losses collection"),
-        Param("num_steps", int, 10, "minimum distance to the step compared with", min=1),
+        Param("num_steps", int, 10, "steps per window (literal: distance to the step compared with)", min=1),
         Param("diff_percent", float, 0.1, "smallest relative decrease (%) that counts as decreasing", min=0, max=100),
         Param("increase_threshold_percent", float, 5.0, "largest rise (%) above the best loss tolerated", min=0),
         Param("mode", str, None, "TRAIN, EVAL, PREDICT or GLOBAL (None: every mode separately)"),
+        LITERAL,
     )
     recommendation: ClassVar[str] = (
-        "The loss stalled or rose: tune the learning rate (often lower it, or add a schedule), check that "
-        "labels match inputs, or stop training if it has converged."
+        "The loss diverged, rose or never went down: lower the learning rate (or add warm-up/a schedule), check "
+        "the data, labels and initialisation."
     )
     series_label: ClassVar[str] = "loss decrease over num_steps (%)"
 
@@ -85,48 +120,100 @@ class LossNotDecreasing(TensorRule):
         return float(self.params["diff_percent"])
 
     def init_state(self) -> _State:
-        """Per (tensor, mode): recent losses and the next step to judge."""
+        """Per (tensor, mode): recent losses (windows) and the next step to judge."""
         return _State()
 
     def check(self, state: _State, data: StepData) -> Check | None:
         """Judge every loss due at this step."""
         if self.params["mode"] is not None and data.mode is not ModeKeys[self.params["mode"]]:
             return None
-        results = [r for r in (self._judge(state, rec.name, data, as_float(rec)) for rec in data.role()) if r]
-        if not results:
-            return None
-        worst = min(results, key=lambda r: r[0] if math.isfinite(r[0]) else -math.inf)
-        bad = tuple(name for _, trig, name, _ in results if trig)
-        return Check(worst[0], bool(bad), bad, next((d for _, t, _, d in results if t), worst[3]))
+        judge = self._literal if self.params["literal"] else self._windowed
+        results = [r for r in (judge(state, rec.name, data, as_float(rec)) for rec in data.role()) if r]
+        return _combine(results)
 
-    def _judge(
-        self, state: _State, name: str, data: StepData, loss: float | None
-    ) -> tuple[float, bool, str, str] | None:
+    def finish(self, state: _State, last: StepData | None) -> Check | None:
+        """Judge the windows still open when the data ends."""
+        if self.params["literal"]:
+            return None
+        results = []
+        for (name, mode), track in state.tracks.items():
+            win = track.series.close() if track.series is not None else None
+            if win is not None and win.count >= max(2, self.params["num_steps"] // 2):
+                results.append(self._judge_window(track, name, ModeKeys(mode), win))
+        return _combine(results)
+
+    # --- trainspect: windows ---------------------------------------------------------------------------
+    def _windowed(self, state: _State, name: str, data: StepData, loss: float | None) -> _Result | None:
+        if loss is None:
+            return None
+        if not math.isfinite(loss):
+            return math.nan, True, name, f"{mode_name(data.mode)} {name} is {fmt(loss)} at step {data.step}: not finite"
+        track = state.tracks.setdefault((name, int(data.mode)), _Track())
+        if track.series is None:
+            track.series = WindowedSeries(self.params["num_steps"])
+        if not track.progressed and len(track.seen) < MAX_TREND_POINTS:
+            track.seen.append((data.step, loss))
+        win = track.series.add(data.mode_step, data.step, loss)
+        return self._judge_window(track, name, data.mode, win) if win is not None else None
+
+    def _judge_window(self, track: _Track, name: str, mode: ModeKeys, win: Window) -> _Result:
+        series = track.series
+        assert series is not None
+        prev, first = series.previous, series.first
+        what = f"{mode_name(mode)} {name}"
+        if prev is None or first is None:
+            series.remember(win)
+            return 0.0, False, name, f"{what}: first window, median {fmt(win.mean)} over steps {win.steps()}"
+        decrease = 100.0 * (prev.mean - win.mean) / abs(prev.mean) if prev.mean else 0.0
+        diff = self.params["diff_percent"]
+        if first.mean - win.mean > max(Z_PROGRESS * (first.se + win.se), abs(first.mean) * diff / 100.0):
+            track.progressed = True
+        elif not track.progressed and _falling(track.seen):
+            track.progressed = True
+        rise = self.params["increase_threshold_percent"]
+        best = series.best
+        assert best is not None
+        detail = (
+            f"{what}: median {fmt(win.mean)} over steps {win.steps()} (previous window {fmt(prev.mean)}, "
+            f"best {fmt(best.mean)} at steps {best.steps()}, noise s.e. {fmt(win.se)})"
+        )
+        triggered = False
+        if series.rose(win, rise, Z_RISE, FLOOR_FRACTION * abs(first.mean)):
+            triggered = True
+            detail += f": above the best by more than {fmt(rise)}% and {fmt(Z_RISE)} standard errors"
+        elif not track.progressed and series.closed + 1 >= MIN_WINDOWS and is_training(mode):
+            triggered = True
+            detail += (
+                f": not below the first window ({fmt(first.mean)} at steps {first.steps()}) by {fmt(diff)}% "
+                f"and {fmt(Z_PROGRESS)} standard errors after {series.closed + 1} windows of {self.params['num_steps']}"
+            )
+        series.remember(win)
+        return decrease, triggered, name, detail
+
+    # --- smdebug's literal rule ------------------------------------------------------------------------
+    def _literal(self, state: _State, name: str, data: StepData, loss: float | None) -> _Result | None:
         if loss is None:
             return None
         n = self.params["num_steps"]
         track = state.tracks.setdefault((name, int(data.mode)), _Track())
         s = data.mode_step
-        track.history.append((s, loss))
-        state.max_seen = max(state.max_seen, len(track.history))
+        track.history.append((s, data.step, loss))
         while len(track.history) >= 2 and track.history[1][0] <= s - n:
             track.history.popleft()
-        p_step, p_loss = track.history[0]
-        if p_step > s - n or (track.next_eval is not None and s < track.next_eval):
+        p_mode_step, p_step, p_loss = track.history[0]
+        if p_mode_step > s - n or (track.next_eval is not None and s < track.next_eval):
             return None
         track.next_eval = s + n
-        return self._compare(track, name, (p_step, p_loss), (s, loss))
+        return self._compare(track, f"{mode_name(data.mode)} {name}", name, (p_step, p_loss), (data.step, loss))
 
-    def _compare(
-        self, track: _Track, name: str, prev: tuple[int, float], cur: tuple[int, float]
-    ) -> tuple[float, bool, str, str]:
+    def _compare(self, track: _Track, what: str, name: str, prev: tuple[int, float], cur: tuple[int, float]) -> _Result:
         (p, lp), (s, ls) = prev, cur
         if not (math.isfinite(lp) and math.isfinite(ls)):
-            return math.nan, True, name, f"{name} is {fmt(ls)} at step {s} (was {fmt(lp)} at step {p}): not finite"
+            return math.nan, True, name, f"{what} is {fmt(ls)} at step {s} (was {fmt(lp)} at step {p}): not finite"
         decrease = 100.0 * (lp - ls) / abs(lp) if lp != 0 else (0.0 if ls == lp else -100.0 * math.copysign(1, ls))
         limit = self.params["diff_percent"]
         detail = (
-            f"{name} went from {fmt(lp)} (step {p}) to {fmt(ls)} (step {s}): "
+            f"{what} went from {fmt(lp)} (step {p}) to {fmt(ls)} (step {s}): "
             f"decrease {fmt(decrease)}% (threshold {fmt(limit)}%)"
         )
         triggered = decrease < limit
@@ -140,6 +227,31 @@ class LossNotDecreasing(TensorRule):
 
     def insufficient(self, state: _State) -> str:
         """Too few saved losses to compare over ``num_steps``."""
-        return (
-            f"needs two saved losses at least num_steps={self.params['num_steps']} steps apart (save losses more often)"
-        )
+        return f"needs saved losses over at least two windows of num_steps={self.params['num_steps']} steps"
+
+
+def _falling(points: list[tuple[int, float]]) -> bool:
+    """Whether a least-squares line through the losses so far falls by more than ``Z_PROGRESS`` standard errors.
+
+    A steady decrease that no two windows show beyond their noise still counts as progress.
+    """
+    if len(points) < 4:
+        return False
+    x = np.asarray([p[0] for p in points], dtype=np.float64)
+    y = np.asarray([p[1] for p in points], dtype=np.float64)
+    x = x - x.mean()
+    sxx = float(x @ x)
+    if sxx == 0:
+        return False
+    slope = float(x @ (y - y.mean())) / sxx
+    resid = y - y.mean() - slope * x
+    se = math.sqrt(float(resid @ resid) / (len(points) - 2) / sxx)
+    return slope < 0 and (se == 0 or -slope / se > Z_PROGRESS)
+
+
+def _combine(results: list[_Result]) -> Check | None:
+    if not results:
+        return None
+    worst = min(results, key=lambda r: r[0] if math.isfinite(r[0]) else -math.inf)
+    bad = tuple(name for _, trig, name, _ in results if trig)
+    return Check(worst[0], bool(bad), bad, next((d for _, t, _, d in results if t), worst[3]))

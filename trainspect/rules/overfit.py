@@ -1,41 +1,56 @@
-"""Overfit: the validation loss exceeds the training loss by a growing margin."""
+"""Overfit: the validation loss rises while it exceeds the training loss by more than a threshold."""
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
 from trainspect.modes import ModeKeys
-from trainspect.rules._common import fmt
+from trainspect.rules._common import LITERAL, Z_RISE, Window, fmt, window_of
 from trainspect.rules.base import Param, Requirement
 from trainspect.rules.step_data import Check, StepData, as_float
 from trainspect.rules.tensor_rule import Select, TensorRule
 
 __all__ = ["Overfit"]
 
+TRAIN_WINDOW = 20
+"""Training losses just before an evaluation that stand for "the training loss at the same point"."""
+
+MIN_RISE = 0.1
+"""Smallest relative rise of the validation loss above its best that counts (besides the noise test)."""
+
 
 @dataclass
 class _State:
     train: list[float] = field(default_factory=list)
     last_train: list[float] = field(default_factory=list)
+    recent: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=TRAIN_WINDOW))
     evals: list[float] = field(default_factory=list)
     eval_steps: list[int] = field(default_factory=list)
+    best: Window | None = None
+    best_values: list[float] = field(default_factory=list)
+    first: Window | None = None
     streak: int = 0
     evaluations: int = 0
 
 
 class Overfit(TensorRule):
-    """Trigger when the relative gap between validation and training loss stays above a threshold.
-
-    The gap ``(mean(val loss) − mean(train loss)) / mean(train loss)`` must exceed ``ratio_threshold`` for
-    ``patience`` consecutive evaluations.
+    """Trigger when the validation loss rises above its best while exceeding the training loss by a margin.
 
     An evaluation is a run of consecutive EVAL steps; it is judged when training resumes (or the data
-    ends), against the mean TRAIN loss since the previous evaluation. Steps before ``start_step`` are
-    ignored. Heuristic: the generalisation gap (Goodfellow et al., *Deep Learning*, 2016, §5.2; Prechelt
-    1998's GL criterion).
+    ends). trainspect's default compares its mean loss with the mean of the last 20 training losses before
+    it (the training loss at the same point of training), and counts it when the relative gap
+    ``(val − train) / train`` exceeds ``ratio_threshold`` *and* the validation loss lies above its best
+    evaluation by more than 3 standard errors (batch by batch when the evaluations cover the same number of
+    batches, else from their spreads) and 10 % of the best (or first, if larger: a loss converged near zero does
+    not rise) evaluation's loss: the gap
+    grows because validation gets worse, not because training is still going well. ``patience``
+    consecutive such evaluations trigger. With ``literal=True`` the rule is smdebug's: the static gap against
+    the mean training loss since the previous evaluation. Steps before ``start_step`` are ignored. Heuristic:
+    the generalisation gap (Goodfellow et al., *Deep Learning*, 2016, §5.2; Prechelt 1998's GL criterion).
 
     Example:
         >>> Overfit(patience="2").params["patience"]
@@ -47,6 +62,7 @@ class Overfit(TensorRule):
         Param("start_step", int, 0, "first global step considered", min=0),
         Param("patience", int, 1, "consecutive evaluations above the threshold needed", min=1),
         Param("ratio_threshold", float, 0.1, "largest acceptable relative gap", min=0),
+        LITERAL,
     )
     recommendation: ClassVar[str] = (
         "The model overfits: add regularisation (weight decay, dropout, augmentation), get more data, "
@@ -85,6 +101,7 @@ class Overfit(TensorRule):
         if data.mode is ModeKeys.TRAIN:
             result = self._close(state)
             state.train.append(float(np.mean(values)))
+            state.recent.append((data.step, float(np.mean(values))))
             return result
         return None
 
@@ -102,17 +119,64 @@ class Overfit(TensorRule):
             state.last_train, state.train = state.train, []
         if not train:
             return None
-        mean_train, mean_eval = float(np.mean(train)), float(np.mean(evals))
-        gap = (mean_eval - mean_train) / abs(mean_train) if mean_train else float("inf")
         state.evaluations += 1
-        state.streak = state.streak + 1 if gap > self.threshold() else 0
-        triggered = state.streak >= self.params["patience"]
+        if self.params["literal"]:
+            return self._literal(state, float(np.mean(train)), float(np.mean(evals)), steps)
+        return self._windowed(state, window_of(evals, steps, _spread(evals)), evals)
+
+    def _windowed(self, state: _State, val: Window, values: list[float]) -> Check:
+        recent = list(state.recent)
+        train = window_of([v for _, v in recent], [s for s, _ in recent])
+        gap = (val.mean - train.mean) / abs(train.mean) if train.mean else float("inf")
+        best, first = state.best, state.first or val
+        state.first = first
+        rising = best is not None and _rising(val, values, best, state.best_values, first)
+        state.streak = state.streak + 1 if gap > self.threshold() and rising else 0
         detail = (
-            f"validation loss {fmt(mean_eval)} (steps {steps[0]}-{steps[-1]}) vs training loss {fmt(mean_train)}: "
+            f"validation loss {fmt(val.mean)} (EVAL steps {val.steps()}) vs training loss {fmt(train.mean)} "
+            f"(TRAIN steps {train.steps()}): gap {fmt(gap)} (threshold {fmt(self.threshold())}); "
+        )
+        if best is None:
+            detail += "first evaluation"
+        else:
+            detail += f"best validation loss {fmt(best.mean)} (steps {best.steps()}), " + (
+                "rising" if rising else "not rising beyond its noise"
+            )
+        detail += f" ({state.streak}/{self.params['patience']} in a row)"
+        if best is None or val.mean < best.mean:
+            state.best, state.best_values = val, list(values)
+        return Check(gap, state.streak >= self.params["patience"], (), detail)
+
+    def _literal(self, state: _State, mean_train: float, mean_eval: float, steps: list[int]) -> Check:
+        gap = (mean_eval - mean_train) / abs(mean_train) if mean_train else float("inf")
+        state.streak = state.streak + 1 if gap > self.threshold() else 0
+        detail = (
+            f"validation loss {fmt(mean_eval)} (EVAL steps {steps[0]}-{steps[-1]}) vs training loss {fmt(mean_train)}: "
             f"gap {fmt(gap)} (threshold {fmt(self.threshold())}, {state.streak}/{self.params['patience']} in a row)"
         )
-        return Check(gap, triggered, (), detail)
+        return Check(gap, state.streak >= self.params["patience"], (), detail)
 
     def insufficient(self, state: _State) -> str:
         """Needs losses of both modes."""
         return "needs losses saved in both TRAIN and EVAL mode (an evaluation after some training)"
+
+
+def _rising(val: Window, values: list[float], best: Window, best_values: list[float], first: Window) -> bool:
+    """Whether the validation loss lies above its best evaluation beyond noise and 10 % of its scale.
+
+    Evaluations over the same held-out batches are compared batch by batch (a paired test: the spread between
+    different batches is no noise here); otherwise by their means and standard errors.
+    """
+    floor = MIN_RISE * max(abs(best.mean), abs(first.mean))
+    if len(values) == len(best_values) and len(values) > 1:
+        diffs = np.asarray(values) - np.asarray(best_values)
+        se = float(np.std(diffs, ddof=1)) / np.sqrt(diffs.size)
+        return float(diffs.mean()) > max(Z_RISE * se, floor)
+    return val.mean - best.mean > max(Z_RISE * (val.se + best.se), floor)
+
+
+def _spread(values: list[float]) -> float:
+    """The spread of an evaluation's batch losses (5 % of the mean for a single batch: unknown noise)."""
+    if len(values) > 1:
+        return float(np.std(values, ddof=1))
+    return 0.05 * abs(values[0])

@@ -1,15 +1,16 @@
-"""Overtraining: the training or validation loss stopped improving."""
+"""Overtraining: training goes on while the validation loss no longer improves (or the training loss rises)."""
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
 
 from trainspect.modes import ModeKeys
-from trainspect.rules._common import fmt
+from trainspect.rules._common import LITERAL, Z_PROGRESS, Window, fmt, window_of
 from trainspect.rules.base import Param, Requirement
 from trainspect.rules.step_data import Check, StepData, as_float
 from trainspect.rules.tensor_rule import Select, TensorRule
@@ -25,15 +26,27 @@ class _Best:
 
 @dataclass
 class _State:
-    modes: dict[ModeKeys, _Best] = field(default_factory=dict)
+    modes: dict[ModeKeys, _Best] = field(default_factory=dict)  # literal
+    recent: deque[tuple[int, float]] = field(default_factory=lambda: deque(maxlen=20))
+    evals: list[tuple[int, float]] = field(default_factory=list)
+    best_val: Window | None = None
+    train_at_best: Window | None = None
+    val_streak: int = 0
 
 
 class Overtraining(TensorRule):
-    """Trigger when the training or validation loss stops improving.
+    """Trigger when training goes on although the validation loss stopped improving.
 
-    The training loss must improve by more than ``delta`` within ``patience_train`` saved TRAIN steps, and the
-    validation loss within ``patience_validation`` saved EVAL steps.
+    trainspect's default judges evaluations, not single losses: each evaluation (a run of EVAL steps) is
+    averaged, and improves when it lies below the best evaluation by more than ``delta`` and 2 standard errors.
+    After ``patience_validation`` evaluations without improvement the rule triggers if the training loss (the
+    mean of the last 20 TRAIN losses) went down meanwhile: the model keeps fitting the training set while
+    validation stalls. A training loss that levels off is converged, not overtrained, and one that rises is
+    LossNotDecreasing's finding, so ``patience_train`` applies only to the literal rule; without EVAL losses
+    the rule has no data.
 
+    With ``literal=True`` the rule is smdebug's: the best single loss per mode, which must improve by more
+    than ``delta`` within ``patience_train`` saved TRAIN steps and ``patience_validation`` saved EVAL steps.
     Heuristic: early stopping with patience and min-delta (Prechelt 1998; Keras/Lightning EarlyStopping).
 
     Example:
@@ -42,14 +55,15 @@ class Overtraining(TensorRule):
     """
 
     parameters: ClassVar[tuple[Param, ...]] = (
-        Param("patience_train", int, 5, "saved TRAIN steps without improvement tolerated", min=1),
-        Param("patience_validation", int, 10, "saved EVAL steps without improvement tolerated", min=1),
+        Param("patience_train", int, 5, "saved TRAIN steps without improvement tolerated (literal only)", min=1),
+        Param("patience_validation", int, 10, "evaluations (literal: saved EVAL steps) without improvement", min=1),
         Param("delta", float, 0.01, "smallest improvement that counts", min=0),
+        LITERAL,
     )
     recommendation: ClassVar[str] = (
         "The loss stopped improving: stop training (early stopping), lower the learning rate, or regularise."
     )
-    series_label: ClassVar[str] = "saved steps since the best loss"
+    series_label: ClassVar[str] = "evaluations without improvement"
 
     def selects(self) -> list[Select]:
         """The losses collection."""
@@ -64,13 +78,53 @@ class Overtraining(TensorRule):
         return _State()
 
     def check(self, state: _State, data: StepData) -> Check | None:
-        """Update the best loss of this step's mode."""
+        """Collect losses; judge an evaluation when training resumes."""
         if data.mode not in (ModeKeys.TRAIN, ModeKeys.EVAL):
             return None
         values = [v for v in (as_float(r) for r in data.role()) if v is not None and math.isfinite(v)]
         if not values:
             return None
         loss = float(np.mean(values))
+        if self.params["literal"]:
+            return self._literal(state, data, loss)
+        if data.mode is ModeKeys.EVAL:
+            state.evals.append((data.step, loss))
+            return None
+        result = self._close_evaluation(state)
+        state.recent.append((data.step, loss))
+        return result
+
+    def finish(self, state: _State, last: StepData | None) -> Check | None:
+        """Judge an evaluation still open when the data ends."""
+        return None if self.params["literal"] else self._close_evaluation(state)
+
+    def _close_evaluation(self, state: _State) -> Check | None:
+        if not state.evals or not state.recent:
+            state.evals = []
+            return None
+        evals, state.evals = state.evals, []
+        values = [v for _, v in evals]
+        spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.05 * abs(values[0])
+        val = window_of(values, [s for s, _ in evals], spread)
+        train = window_of([v for _, v in state.recent], [s for s, _ in state.recent])
+        delta, best = self.params["delta"], state.best_val
+        if best is None or best.mean - val.mean > max(delta, Z_PROGRESS * (best.se + val.se)):
+            state.best_val, state.train_at_best, state.val_streak = val, train, 0
+        else:
+            state.val_streak += 1
+        ref = state.train_at_best or train
+        training_improved = ref.mean - train.mean > max(delta, Z_PROGRESS * (ref.se + train.se))
+        patience = self.params["patience_validation"]
+        triggered = state.val_streak >= patience and training_improved
+        best_val = state.best_val or val
+        detail = (
+            f"validation loss {fmt(val.mean)} (EVAL steps {val.steps()}), best {fmt(best_val.mean)}; "
+            f"{state.val_streak} evaluation(s) without improvement (patience {patience}); training loss "
+            f"{fmt(train.mean)} vs {fmt(ref.mean)} at the best evaluation"
+        )
+        return Check(float(state.val_streak), triggered, (), detail)
+
+    def _literal(self, state: _State, data: StepData, loss: float) -> Check:
         best = state.modes.setdefault(data.mode, _Best())
         if loss < best.value - self.params["delta"] or not math.isfinite(best.value):
             best.value, best.since = loss, 0
@@ -80,12 +134,8 @@ class Overtraining(TensorRule):
         patience = self.params["patience_train" if train else "patience_validation"]
         which = "training" if train else "validation"
         detail = (
-            f"{which} loss {fmt(loss)}, best {fmt(best.value)}, not improved by more than {fmt(self.params['delta'])} "
-            f"for {best.since} saved steps (patience {patience})"
+            f"{which} loss {fmt(loss)} at step {data.step}, best {fmt(best.value)}, not improved by more than "
+            f"{fmt(self.params['delta'])} for {best.since} saved steps (patience {patience})"
         )
-        return Check(
-            float(best.since),
-            best.since >= patience,
-            tuple(r.name for r in data.role()) if best.since >= patience else (),
-            detail,
-        )
+        hit = best.since >= patience
+        return Check(float(best.since), hit, tuple(r.name for r in data.role()) if hit else (), detail)

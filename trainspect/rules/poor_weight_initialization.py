@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from trainspect.rules._common import fmt
+from trainspect.rules._common import LITERAL, fmt
 from trainspect.rules.base import Param, Requirement
 from trainspect.rules.step_data import Check, StepData, as_float, tensor_reduction
 from trainspect.rules.tensor_rule import Select, TensorRule
@@ -33,6 +33,15 @@ class PoorWeightInitialization(TensorRule):
     Heuristic: a good initialisation keeps activation variance constant across layers (Glorot and Bengio
     2010; He et al., "Delving deep into rectifiers", 2015). The conditions are combined with OR.
 
+    trainspect's default differs from smdebug's literal rule (``literal=True``) so that default-initialised
+    networks stay quiet, and it triggers only on badly scaled activations (condition 1): (1) the variance ratio
+    is taken per layer, ``(max/min) ** (1 / (layers - 1))``, since PyTorch's default initialisation lets variance
+    shrink by a few times per layer; layers whose input has zero variance (constant, behind dead units) are left
+    out; (2) the spread is taken per gradient tensor, leaving out tensors that are exactly zero, and the median
+    over tensors is compared; a narrow spread is reported with condition 1 but not alone (deep sigmoid/tanh
+    stacks narrow it too: VanishingGradient names that); (3) a loss that does not improve within the first
+    steps is reported, never triggering alone (minibatch noise: LossNotDecreasing judges the loss).
+
     Example:
         >>> PoorWeightInitialization(steps="20").params["steps"]
         20
@@ -44,6 +53,7 @@ class PoorWeightInitialization(TensorRule):
         Param("distribution_range", float, 0.001, "smallest acceptable p95-p5 spread of gradients", min=0),
         Param("patience", int, 5, "saved steps without loss improvement tolerated", min=1),
         Param("steps", int, 10, "number of first saved steps analysed", min=1),
+        LITERAL,
     )
     recommendation: ClassVar[str] = (
         "The initialisation looks poorly scaled: use He (ReLU) or Xavier (tanh/sigmoid) initialisation, "
@@ -101,33 +111,47 @@ class PoorWeightInitialization(TensorRule):
         findings: list[str] = []
         names: list[str] = []
         ratio = self._variance_ratio(data, findings, names)
+        activations = bool(findings)
         self._gradient_spread(data, findings, names)
         self._loss_patience(state, data, findings, names)
         text = "; ".join(findings) or f"layer input variance ratio {fmt(ratio)} (threshold {fmt(self.threshold())})"
-        return Check(ratio, bool(findings), tuple(names), text)
+        if not self.params["literal"] and findings and not activations:
+            return Check(ratio, False, (), f"step {data.step}: {text} (reported only: needs badly scaled activations)")
+        return Check(ratio, bool(findings), tuple(names), f"step {data.step}: {text}")
 
     def _variance_ratio(self, data: StepData, findings: list[str], names: list[str]) -> float | None:
         var = {r.name: tensor_reduction(r, "variance") for r in data.role("act")}
         finite = {k: v for k, v in var.items() if v is not None and math.isfinite(v)}
+        literal = self.params["literal"]
+        if not literal:
+            finite = {k: v for k, v in finite.items() if v > 0}
         if len(finite) < 2:
             return None
         hi, lo = max(finite.values()), min(finite.values())
         ratio = hi / lo if lo > 0 else (math.inf if hi > 0 else 1.0)
+        what = "layer input variances differ by"
+        if not literal:
+            ratio = ratio ** (1.0 / (len(finite) - 1))
+            what = f"layer input variances ({len(finite)} layers) differ by a factor per layer of"
         if ratio > self.threshold():
-            findings.append(f"layer input variances differ by {fmt(ratio)}x (threshold {fmt(self.threshold())})")
+            findings.append(f"{what} {fmt(ratio)} (threshold {fmt(self.threshold())})")
             names.extend(finite)
         return ratio if math.isfinite(ratio) else None
 
     def _gradient_spread(self, data: StepData, findings: list[str], names: list[str]) -> None:
         parts = [np.asarray(r.value, dtype=np.float64).ravel() for r in data.role("grad") if r.value is not None]
+        parts = [p[np.isfinite(p)] for p in parts]
+        parts = [p for p in parts if p.size]
         if not parts:
             return
-        values = np.concatenate(parts)
-        values = values[np.isfinite(values)]
-        if values.size == 0:
-            return
-        p5, p95 = np.percentile(values, [5, 95])
-        spread = float(p95 - p5)
+        if self.params["literal"]:
+            p5, p95 = np.percentile(np.concatenate(parts), [5, 95])
+            spread = float(p95 - p5)
+        else:
+            spreads = [float(np.subtract(*np.percentile(p, [95, 5]))) for p in parts if np.any(p != 0)]
+            if not spreads:
+                return
+            spread = float(np.median(spreads))
         if spread < self.params["distribution_range"]:
             findings.append(
                 f"gradient p95-p5 spread {fmt(spread)} (threshold {fmt(self.params['distribution_range'])})"

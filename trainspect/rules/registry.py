@@ -39,6 +39,7 @@ __all__ = [
     "default_registry",
     "default_rules",
     "rules_from_config",
+    "resolve_rules",
 ]
 
 _log = logging.getLogger(__name__)
@@ -212,3 +213,31 @@ def rules_from_config(config: Iterable[Mapping[str, Any] | str], registry: RuleR
         params.pop("rule_to_invoke", None)
         rules.append(reg.get(name)(actions=keys.get("actions"), **params))
     return rules
+
+
+def resolve_rules(rules: Iterable[Any], registry: RuleRegistry | None = None) -> list[Rule]:
+    """Turn what a hook's ``rules=[...]`` holds (rules, rule names, config dicts) into rules.
+
+    Raises:
+        ConfigError: an unknown rule name (the message lists the valid ones), or an entry of another type.
+
+    Example:
+        >>> [r.name for r in resolve_rules(["VanishingGradient", {"name": "LossNotDecreasing"}])]
+        ['VanishingGradient', 'LossNotDecreasing']
+    """
+    out: list[Rule] = []
+    reg = registry
+    for i, entry in enumerate(rules):
+        if isinstance(entry, Rule):
+            out.append(entry)
+        elif isinstance(entry, (str, Mapping)):
+            reg = reg or default_registry()
+            out.extend(rules_from_config([entry], reg))
+        elif isinstance(entry, type) and issubclass(entry, Rule):
+            out.append(entry())
+        else:
+            raise ConfigError(
+                f"rules[{i}]={entry!r}: expected a Rule (e.g. trainspect.rules.VanishingGradient()), a rule name "
+                "or a config dict"
+            )
+    return out

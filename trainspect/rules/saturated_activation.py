@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from trainspect.exceptions import ConfigError
 from trainspect.rules._common import COLLECTION_NAMES, fmt, per_unit
 from trainspect.rules.base import Param, Requirement
 from trainspect.rules.step_data import Check, StepData
@@ -52,6 +53,15 @@ class SaturatedActivation(TensorRule):
     )
     series_label: ClassVar[str] = "max % saturated units per layer"
 
+    def validate(self) -> None:
+        """Each activation's lower limit must lie below its upper limit."""
+        for kind in ("tanh", "sigmoid"):
+            lo, hi = self.params[f"threshold_{kind}_min"], self.params[f"threshold_{kind}_max"]
+            if lo is None or hi is None or lo >= hi:
+                raise ConfigError(
+                    f"{self.name}: threshold_{kind}_min={lo!r} and threshold_{kind}_max={hi!r}; allowed: min < max"
+                )
+
     def selects(self) -> list[Select]:
         """Read the inputs of Tanh and Sigmoid modules."""
         regex = tuple(self.params["tensor_regex"] or ())
@@ -81,6 +91,8 @@ class SaturatedActivation(TensorRule):
                 kind = "sigmoid" if role == "sigmoid" or (role == "any" and "sigmoid" in rec.name.lower()) else "tanh"
                 lo, hi = self.params[f"threshold_{kind}_min"], self.params[f"threshold_{kind}_max"]
                 x = per_unit(rec.value)
+                if not np.isfinite(x).all():
+                    continue  # NaN/Inf inputs are ExplodingTensor's business
                 active = 100.0 * np.mean((x > lo) & (x < hi), axis=0)
                 pct[rec.name] = 100.0 * float(np.mean(active < self.params["threshold_inactivity"]))
         if not pct:

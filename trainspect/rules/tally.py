@@ -47,6 +47,7 @@ class Tally:
         self.tensors: dict[str, None] = {}
         self.workers: dict[str, None] = {}
         self.first_detail = ""
+        self.first_mode: tuple[str, int] | None = None
         self.last_detail = ""
         self.x: list[float] = []
         self.y: list[float] = []
@@ -118,6 +119,7 @@ class Tally:
         self.triggers += 1
         if self.first is None:
             self.first = (data.step, when)
+            self.first_mode = (_mode(data.mode), data.mode_step)
             self.first_detail = result.detail
         self.last = (data.step, when)
         for name in result.tensors:
@@ -155,11 +157,18 @@ class Tally:
             tensors=tuple(self.tensors),
             workers=tuple(self.workers),
             parameters=dict(self.rule.params),
-            details={"inputs_seen": self.inputs_seen, "last_detail": self.last_detail},
+            details=self._details(),
             series=(self._series(),) if self.x or self.trigger_x else (),
             start_step=int(self.x[0]) if self.x else None,
             end_step=self.last_step.step if self.last_step is not None else None,
         )
+
+    def _details(self) -> dict[str, Any]:
+        details: dict[str, Any] = {"inputs_seen": self.inputs_seen, "last_detail": self.last_detail}
+        if self.first_mode is not None:
+            details["step_numbering"] = "global"  # first/last_trigger_step and the steps in messages
+            details["first_trigger_mode"], details["first_trigger_mode_step"] = self.first_mode
+        return details
 
     def _status(self, finished: bool) -> tuple[Status, str]:
         name = self.rule.name
@@ -167,10 +176,11 @@ class Tally:
             return Status.ERROR, f"{name} failed: {type(self.error).__name__}: {self.error}"
         if self.triggers:
             first = self.first[0] if self.first else None
+            mode = f", {self.first_mode[0]} step {self.first_mode[1]}" if self.first_mode else ""
             return (
                 Status.ISSUES_FOUND,
                 f"{name} triggered at {self.triggers} of {self.datapoints} evaluated steps "
-                f"(first at step {first}): {self.first_detail}",
+                f"(first at step {first}{mode}): {self.first_detail}",
             )
         if self.datapoints:
             text = f"no trigger in {self.datapoints} evaluated steps; last: {self.last_detail}"
@@ -190,6 +200,10 @@ class Tally:
             trigger_x=tuple(self.trigger_x),
             threshold=self.rule.threshold(),
         )
+
+
+def _mode(mode: object) -> str:
+    return str(getattr(mode, "name", mode))
 
 
 def _finite(value: float) -> float | None:

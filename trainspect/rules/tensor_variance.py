@@ -29,8 +29,8 @@ class TensorVariance(TensorRule):
     parameters: ClassVar[tuple[Param, ...]] = (
         COLLECTION_NAMES,
         TENSOR_REGEX,
-        Param("max_threshold", float, None, "largest acceptable variance"),
-        Param("min_threshold", float, None, "smallest acceptable variance"),
+        Param("max_threshold", float, None, "largest acceptable variance", min=0),
+        Param("min_threshold", float, None, "smallest acceptable variance", min=0),
     )
     recommendation: ClassVar[str] = (
         "A tensor's variance is out of range: check the initialisation scale, the learning rate and "
@@ -43,6 +43,9 @@ class TensorVariance(TensorRule):
         require_selection(self.name, self.params)
         if self.params["max_threshold"] is None and self.params["min_threshold"] is None:
             raise ConfigError(f"{self.name}: give max_threshold or min_threshold (at least one is required)")
+        lo, hi = self.params["min_threshold"], self.params["max_threshold"]
+        if lo is not None and hi is not None and lo > hi:
+            raise ConfigError(f"{self.name}: min_threshold={lo!r} is above max_threshold={hi!r}; allowed: min <= max")
 
     def selects(self) -> list[Select]:
         """Read ``collection_names`` ∪ ``tensor_regex`` (variance only)."""

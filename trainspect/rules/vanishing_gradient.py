@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import ClassVar
 
-from trainspect.rules._common import fmt
-from trainspect.rules.base import Param
-from trainspect.rules.step_data import Check, StepData, tensor_reduction
+import numpy as np
+
+from trainspect.rules._common import LITERAL, fmt, is_training
+from trainspect.rules.base import Param, Requirement
+from trainspect.rules.step_data import Check, StepData, as_float, tensor_reduction
 from trainspect.rules.tensor_rule import Select, TensorRule
 
 __all__ = ["VanishingGradient"]
+
+
+@dataclass
+class _State:
+    first_loss: float | None = None
+    loss: float | None = None
+    excused: dict[str, str] = field(default_factory=dict)
+    grads_seen: bool = False
 
 
 class VanishingGradient(TensorRule):
@@ -22,6 +33,14 @@ class VanishingGradient(TensorRule):
     tensor in the ``gradients`` collection with the threshold. Non-finite gradients are ignored here
     (they are ExplodingTensor's business), so a diverging run does not also report vanishing gradients.
 
+    trainspect's default leaves out, and names in the details, three kinds of tiny gradients that are no
+    vanishing-gradient problem: a gradient that is exactly zero (no gradient flows at all, by construction or
+    behind dead ReLU units, which DeadRelu reports; vanishing gradients are tiny, not zero); a bias gradient
+    that is tiny while its layer's weight gradient is not (a bias followed by a normalisation, or an attention
+    key bias: zero up to rounding); and every gradient at a training step whose loss is below
+    ``converged_loss_ratio`` times the first loss (the model has converged, so its gradients are tiny).
+    ``literal=True`` judges every gradient, as smdebug does.
+
     Example:
         >>> VanishingGradient(threshold="1e-6").threshold()
         1e-06
@@ -29,23 +48,53 @@ class VanishingGradient(TensorRule):
 
     parameters: ClassVar[tuple[Param, ...]] = (
         Param("threshold", float, 1e-7, "smallest acceptable mean |gradient|", min=0),
+        Param(
+            "converged_loss_ratio",
+            float,
+            1e-3,
+            "loss / first loss below which tiny gradients are expected",
+            min=0,
+            max=1,
+        ),  # fmt: skip
+        LITERAL,
     )
     recommendation: ClassVar[str] = (
         "Gradients vanish: use ReLU-family activations instead of sigmoid/tanh, He/Xavier initialisation, "
-        "batch normalisation or residual connections, or a larger learning rate."
+        "batch normalisation or residual connections."
     )
     series_label: ClassVar[str] = "min abs_mean of gradients"
 
     def selects(self) -> list[Select]:
-        """Read the ``gradients`` collection, as reductions only (``abs_mean``)."""
-        return [Select(collections=("gradients",), regex=("^gradient/",), reductions=("abs_mean",), raw=False)]
+        """Read the ``gradients`` collection, as reductions only (``abs_mean``), and the losses."""
+        grads = Select(collections=("gradients",), regex=("^gradient/",), reductions=("abs_mean",), raw=False)
+        return [grads, Select("loss", collections=("losses",))]
+
+    def requirements(self) -> list[Requirement]:
+        """The gradients' ``abs_mean`` (losses are always recorded)."""
+        return [Requirement("gradients", include_regex=("^gradient/",), reductions=("abs_mean",), raw=False)]
+
+    def describe_inputs(self) -> str:
+        """Gradients are what must be recorded."""
+        return "collection 'gradients'"
+
+    def insufficient(self, state: _State) -> str:
+        """No gradients were recorded (only losses), or none was finite."""
+        if state.grads_seen:
+            return "every recorded gradient was NaN/Inf (ExplodingTensor's finding)"
+        return "no gradients were recorded; record collection 'gradients'"
 
     def threshold(self) -> float:
         """Return ``threshold``."""
         return float(self.params["threshold"])
 
-    def check(self, state: Any, data: StepData) -> Check | None:
+    def init_state(self) -> _State:
+        """The first and latest training loss, and the gradients not counted."""
+        return _State()
+
+    def check(self, state: _State, data: StepData) -> Check | None:
         """Judge the smallest finite mean |gradient| at this step."""
+        self._note_loss(state, data)
+        state.grads_seen = state.grads_seen or bool(data.role())
         limit = self.threshold()
         values = {}
         for rec in data.role():
@@ -55,11 +104,53 @@ class VanishingGradient(TensorRule):
         if not values:
             return None
         low = [name for name, v in values.items() if v < limit]
+        if not self.params["literal"]:
+            low = self._real(state, data, values, low)
         smallest = min(values, key=values.__getitem__)
         detail = f"abs_mean of {smallest} is {fmt(values[smallest])} (threshold {fmt(limit)})"
         if low:
             detail = (
-                f"{len(low)} gradient(s) below threshold {fmt(limit)}; "
-                f"smallest abs_mean {fmt(values[smallest])} in {smallest}"
+                f"{len(low)} gradient(s) below threshold {fmt(limit)} at step {data.step}; "
+                f"smallest abs_mean {fmt(min(values[n] for n in low))} in {min(low, key=values.__getitem__)}"
             )
+        if state.excused:
+            detail += "; not counted: " + "; ".join(f"{n} ({why})" for n, why in list(state.excused.items())[:5])
         return Check(values[smallest], bool(low), tuple(low), detail)
+
+    def _note_loss(self, state: _State, data: StepData) -> None:
+        if not is_training(data.mode):
+            return
+        losses = [v for v in (as_float(r) for r in data.role("loss")) if v is not None and math.isfinite(v)]
+        if losses:
+            state.loss = float(np.mean(losses))
+            if state.first_loss is None:
+                state.first_loss = state.loss
+
+    def _real(self, state: _State, data: StepData, values: dict[str, float], low: list[str]) -> list[str]:
+        """The tiny gradients that are a vanishing-gradient problem (the others go to ``state.excused``)."""
+        if not low:
+            return low
+        first, loss = state.first_loss, state.loss
+        if first is not None and loss is not None and abs(loss) < self.params["converged_loss_ratio"] * abs(first):
+            for name in low:
+                state.excused[name] = f"loss {fmt(loss)} has converged"
+            return []
+        real = []
+        limit = self.threshold()
+        for name in low:
+            sibling = _weight_of(name)
+            if values[name] == 0:
+                state.excused[name] = "exactly zero: no gradient flows (dead units, unused parameter)"
+            elif sibling is not None and values.get(sibling, 0.0) >= limit:
+                state.excused[name] = f"bias gradient tiny while {sibling} is not: zero by construction"
+            else:
+                real.append(name)
+        return real
+
+
+def _weight_of(name: str) -> str | None:
+    """The weight gradient of the same layer as a bias gradient (None for other names)."""
+    for suffix in ("bias", "_bias"):
+        if name.endswith(suffix):
+            return name[: -len("bias")] + "weight"
+    return None

@@ -7,9 +7,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from trainspect.rules._common import fmt, is_training
+from trainspect.rules._common import LITERAL, fmt, is_training
 from trainspect.rules.base import Param, Requirement
-from trainspect.rules.step_data import Check, StepData
+from trainspect.rules.step_data import Check, StepData, tensor_reduction
 from trainspect.rules.tensor_rule import Select, TensorRule
 
 __all__ = ["WeightUpdateRatio"]
@@ -25,6 +25,11 @@ class WeightUpdateRatio(TensorRule):
     steps are compared, since weights do not change in evaluation. Frozen weights give a ratio of 0 and
     trigger; leave them out of the ``weights`` collection.
 
+    trainspect's default does not count a ratio below ``small_threshold`` when the weight's own gradient was
+    recorded at that step and is below ``VANISHING`` (1e-7) in mean absolute value: such a weight does not move
+    because no gradient reaches it (dead units, vanishing gradients: DeadRelu's and VanishingGradient's
+    findings), not because of its update. ``literal=True`` counts every ratio, as smdebug does.
+
     Example:
         >>> WeightUpdateRatio(large_threshold="5").params["large_threshold"]
         5.0
@@ -35,6 +40,7 @@ class WeightUpdateRatio(TensorRule):
         Param("large_threshold", float, 10.0, "largest acceptable ratio", min=0),
         Param("small_threshold", float, 1e-8, "smallest acceptable ratio", min=0),
         Param("epsilon", float, 1e-9, "added to the denominator", min=0),
+        LITERAL,
     )
     recommendation: ClassVar[str] = (
         "Updates are out of proportion to the weights: a ratio far above 1e-3 calls for a lower learning rate, "
@@ -43,8 +49,9 @@ class WeightUpdateRatio(TensorRule):
     series_label: ClassVar[str] = "max update ratio"
 
     def selects(self) -> list[Select]:
-        """Read the ``weights`` collection (raw values)."""
-        return [Select(collections=("weights",))]
+        """Read the ``weights`` collection (raw values) and the gradients' ``abs_mean`` when recorded."""
+        grads = Select("grad", collections=("gradients",), regex=("^gradient/",), reductions=("abs_mean",), raw=False)
+        return [Select(collections=("weights",)), grads]
 
     def requirements(self) -> list[Requirement]:
         """Weights, raw, every ``num_steps`` steps when set."""
@@ -75,26 +82,52 @@ class WeightUpdateRatio(TensorRule):
             ratio = float(_l2(cur - prev[1]) / (prev[2] + self.params["epsilon"]))
             if math.isfinite(ratio):
                 ratios[rec.name] = ratio
-        return self._judge(ratios) if ratios else None
+        if not ratios:
+            return None
+        if self.params["literal"]:
+            return self._judge(ratios, {})
+        return self._judge(ratios, _starved(data, ratios, self.params["small_threshold"]))
 
     def _close_enough(self, prev_step: int, step: int) -> bool:
         n = self.params["num_steps"]
         return n is None or step - prev_step <= n
 
-    def _judge(self, ratios: dict[str, float]) -> Check:
+    def _judge(self, ratios: dict[str, float], starved: dict[str, float]) -> Check:
         large, small = self.params["large_threshold"], self.params["small_threshold"]
-        bad = tuple(name for name, r in ratios.items() if r > large or r < small)
+        bad = tuple(name for name, r in ratios.items() if r > large or (r < small and name not in starved))
         hi = max(ratios, key=ratios.__getitem__)
         lo = min(ratios, key=ratios.__getitem__)
         detail = (
             f"update ratio from {fmt(ratios[lo])} ({lo}) to {fmt(ratios[hi])} ({hi}) "
             f"(thresholds {fmt(small)} and {fmt(large)})"
         )
+        if starved:
+            detail += "; not counted (no gradient reaches them): " + ", ".join(
+                f"{n} (|gradient| {fmt(g)})" for n, g in list(starved.items())[:5]
+            )
         return Check(ratios[hi], bool(bad), bad, detail)
 
     def insufficient(self, state: Any) -> str:
         """Needs weights at two close training steps."""
         return "needs the weights saved at two training steps (within num_steps when set)"
+
+
+VANISHING = 1e-7
+"""Mean |gradient| below which a weight that does not move is starved of gradient, not badly updated."""
+
+
+def _starved(data: StepData, ratios: dict[str, float], small: float) -> dict[str, float]:
+    """The weights with a tiny ratio whose recorded gradient at this step is tiny too (name -> mean |gradient|)."""
+    tiny = [n for n, r in ratios.items() if r < small]
+    if not tiny:
+        return {}
+    grads = {r.name: tensor_reduction(r, "mean", abs=True) for r in data.role("grad")}
+    out = {}
+    for name in tiny:
+        g = grads.get(f"gradient/{name}")
+        if g is not None and g < VANISHING:
+            out[name] = g
+    return out
 
 
 def _l2(x: np.ndarray) -> float:
