@@ -165,12 +165,12 @@ def test_step_outlier() -> None:
     assert StepOutlier().evaluate(data(framework=[steps(d[:50])])).status is Status.NO_DATA
 
 
-def _loader(workers: int, seconds: int = 60) -> object:
+def _loader(workers: int, seconds: int = 60, wait: float = 0.05) -> object:
     tab = steps(np.full(seconds * 5, 0.1), gap=0.1)
     n = len(tab.steps["start"])
     tab.spans = {
         "kind": np.full(n, 4, np.uint8),
-        "start": tab.steps["start"] - 0.05,
+        "start": tab.steps["start"] - wait,
         "end": tab.steps["start"],
         "global_step": np.full(n, -1, np.int64),
         "workers": np.full(n, workers, np.int16),
@@ -191,6 +191,18 @@ def test_dataloader() -> None:
     assert ok.status is Status.NO_ISSUES_FOUND
     assert Dataloader().evaluate(data([sys8], [_loader(0, seconds=5)])).status is Status.NO_DATA  # type: ignore[list-item]
     assert Dataloader().evaluate(data([sys8], [steps(np.full(10, 0.1))])).status is Status.NO_DATA
+
+
+def test_too_few_loaders_matter_only_while_training_waits_for_input() -> None:
+    sys8 = system(MIN15, cores=8)
+    keeps_up = _loader(0, wait=0.005)  # 2.5 % of each 0.2 s step cycle waits for the next batch
+    quiet = Dataloader().evaluate(data([sys8], [keeps_up]))  # type: ignore[list-item]
+    assert quiet.status is Status.NO_ISSUES_FOUND, quiet.message
+    assert "input wait 2.5% of the step cycle" in quiet.message
+    literal = Dataloader(literal=True).evaluate(data([sys8], [keeps_up]))  # type: ignore[list-item]
+    assert literal.status is Status.ISSUES_FOUND  # smdebug's rule: the count alone
+    waits = Dataloader().evaluate(data([sys8], [_loader(0, wait=0.05)]))  # type: ignore[list-item]
+    assert waits.status is Status.ISSUES_FOUND and waits.details["input_wait_percent"] == pytest.approx(25, abs=1)
 
 
 def test_overall_rules_never_trigger() -> None:

@@ -8,8 +8,10 @@ import numpy as np
 
 from trainspect.profiler.arrays import FrameworkTables
 from trainspect.profiler.data import ProfilerData
+from trainspect.rules._common import LITERAL
 from trainspect.rules.base import Param
 from trainspect.rules.profiler._common import ProfilerRule, downsample
+from trainspect.rules.profiler.input_bottleneck import input_waits
 from trainspect.rules.verdict import Series, Status, Verdict
 
 __all__ = ["Dataloader", "parallel_loaders"]
@@ -36,7 +38,10 @@ class Dataloader(ProfilerRule):
     """Flag too few or too many data loader processes for the cores.
 
     The median number of parallel data loaders per second, once more than ``patience`` seconds are seen,
-    below ``min_threshold`` % or above ``max_threshold`` % of the node's cores is a violation.
+    below ``min_threshold`` % or above ``max_threshold`` % of the node's cores is a violation. Too few loaders
+    count only while the job waits for its input for more than ``min_wait_percent`` % of the step cycle (a job
+    whose loader keeps up gains nothing from more workers; without step timings the count decides alone);
+    ``literal=True`` judges the count alone, as smdebug.
 
     Example:
         >>> Dataloader().max_threshold
@@ -47,6 +52,9 @@ class Dataloader(ProfilerRule):
         Param("min_threshold", float, 70.0, "loaders below this % of the cores are too few", min=0),
         Param("max_threshold", float, 200.0, "loaders above this % of the cores are too many", min=0),
         Param("patience", int, 10, "seconds with dataloader activity needed before the rule judges", min=1),
+        Param("min_wait_percent", float, 10.0, "too few loaders matter only above this input-wait share of the step "
+              "cycle", min=0, max=100),  # fmt: skip
+        LITERAL,
     )
     recommendation = "Change the number of data loader processes."
     description = "worker count far below or above the core count"
@@ -64,8 +72,9 @@ class Dataloader(ProfilerRule):
             for sec, n in parallel_loaders(tab).items():
                 by_node.setdefault(node, {}).setdefault(sec, 0)
                 by_node[node][sec] += n
+        waiting = _wait_percent(spans)
         triggers: list[float] = []
-        details: dict[str, Any] = {}
+        details: dict[str, Any] = {"input_wait_percent": waiting}
         series: list[Series] = []
         most = 0
         for node, per_sec in by_node.items():
@@ -75,7 +84,8 @@ class Dataloader(ProfilerRule):
             median = int(np.median(counts))
             most = max(most, len(counts))
             low, high = cores * self.min_threshold / 100.0, cores * self.max_threshold / 100.0
-            bad = len(counts) > self.patience and (median < low or median > high)
+            too_few = median < low and (self.params["literal"] or not waiting <= self.min_wait_percent)  # NaN: count
+            bad = len(counts) > self.patience and (too_few or median > high)
             if bad:
                 triggers.append(float(secs[-1]))
             details[node] = {"cores": cores, "dataloaders": median, "min_loaders": low, "max_loaders": high}
@@ -91,8 +101,17 @@ class Dataloader(ProfilerRule):
             for n, d in details.items()
             if isinstance(d, dict) and "cores" in d
         ]
+        if waiting == waiting:  # not NaN
+            parts.append(f"input wait {waiting:.1f}% of the step cycle (min_wait_percent {self.min_wait_percent:g}%)")
         status = Status.ISSUES_FOUND if triggers else Status.NO_ISSUES_FOUND
         return self.verdict(status, "; ".join(parts), most, triggers, details, series)
+
+
+def _wait_percent(tabs: list[FrameworkTables]) -> float:
+    """The input wait of every worker as a share of their step cycles (NaN without steps)."""
+    waits = [input_waits(t) for t in tabs]
+    cycle = sum(float(w.cycle_s.sum()) for w in waits)
+    return 100.0 * sum(float(w.wait_s.sum()) for w in waits) / cycle if cycle > 0 else float("nan")
 
 
 def _times(tabs: list[FrameworkTables]) -> dict[str, Any]:
