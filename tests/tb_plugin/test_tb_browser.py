@@ -11,6 +11,7 @@ from conftest import XSS, TensorBoardProcess
 
 from trainspect.rules.verdict import Status, Verdict, write_verdicts
 from trainspect.store.layout import RunLayout
+from trainspect.tb_plugin.runs import RunIndex
 
 playwright_api = pytest.importorskip("playwright.sync_api")  # a declared test dependency ([test] extra)
 
@@ -73,10 +74,13 @@ def distinct_colours(pg) -> int:  # noqa: ANN001
     }""")
 
 
-def test_profiler_view_draws_the_heatmap_and_charts(page) -> None:  # noqa: ANN001
+def test_profiler_view_draws_the_heatmap_and_charts(page, live_logdir: Path) -> None:  # noqa: ANN001
     pg, problems = page
     f = frame(pg)
     f.locator("canvas.heatmap-canvas[data-drawn]").wait_for(timeout=60_000)
+    runs = RunIndex(str(live_logdir)).runs()
+    newest = max((r for r in runs.values() if r.profiler_at is not None), key=lambda r: r.profiler_at)
+    assert f.locator("select[aria-label=run]").input_value() == newest.name  # opens on the newest profiled run
     f.locator("select[aria-label=run]").select_option("synth")
     f.locator(".rec strong", has_text="LowGPUUtilization").wait_for()
     f.locator(".controls .muted", has_text="3000 samples").wait_for()  # the synthetic run's 5 minutes at 100 ms
@@ -167,3 +171,45 @@ def test_rules_view_follows_new_verdicts(page, live_logdir: Path) -> None:  # no
     f.get_by_role("button", name="Reload").click()
     live.locator(".chip", has_text="IssuesFound").wait_for(timeout=20_000)
     assert problems == []
+
+
+def test_profiler_view_has_python_hotspots_statistics_and_the_trace(page) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.get_by_role("button", name="Profiler").click()
+    f.locator("select[aria-label=run]").select_option("torch_run")
+    f.locator("canvas.heatmap-canvas[data-drawn]").wait_for()
+    hot = f.locator("section.card", has_text="Python hotspots")
+    hot.locator("td").first.wait_for()
+    assert hot.locator("tbody tr").count() >= 3
+    stats = f.locator("section.card", has_text="Utilisation statistics")
+    assert "%" in stats.inner_text() and " B" in stats.inner_text()  # memory in bytes, not "%"
+    link = f.locator("a.trace-link").first
+    assert "Download the Chrome trace" in link.inner_text()
+    with pg.expect_download() as info:
+        link.click()
+    path = info.value.path()
+    body = __import__("json").loads(Path(path).read_text())
+    assert body["traceEvents"] if isinstance(body, dict) else body  # a Chrome trace Perfetto opens
+    pg.screenshot(path=str(ARTIFACTS / "profiler_torch_run.png"), full_page=True)
+    assert problems == []
+
+
+def test_a_rules_tensor_link_opens_the_tensor_in_tensorboard(page, tb_url: str) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.get_by_role("button", name="Rules").click()
+    f.locator("tr.clickable", has=f.locator("td", has_text="torch_run")).filter(has_text="Overtraining").click()
+    item = f.locator(".tensor-list li").first
+    item.wait_for()
+    tensor = item.get_attribute("data-tensor")
+    assert tensor and tensor in item.inner_text()
+    assert [a.inner_text() for a in item.locator("a.tb-link").all()] == ["Scalars", "Histograms", "Time Series"]
+    f.locator(".rule-detail").scroll_into_view_if_needed()
+    pg.screenshot(path=str(ARTIFACTS / "rules_detail.png"), full_page=True)
+    item.locator("a.tb-link", has_text="Scalars").click()
+    pg.wait_for_url(lambda url: "#scalars" in url and "tagFilter=" in url, timeout=30_000)
+    pg.get_by_text(tensor, exact=True).first.wait_for(timeout=60_000)  # the tag's card in TensorBoard's Scalars
+    pg.screenshot(path=str(ARTIFACTS / "scalars_from_rule.png"))
+    assert problems == []
+    pg.goto(tb_url + "#trainspect")  # back to the plugin for any later test

@@ -2,9 +2,21 @@
 // histogram, phase breakdown, top operators and the recommendations of triggered profiler rules.
 
 import {Heatmap} from './heatmap.js';
-import {chart, clear, el, fetchJSON, fmtBytes, fmtDuration, fmtNumber, fmtTime, notice, table} from './util.js';
+import {BASE, chart, clear, el, fetchJSON, fmtDuration, fmtNumber, fmtTime, fmtUnit, notice, table} from './util.js';
 
 const TIP = {trigger: 'axis', renderMode: 'richText', confine: true};
+const MIN_SAMPLES = 5; // fewer system samples are listed in words, not drawn over empty axes
+const LABELS = {
+  process_cpu_utilization_percent: "CPU, training job's processes", process_memory_used_bytes: "Memory, training job's processes",
+  cpu_total_utilization_percent: 'CPU, whole host (mean of cores)', cpu_utilization_percent: 'CPU, whole host',
+  cpu_memory_used_percent: 'CPU memory, whole host', cpu_iowait_percent: 'I/O wait',
+  gpu_total_utilization_percent: 'GPU (mean of GPUs)', disk_read_bytes_per_second: 'Disk read',
+  disk_write_bytes_per_second: 'Disk write', network_sent_bytes_per_second: 'Network sent',
+  network_received_bytes_per_second: 'Network received',
+};
+const SERIES_NAMES = {cpu_utilization_percent: 'CPU (all cores)', cpu_iowait_percent: 'I/O wait',
+  cpu_memory_used_percent: 'memory used', disk_read_bytes_per_second: 'read', disk_write_bytes_per_second: 'write',
+  network_sent_bytes_per_second: 'sent', network_received_bytes_per_second: 'received'};
 
 function card(title, ...body) {
   return el('section', {class: 'card'}, el('h3', {text: title}), ...body);
@@ -24,6 +36,7 @@ export class ProfilerView {
     this.nodeSelect = el('select', {'aria-label': 'node', onchange: () => {
       this.node = this.nodeSelect.value;
       this.range = null;
+      if (this.overview) this.drawUtilization(this.overview);
       this.loadCharts();
     }});
     this.rangeText = el('span', {class: 'muted'});
@@ -36,6 +49,9 @@ export class ProfilerView {
     this.phaseChart = el('div', {class: 'chart chart-short'});
     this.jobText = el('p', {class: 'muted'});
     this.operators = el('div', {class: 'scroll'});
+    this.traces = el('div', {class: 'traces'});
+    this.python = el('div', {class: 'scroll'});
+    this.utilization = el('div', {class: 'scroll'});
     this.dataloader = el('div');
     this.recs = el('div', {class: 'recs'});
     const controls = el('div', {class: 'controls'},
@@ -45,9 +61,11 @@ export class ProfilerView {
     const main = el('div', {class: 'main'},
       card('CPU cores and GPUs — utilisation over time (drag to zoom)', this.heatmap.root),
       card('Memory, GPU memory, I/O and network', this.series),
+      card('Utilisation statistics', this.utilization),
       card('Step durations', el('label', {}, 'Worker / mode ', this.histSelect), this.histChart, this.stepTable),
       card('Where the time went', this.jobText, this.phaseChart),
-      card('Top operators of the profiled window', this.operators),
+      card('Top operators of the profiled window', this.traces, this.operators),
+      card('Python hotspots (own time in the Python-profiled steps)', this.python),
       card('Dataloader', this.dataloader));
     const aside = el('aside', {class: 'side'}, card('Recommendations', this.recs));
     root.append(controls, this.messages, el('div', {class: 'layout'}, main, aside));
@@ -57,7 +75,10 @@ export class ProfilerView {
     this.runInfo = Object.fromEntries(runs.map((r) => [r.name, r]));
     // Every run with trainspect data is listed (a run without profiler data says so when picked).
     const names = runs.filter((r) => r.has_data).map((r) => r.name);
-    const preferred = (runs.find((r) => r.profiler) || {name: names[0] || null}).name;
+    // Open on the newest run that has profiler data (not the first name, which may hold a single sample).
+    const profiled = runs.filter((r) => r.has_data && r.profiler_at !== null && r.profiler_at !== undefined);
+    profiled.sort((a, b) => b.profiler_at - a.profiler_at);
+    const preferred = (profiled[0] || runs.find((r) => r.profiler) || {name: names[0] || null}).name;
     const current = Array.from(this.runSelect.options).map((o) => o.value);
     if (current.join('\n') !== names.join('\n')) {
       clear(this.runSelect);
@@ -101,6 +122,8 @@ export class ProfilerView {
     this.drawSteps(data);
     this.drawPhases(data);
     this.drawOperators(data);
+    this.drawPython(data);
+    this.drawUtilization(data);
     const result = await charts;
     if (token !== this.token) return;
     if (result instanceof Error || result[0].node !== this.node) await this.loadCharts();
@@ -167,10 +190,20 @@ export class ProfilerView {
   }
 
   drawCharts(hm, ts) {
+    if (hm.samples < MIN_SAMPLES && !this.range) {
+      this.heatmap.root.hidden = true;
+      this.rangeText.textContent = `${hm.samples} sample${hm.samples === 1 ? '' : 's'}`;
+      clear(this.series).append(notice('info', `Only ${hm.samples} system sample(s) were recorded on ${hm.node} ` +
+        `(${fmtTime(hm.full_start)}${hm.full_end > hm.full_start ? ` – ${fmtTime(hm.full_end)}` : ''}): too few ` +
+        'to draw. The utilisation statistics below list them; a longer run, or a shorter ' +
+        'system_monitor_interval_millis, gives charts.'));
+      document.body.dataset.profilerReady = String(Date.now());
+      return;
+    }
     this.heatmap.root.hidden = false;
     this.heatmap.draw(hm);
     this.rangeText.textContent = `${fmtTime(hm.start)} – ${fmtTime(hm.end)} · ${hm.samples} samples · ` +
-      `${hm.columns} buckets of ${fmtDuration(hm.bucket_s)}`;
+      `${hm.columns} bucket${hm.columns === 1 ? '' : 's'} of ${fmtDuration(hm.bucket_s)}`;
     this.drawSeries(ts);
     document.body.dataset.profilerReady = String(Date.now());
   }
@@ -182,16 +215,20 @@ export class ProfilerView {
     for (const group of ts.groups) {
       const box = el('div', {class: 'chart chart-short'});
       this.series.append(el('div', {class: 'series-card'}, el('h4', {text: `${group.title} (${group.unit})`}), box));
-      const fmt = group.unit === 'B/s' ? (v) => `${fmtBytes(v)}/s` : (v) => `${v} %`;
+      const fmt = (v) => fmtUnit(v, group.unit);
+      // The axis spans the samples (fitted), not the requested range: a 1-second run is not drawn over two days.
+      const first = times.length ? times[0] : ts.start * 1000;
+      const last = times.length ? times[times.length - 1] : ts.end * 1000;
       chart(box, {
         animation: false,
-        grid: {left: 64, right: 12, top: 28, bottom: 24},
+        grid: {left: 70, right: 16, top: 28, bottom: 24},
         legend: {top: 0, type: 'scroll', textStyle: {fontSize: 10}},
-        tooltip: TIP,
-        xAxis: {type: 'time', min: ts.start * 1000, max: ts.end * 1000, splitNumber: 4, axisLabel: {hideOverlap: true}},
-        yAxis: {type: 'value', axisLabel: {formatter: fmt}, max: group.unit === '%' ? 100 : null},
+        tooltip: {...TIP, valueFormatter: fmt},
+        xAxis: {type: 'time', min: first, max: Math.max(last, first + 1000), splitNumber: 4, axisLabel: {hideOverlap: true}},
+        yAxis: {type: 'value', axisLabel: {formatter: fmt, hideOverlap: true}, max: group.unit === '%' ? 100 : null},
         series: group.series.map((s) => ({
-          name: s.key, type: 'line', showSymbol: false, sampling: 'lttb',
+          name: SERIES_NAMES[s.key] || s.key.replace(/_percent$|_bytes_per_second$/, '').replace(/_/g, ' '),
+          type: 'line', showSymbol: times.length < 30, sampling: 'lttb',
           data: s.values.map((v, i) => [times[i], v]),
         })),
       });
@@ -220,7 +257,10 @@ export class ProfilerView {
     clear(this.histSelect);
     keys.forEach((key, i) => this.histSelect.append(new Option(key, String(i))));
     const keep = keys.indexOf(this.histKey);
-    this.histSelect.value = String(keep >= 0 ? keep : 0);
+    // Open on the group with the most steps (TRAIN, usually), not the first name in alphabetical order (EVAL).
+    const counts = data.histogram.map((h) => h.bins.reduce((n, b) => n + b[2], 0));
+    const most = counts.indexOf(Math.max(...counts, 0));
+    this.histSelect.value = String(keep >= 0 ? keep : Math.max(most, 0));
     this.drawHistogram();
     clear(this.stepTable);
     if (!data.steps.length) {
@@ -253,7 +293,7 @@ export class ProfilerView {
       tooltip: TIP,
       xAxis: {type: 'category', name: 'step duration', nameLocation: 'middle', nameGap: 24,
         data: group.bins.map((b) => fmtDuration((b[0] + b[1]) / 2))},
-      yAxis: {type: 'value', name: 'steps'},
+      yAxis: {type: 'value', name: 'steps', minInterval: 1},
       series: [{name: 'steps', type: 'bar', data: group.bins.map((b) => b[2]), itemStyle: {color: '#3b6ea8'}}],
     });
   }
@@ -282,7 +322,54 @@ export class ProfilerView {
     });
   }
 
+  drawPython(data) {
+    clear(this.python);
+    const rows = data.python || [];
+    if (!rows.length) {
+      this.python.append(el('p', {class: 'muted', text: 'No Python profile: set framework_profile_params=' +
+        'ts.profiler.FrameworkProfile() to run cProfile over a few steps.'}));
+      return;
+    }
+    this.python.append(table([
+      {label: 'worker', value: (r) => r.worker}, {label: 'function', value: (r) => r.function, class: 'name'},
+      {label: 'file', value: (r) => `${String(r.filename).split('/').slice(-2).join('/')}:${r.line}`, class: 'name'},
+      {label: 'calls', value: (r) => fmtUnit(r.calls, 'count'), class: 'num'},
+      {label: 'own time', value: (r) => fmtDuration(r.total_time_s), class: 'num'},
+      {label: 'cumulative', value: (r) => fmtDuration(r.cumulative_time_s), class: 'num'},
+    ], rows));
+  }
+
+  drawUtilization(data) {
+    clear(this.utilization);
+    const rows = (data.utilization || []).filter((r) => r.node === this.node && (LABELS[r.metric] || /^gpu\d/.test(r.metric)));
+    if (!rows.length) {
+      this.utilization.append(el('p', {class: 'muted', text: 'No system metrics were recorded for this node.'}));
+      return;
+    }
+    const v = (key) => (r) => fmtUnit(r[key], r.unit);
+    this.utilization.append(table([
+      {label: 'metric', value: (r) => LABELS[r.metric] || r.metric.replace(/_/g, ' ')},
+      {label: 'min', value: v('min'), class: 'num'}, {label: 'p50', value: v('p50'), class: 'num'},
+      {label: 'p95', value: v('p95'), class: 'num'}, {label: 'p99', value: v('p99'), class: 'num'},
+      {label: 'max', value: v('max'), class: 'num'}, {label: 'samples', value: (r) => fmtUnit(r.samples, 'count'), class: 'num'},
+    ], rows));
+  }
+
+  drawTraces(data) {
+    clear(this.traces);
+    for (const t of data.traces || []) {
+      const url = new URL('trace', BASE);
+      url.searchParams.set('run', this.run);
+      url.searchParams.set('id', String(t.id));
+      const steps = t.start_step === null ? t.file : (t.end_step > t.start_step ? `steps ${t.start_step}–${t.end_step}` : `step ${t.start_step}`);
+      this.traces.append(el('p', {class: 'trace'}, el('a', {href: url.href, download: t.file, class: 'trace-link',
+        text: `Download the Chrome trace (${t.worker}, ${steps}, ${fmtUnit(t.bytes, 'B')})`}),
+      el('span', {class: 'muted', text: ' — open it in ui.perfetto.dev or chrome://tracing'})));
+    }
+  }
+
   drawOperators(data) {
+    this.drawTraces(data);
     clear(this.operators);
     if (!data.operators.length) {
       this.operators.append(el('p', {class: 'muted', text: 'No detailed profile: set framework_profile_params=' +
