@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tb_synth as synth
 from conftest import XSS, TensorBoardProcess
 
 from trainspect.rules.verdict import Status, Verdict, write_verdicts
@@ -30,6 +32,10 @@ def live_logdir(logdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     for child in logdir.iterdir():
         shutil.copytree(child, root / child.name)
     write_verdicts(RunLayout(root / "live").verdicts, [Verdict("CPUBottleneck", Status.IN_PROGRESS, kind="profiler")])
+    synth.write_manifest(root / "short")  # two system samples: too few to draw
+    synth.write_system(root / "short", 0.2, cores=2, gpus=0)
+    for f in (root / "short").rglob("*"):  # older than the others: the tab must not open on it
+        os.utime(f, (1_600_000_000, 1_600_000_000))
     return root
 
 
@@ -122,6 +128,16 @@ def test_runs_without_data_say_so(page) -> None:  # noqa: ANN001
     f.locator("select[aria-label=run]").select_option("corrupt")
     f.locator(".notice", has_text="Skipped damaged data").wait_for()
     pg.screenshot(path=str(ARTIFACTS / "profiler_corrupt.png"))
+    assert problems == []
+
+
+def test_a_run_with_two_samples_says_so_instead_of_empty_axes(page) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.locator("select[aria-label=run]").select_option("short")
+    f.locator(".notice", has_text="system sample(s) were recorded").wait_for()
+    assert f.locator(".heatmap").is_hidden() and f.locator(".series-card").count() == 0
+    pg.screenshot(path=str(ARTIFACTS / "profiler_short_run.png"))
     assert problems == []
 
 

@@ -59,10 +59,12 @@ export class ProfilerView {
       el('button', {type: 'button', onclick: () => this.zoomOut()}, 'Zoom out'),
       el('button', {type: 'button', onclick: () => this.zoom(null, null)}, 'Reset zoom'), this.rangeText);
     const main = el('div', {class: 'main'},
-      card('CPU cores and GPUs — utilisation over time (drag to zoom)', this.heatmap.root),
+      card('CPU cores and GPUs — utilisation over time (drag to zoom)', this.heatNote = el('p', {class: 'muted', hidden: true}),
+        this.heatmap.root),
       card('Memory, GPU memory, I/O and network', this.series),
       card('Utilisation statistics', this.utilization),
-      card('Step durations', el('label', {}, 'Worker / mode ', this.histSelect), this.histChart, this.stepTable),
+      card('Step durations', this.histLabel = el('label', {}, 'Worker / mode ', this.histSelect), this.histChart,
+        this.stepTable),
       card('Where the time went', this.jobText, this.phaseChart),
       card('Top operators of the profiled window', this.traces, this.operators),
       card('Python hotspots (own time in the Python-profiled steps)', this.python),
@@ -190,8 +192,11 @@ export class ProfilerView {
   }
 
   drawCharts(hm, ts) {
+    this.heatNote.hidden = true;
     if (hm.samples < MIN_SAMPLES && !this.range) {
       this.heatmap.root.hidden = true;
+      this.heatNote.hidden = false;
+      this.heatNote.textContent = `Too few samples to draw (${hm.samples}).`;
       this.rangeText.textContent = `${hm.samples} sample${hm.samples === 1 ? '' : 's'}`;
       clear(this.series).append(notice('info', `Only ${hm.samples} system sample(s) were recorded on ${hm.node} ` +
         `(${fmtTime(hm.full_start)}${hm.full_end > hm.full_start ? ` – ${fmtTime(hm.full_end)}` : ''}): too few ` +
@@ -255,6 +260,7 @@ export class ProfilerView {
   drawSteps(data) {
     const keys = data.histogram.map((h) => `${h.worker} / ${h.mode}`);
     clear(this.histSelect);
+    this.histLabel.hidden = !keys.length;
     keys.forEach((key, i) => this.histSelect.append(new Option(key, String(i))));
     const keep = keys.indexOf(this.histKey);
     // Open on the group with the most steps (TRAIN, usually), not the first name in alphabetical order (EVAL).
