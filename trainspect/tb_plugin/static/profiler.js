@@ -2,18 +2,11 @@
 // histogram, phase breakdown, top operators and the recommendations of triggered profiler rules.
 
 import {Heatmap} from './heatmap.js';
-import {BASE, chart, clear, el, fetchJSON, fmtDuration, fmtNumber, fmtTime, fmtUnit, notice, table} from './util.js';
+import {drawOperators, drawPython, drawTraces, drawUtilization} from './profiler_tables.js';
+import {chart, clear, el, fetchJSON, fmtDuration, fmtNumber, fmtTime, fmtUnit, notice, table} from './util.js';
 
 const TIP = {trigger: 'axis', renderMode: 'richText', confine: true};
 const MIN_SAMPLES = 5; // fewer system samples are listed in words, not drawn over empty axes
-const LABELS = {
-  process_cpu_utilization_percent: "CPU, training job's processes", process_memory_used_bytes: "Memory, training job's processes",
-  cpu_total_utilization_percent: 'CPU, whole host (mean of cores)', cpu_utilization_percent: 'CPU, whole host',
-  cpu_memory_used_percent: 'CPU memory, whole host', cpu_iowait_percent: 'I/O wait',
-  gpu_total_utilization_percent: 'GPU (mean of GPUs)', disk_read_bytes_per_second: 'Disk read',
-  disk_write_bytes_per_second: 'Disk write', network_sent_bytes_per_second: 'Network sent',
-  network_received_bytes_per_second: 'Network received',
-};
 const SERIES_NAMES = {cpu_utilization_percent: 'CPU (all cores)', cpu_iowait_percent: 'I/O wait',
   cpu_memory_used_percent: 'memory used', disk_read_bytes_per_second: 'read', disk_write_bytes_per_second: 'write',
   network_sent_bytes_per_second: 'sent', network_received_bytes_per_second: 'received'};
@@ -36,7 +29,7 @@ export class ProfilerView {
     this.nodeSelect = el('select', {'aria-label': 'node', onchange: () => {
       this.node = this.nodeSelect.value;
       this.range = null;
-      if (this.overview) this.drawUtilization(this.overview);
+      if (this.overview) drawUtilization(this.utilization, this.overview, this.node);
       this.loadCharts();
     }});
     this.rangeText = el('span', {class: 'muted'});
@@ -123,9 +116,10 @@ export class ProfilerView {
     this.drawRecommendations(data);
     this.drawSteps(data);
     this.drawPhases(data);
-    this.drawOperators(data);
-    this.drawPython(data);
-    this.drawUtilization(data);
+    drawTraces(this.traces, data, this.run);
+    drawOperators(this.operators, this.dataloader, data);
+    drawPython(this.python, data);
+    drawUtilization(this.utilization, data, this.node);
     const result = await charts;
     if (token !== this.token) return;
     if (result instanceof Error || result[0].node !== this.node) await this.loadCharts();
@@ -326,79 +320,5 @@ export class ProfilerView {
       series: names.map((name) => ({name, type: 'bar', stack: 'all',
         data: rows.map(([, v]) => (v[name] === undefined ? 0 : Number(v[name].toFixed(2))))})),
     });
-  }
-
-  drawPython(data) {
-    clear(this.python);
-    const rows = data.python || [];
-    if (!rows.length) {
-      this.python.append(el('p', {class: 'muted', text: 'No Python profile: set framework_profile_params=' +
-        'ts.profiler.FrameworkProfile() to run cProfile over a few steps.'}));
-      return;
-    }
-    this.python.append(table([
-      {label: 'worker', value: (r) => r.worker}, {label: 'function', value: (r) => r.function, class: 'name'},
-      {label: 'file', value: (r) => `${String(r.filename).split('/').slice(-2).join('/')}:${r.line}`, class: 'name'},
-      {label: 'calls', value: (r) => fmtUnit(r.calls, 'count'), class: 'num'},
-      {label: 'own time', value: (r) => fmtDuration(r.total_time_s), class: 'num'},
-      {label: 'cumulative', value: (r) => fmtDuration(r.cumulative_time_s), class: 'num'},
-    ], rows));
-  }
-
-  drawUtilization(data) {
-    clear(this.utilization);
-    const rows = (data.utilization || []).filter((r) => r.node === this.node && (LABELS[r.metric] || /^gpu\d/.test(r.metric)));
-    if (!rows.length) {
-      this.utilization.append(el('p', {class: 'muted', text: 'No system metrics were recorded for this node.'}));
-      return;
-    }
-    const v = (key) => (r) => fmtUnit(r[key], r.unit);
-    this.utilization.append(table([
-      {label: 'metric', value: (r) => LABELS[r.metric] || r.metric.replace(/_/g, ' ')},
-      {label: 'min', value: v('min'), class: 'num'}, {label: 'p50', value: v('p50'), class: 'num'},
-      {label: 'p95', value: v('p95'), class: 'num'}, {label: 'p99', value: v('p99'), class: 'num'},
-      {label: 'max', value: v('max'), class: 'num'}, {label: 'samples', value: (r) => fmtUnit(r.samples, 'count'), class: 'num'},
-    ], rows));
-  }
-
-  drawTraces(data) {
-    clear(this.traces);
-    for (const t of data.traces || []) {
-      const url = new URL('trace', BASE);
-      url.searchParams.set('run', this.run);
-      url.searchParams.set('id', String(t.id));
-      const steps = t.start_step === null ? t.file : (t.end_step > t.start_step ? `steps ${t.start_step}–${t.end_step}` : `step ${t.start_step}`);
-      this.traces.append(el('p', {class: 'trace'}, el('a', {href: url.href, download: t.file, class: 'trace-link',
-        text: `Download the Chrome trace (${t.worker}, ${steps}, ${fmtUnit(t.bytes, 'B')})`}),
-      el('span', {class: 'muted', text: ' — open it in ui.perfetto.dev or chrome://tracing'})));
-    }
-  }
-
-  drawOperators(data) {
-    this.drawTraces(data);
-    clear(this.operators);
-    if (!data.operators.length) {
-      this.operators.append(el('p', {class: 'muted', text: 'No detailed profile: set framework_profile_params=' +
-        'ts.profiler.FrameworkProfile() to profile a step window with torch.profiler.'}));
-    } else {
-      this.operators.append(table([
-        {label: 'worker', value: (r) => r.worker}, {label: 'device', value: (r) => r.device},
-        {label: 'operator', value: (r) => r.name}, {label: 'calls', value: (r) => r.calls, class: 'num'},
-        {label: 'self time', value: (r) => fmtDuration(r.self_time_us / 1e6), class: 'num'},
-        {label: 'total time', value: (r) => fmtDuration(r.total_time_us / 1e6), class: 'num'},
-        {label: 'self %', value: (r) => fmtNumber(r.percent), class: 'num'},
-      ], data.operators));
-    }
-    clear(this.dataloader);
-    if (!data.dataloader.length) {
-      this.dataloader.append(el('p', {class: 'muted', text: 'No dataloader waits recorded.'}));
-      return;
-    }
-    this.dataloader.append(table([
-      {label: 'worker', value: (r) => r.worker}, {label: 'loader workers', value: (r) => fmtNumber(r.num_workers)},
-      {label: 'waits', value: (r) => r.count, class: 'num'}, {label: 'mean', value: (r) => fmtDuration(r.mean_s), class: 'num'},
-      {label: 'p95', value: (r) => fmtDuration(r.p95_s), class: 'num'},
-      {label: '% of loop', value: (r) => fmtNumber(r.loop_percent), class: 'num'},
-    ], data.dataloader));
   }
 }
