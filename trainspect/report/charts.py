@@ -302,7 +302,7 @@ def heatmap_chart(hm: Mapping[str, Any], title: str = "", max_marks: int = 100) 
                   "nameGap": 26, "axisLabel": {"hideOverlap": True}},
         "yAxis": {"type": "category", "data": list(hm["rows"]), "inverse": True},
         "visualMap": {"min": 0, "max": 100, "calculable": True, "orient": "vertical", "right": 10,
-                      "top": "middle", "itemHeight": 100, "text": ["100 %", "0 %"],
+                      "top": "middle", "itemHeight": 100, "formatter": "{value} %",
                       "inRange": {"color": ["#f7fbff", "#6baed6", "#08306b"]}},
         "series": [series],
     }  # fmt: skip
