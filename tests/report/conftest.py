@@ -63,3 +63,31 @@ def torch_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 opt.step()
                 time.sleep(0.03)  # a few system samples (100 ms) per epoch
     return out
+
+
+@pytest.fixture(scope="session")
+def nan_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real torch run whose learning rate is far too high: the loss overflows to Inf/NaN within ~20 steps."""
+    import torch
+
+    import trainspect as ts
+    from trainspect.rules import ExplodingTensor, LossNotDecreasing
+
+    out = tmp_path_factory.mktemp("nan") / "nan_run"
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    loss_fn = torch.nn.MSELoss()
+    x, y = torch.randn(64, 8) * 10, torch.randn(64, 1)
+    hook = ts.torch.Hook(str(out), save_config=ts.SaveConfig(save_interval=1),
+                         rules=[ExplodingTensor(), LossNotDecreasing(num_steps=5)],
+                         profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100))  # fmt: skip
+    with hook:
+        hook.register_module(model)
+        hook.register_loss(loss_fn)
+        for _ in range(40):
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+            time.sleep(0.01)
+    return out

@@ -33,7 +33,7 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
             executable_path=CHROMIUM,
             headless=True,
             args=ARGS,
-            viewport={"width": 1280, "height": 900},
+            viewport={"width": 1400, "height": 900},
         )
         yield ctx
         ctx.close()
@@ -56,7 +56,7 @@ def _open(browser: Any, html_file: Path, shot: str) -> dict[str, Any]:
     page.route("**/*", route)
     page.goto(html_file.as_uri(), wait_until="load")
     page.wait_for_selector("body[data-charts-ready]")
-    seen["sections"] = page.eval_on_selector_all("section[data-section]", "els => els.map(e => e.id)")
+    seen["sections"] = page.eval_on_selector_all("[data-section]", "els => els.map(e => e.id)")
     seen["charts"] = int(page.get_attribute("body", "data-charts-ready") or 0)
     seen["drawn"] = page.evaluate("window.trainspectDrawAll()")
     seen["canvases"] = page.eval_on_selector_all("[data-chart] canvas", "els => els.length")
@@ -64,6 +64,19 @@ def _open(browser: Any, html_file: Path, shot: str) -> dict[str, Any]:
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / shot), full_page=False)
     seen["text"] = page.inner_text("body")
+    seen["first_screen"] = page.evaluate("""() => {
+        const out = [];
+        const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+        while (walk.nextNode()) {
+            const r = document.createRange();
+            r.selectNodeContents(walk.currentNode);
+            const box = r.getBoundingClientRect();
+            if (box.height > 0 && box.bottom <= window.innerHeight && box.right <= window.innerWidth) {
+                out.push(walk.currentNode.textContent);
+            }
+        }
+        return out.join(" ");
+    }""")
     page.close()
     return seen
 
@@ -73,7 +86,8 @@ def test_report_in_chromium(browser: Any, synthetic_run: Path, tmp_path: Path) -
     html.write_text(render_report(synthetic_run, price_per_hour=3.825))
     seen = _open(browser, html, "report-synthetic.png")
     assert seen["errors"] == [] and seen["blocked"] == [] and seen["dialogs"] == []
-    assert seen["sections"] == [s.id for s in default_registry().sections()]
+    assert sorted(seen["sections"]) == sorted(s.id for s in default_registry().sections())
+    assert seen["sections"][0] == "verdict" and seen["sections"][-1] == "python"  # no Python profile: one line
     assert seen["charts"] > 10 and seen["drawn"] == seen["charts"] and seen["canvases"] >= seen["charts"]
     assert (ARTIFACTS / "report-synthetic.png").stat().st_size > 10_000
 
@@ -121,7 +135,19 @@ def test_report_in_a_sandboxed_iframe_like_mlflows_artifact_view(browser: Any, s
     frame = page.frame_locator("#f")
     frame.locator("body[data-charts-ready]").wait_for(timeout=30_000)
     assert int(frame.locator("body").get_attribute("data-charts-ready") or 0) > 10
-    assert frame.locator("section[data-section]").count() == len(default_registry().sections())
-    assert frame.locator("[data-chart] canvas").count() >= 1  # the first charts are drawn in view
+    assert frame.locator("[data-section]").count() == len(default_registry().sections())
+    frame.locator("[data-chart]").first.scroll_into_view_if_needed()
+    frame.locator("[data-chart] canvas").first.wait_for(timeout=10_000)  # charts are drawn as they come into view
     assert errors == []
     page.close()
+
+
+def test_first_screen_of_a_nan_run_names_the_rules_steps_and_fixes(browser: Any, nan_run: Path, tmp_path: Path) -> None:
+    html = tmp_path / "nan.html"
+    html.write_text(render_report(nan_run))
+    seen = _open(browser, html, "report-nan-first-screen.png")
+    assert seen["errors"] == [] and seen["blocked"] == []
+    first = seen["first_screen"]  # the text fully inside the first 1400x900 viewport
+    for text in ("ExplodingTensor", "LossNotDecreasing", "step 3 (TRAIN)", "step 5 (TRAIN)", "MSELoss_output_0",
+                 "lower the learning rate", "tune the learning rate"):  # fmt: skip
+        assert text in first, text

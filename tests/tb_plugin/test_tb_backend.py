@@ -48,7 +48,9 @@ def test_runs_lists_trainspect_runs_and_tensorboard_runs(client: wtest.Client) -
         "profiler": False,
         "verdicts": False,
         "ended": False,
+        "profiler_at": None,
     }
+    assert isinstance(runs["torch_run"]["profiler_at"], float)  # the Profiler tab opens on the newest such run
     assert runs["tb_only"]["has_data"] is False  # listed by TensorBoard's data provider, no trainspect data
 
 

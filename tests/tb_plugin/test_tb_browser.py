@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import tb_synth as synth
 from conftest import XSS, TensorBoardProcess
 
 from trainspect.rules.verdict import Status, Verdict, write_verdicts
 from trainspect.store.layout import RunLayout
+from trainspect.tb_plugin.runs import RunIndex
 
 playwright_api = pytest.importorskip("playwright.sync_api")  # a declared test dependency ([test] extra)
 
@@ -29,6 +32,10 @@ def live_logdir(logdir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     for child in logdir.iterdir():
         shutil.copytree(child, root / child.name)
     write_verdicts(RunLayout(root / "live").verdicts, [Verdict("CPUBottleneck", Status.IN_PROGRESS, kind="profiler")])
+    synth.write_manifest(root / "short")  # two system samples: too few to draw
+    synth.write_system(root / "short", 0.2, cores=2, gpus=0)
+    for f in (root / "short").rglob("*"):  # older than the others: the tab must not open on it
+        os.utime(f, (1_600_000_000, 1_600_000_000))
     return root
 
 
@@ -73,10 +80,13 @@ def distinct_colours(pg) -> int:  # noqa: ANN001
     }""")
 
 
-def test_profiler_view_draws_the_heatmap_and_charts(page) -> None:  # noqa: ANN001
+def test_profiler_view_draws_the_heatmap_and_charts(page, live_logdir: Path) -> None:  # noqa: ANN001
     pg, problems = page
     f = frame(pg)
     f.locator("canvas.heatmap-canvas[data-drawn]").wait_for(timeout=60_000)
+    runs = RunIndex(str(live_logdir)).runs()
+    newest = max((r for r in runs.values() if r.profiler_at is not None), key=lambda r: r.profiler_at)
+    assert f.locator("select[aria-label=run]").input_value() == newest.name  # opens on the newest profiled run
     f.locator("select[aria-label=run]").select_option("synth")
     f.locator(".rec strong", has_text="LowGPUUtilization").wait_for()
     f.locator(".controls .muted", has_text="3000 samples").wait_for()  # the synthetic run's 5 minutes at 100 ms
@@ -118,6 +128,16 @@ def test_runs_without_data_say_so(page) -> None:  # noqa: ANN001
     f.locator("select[aria-label=run]").select_option("corrupt")
     f.locator(".notice", has_text="Skipped damaged data").wait_for()
     pg.screenshot(path=str(ARTIFACTS / "profiler_corrupt.png"))
+    assert problems == []
+
+
+def test_a_run_with_two_samples_says_so_instead_of_empty_axes(page) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.locator("select[aria-label=run]").select_option("short")
+    f.locator(".notice", has_text="system sample(s) were recorded").wait_for()
+    assert f.locator(".heatmap").is_hidden() and f.locator(".series-card").count() == 0
+    pg.screenshot(path=str(ARTIFACTS / "profiler_short_run.png"))
     assert problems == []
 
 
@@ -167,3 +187,45 @@ def test_rules_view_follows_new_verdicts(page, live_logdir: Path) -> None:  # no
     f.get_by_role("button", name="Reload").click()
     live.locator(".chip", has_text="IssuesFound").wait_for(timeout=20_000)
     assert problems == []
+
+
+def test_profiler_view_has_python_hotspots_statistics_and_the_trace(page) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.get_by_role("button", name="Profiler").click()
+    f.locator("select[aria-label=run]").select_option("torch_run")
+    f.locator("canvas.heatmap-canvas[data-drawn]").wait_for()
+    hot = f.locator("section.card", has_text="Python hotspots")
+    hot.locator("td").first.wait_for()
+    assert hot.locator("tbody tr").count() >= 3
+    stats = f.locator("section.card", has_text="Utilisation statistics")
+    assert "%" in stats.inner_text() and " B" in stats.inner_text()  # memory in bytes, not "%"
+    link = f.locator("a.trace-link").first
+    assert "Download the Chrome trace" in link.inner_text()
+    with pg.expect_download() as info:
+        link.click()
+    path = info.value.path()
+    body = __import__("json").loads(Path(path).read_text())
+    assert body["traceEvents"] if isinstance(body, dict) else body  # a Chrome trace Perfetto opens
+    pg.screenshot(path=str(ARTIFACTS / "profiler_torch_run.png"), full_page=True)
+    assert problems == []
+
+
+def test_a_rules_tensor_link_opens_the_tensor_in_tensorboard(page, tb_url: str) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.get_by_role("button", name="Rules").click()
+    f.locator("tr.clickable", has=f.locator("td", has_text="torch_run")).filter(has_text="Overtraining").click()
+    item = f.locator(".tensor-list li").first
+    item.wait_for()
+    tensor = item.get_attribute("data-tensor")
+    assert tensor and tensor in item.inner_text()
+    assert [a.inner_text() for a in item.locator("a.tb-link").all()] == ["Scalars", "Histograms", "Time Series"]
+    f.locator(".rule-detail").scroll_into_view_if_needed()
+    pg.screenshot(path=str(ARTIFACTS / "rules_detail.png"), full_page=True)
+    item.locator("a.tb-link", has_text="Scalars").click()
+    pg.wait_for_url(lambda url: "#scalars" in url and "tagFilter=" in url, timeout=30_000)
+    pg.get_by_text(tensor, exact=True).first.wait_for(timeout=60_000)  # the tag's card in TensorBoard's Scalars
+    pg.screenshot(path=str(ARTIFACTS / "scalars_from_rule.png"))
+    assert problems == []
+    pg.goto(tb_url + "#trainspect")  # back to the plugin for any later test

@@ -58,14 +58,15 @@ class StepDurationSection(Section):
                    stats.itertuples(index=False, name=None))  # fmt: skip
         hist = step_histogram(ctx.profiler, bins=50)
         for (worker, mode), grp in hist.groupby(["worker", "mode"], sort=True):
-            cats = [f"{(a + b) / 2:.4g}" for a, b in zip(grp["bin_start"], grp["bin_end"], strict=True)]
+            cats = [_ms((a + b) / 2) for a, b in zip(grp["bin_start"], grp["bin_end"], strict=True)]
             page.chart(charts.bar_chart(cats, {"steps": grp["count"].tolist()}, f"Step duration histogram "
-                                        f"({worker}, {mode})", x_name="s", y_name="steps"), height=260)  # fmt: skip
+                                        f"({worker}, {mode})", x_name="step duration", y_name="steps",
+                                        y_unit="count"), height=260)  # fmt: skip
         series = {}
         for worker, tab in sorted(ctx.profiler.framework.items()):
             if tab.step_count:
                 series[worker] = (tab.steps["start"], tab.steps["end"] - tab.steps["start"])
-        page.chart(charts.line_chart(series, "Step duration over time", y_name="s"), height=280)
+        page.chart(charts.line_chart(series, "Step duration over time", y_name="step duration", y_unit="s"), 280)
         worst = stats.sort_values("max", ascending=False).head(1)
         if len(worst) and float(worst["max"].iloc[0]) > 3 * float(worst["p50"].iloc[0]) > 0:
             page.note("Some steps take more than three times the median: look for CPU or I/O bottlenecks, "
@@ -94,8 +95,9 @@ class OperatorSection(Section):
                        ops[["worker", "name", "calls", "self_time_us", "total_time_us", "percent"]].itertuples(
                            index=False, name=None))  # fmt: skip
             top10 = ops.head(10).iloc[::-1]
-            page.chart(charts.bar_chart(top10["name"].tolist(), {"self time (µs)": top10["self_time_us"].tolist()},
-                                        f"{device.upper()} operators by self time", horizontal=True), 300)  # fmt: skip
+            page.chart(charts.bar_chart(top10["name"].tolist(), {"self time": (top10["self_time_us"] / 1e6).tolist()},
+                                        f"{device.upper()} operators by self time", horizontal=True, y_unit="s"),
+                       300)  # fmt: skip
 
 
 class PythonSection(Section):
@@ -134,8 +136,16 @@ class DataloaderSection(Section):
         flat = np.concatenate(waits) if waits else np.zeros(0)
         if len(flat):
             counts, edges = np.histogram(flat, bins=40)
-            cats = [f"{(edges[i] + edges[i + 1]) / 2:.3g}" for i in range(len(counts))]
-            page.chart(charts.bar_chart(cats, {"waits": counts.tolist()}, "Dataloader wait times", x_name="s"), 240)
+            cats = [_ms((edges[i] + edges[i + 1]) / 2) for i in range(len(counts))]
+            page.chart(charts.bar_chart(cats, {"waits": counts.tolist()}, "Dataloader wait times", x_name="wait",
+                                        y_name="waits", y_unit="count"), 240)  # fmt: skip
+
+
+def _ms(seconds: float) -> str:
+    """A duration label with 3 significant digits: ``850 µs``, ``12.5 ms``, ``1.25 s``."""
+    if seconds < 1e-3:
+        return f"{seconds * 1e6:.3g} µs"
+    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
 
 
 def _advice(worker: str, num_workers: object, loop_percent: float, cores: int) -> str:

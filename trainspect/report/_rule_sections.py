@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import numpy as np
@@ -16,11 +17,20 @@ from trainspect.rules.verdict import Verdict
 __all__ = ["RulesSummarySection", "TriggeredRulesSection", "TensorSection", "MAX_LOSS_POINTS"]
 
 MAX_LOSS_POINTS = 2000
+MIN_POINTS = 3
+"""Fewer values than this are listed in words instead of drawn on empty-looking axes."""
 _HIDDEN = {"OverallSystemUsage", "OverallFrameworkMetrics"}
 
 
+def param_text(value: Any) -> str:
+    """A parameter value as users write it in JSON/YAML configs: ``false``, ``null``, ``1e-07``, ``[...]``."""
+    if isinstance(value, (bool, type(None), list, tuple, dict)):
+        return json.dumps(value, default=str)
+    return str(value)
+
+
 def _params(v: Verdict) -> str:
-    return ", ".join(f"{k}={val}" for k, val in v.parameters.items())
+    return ", ".join(f"{k}={param_text(val)}" for k, val in v.parameters.items())
 
 
 def _triggered(v: Verdict) -> bool:
@@ -69,9 +79,14 @@ class TriggeredRulesSection(Section):
             page.kv(_where(v))
             for s in v.series:
                 x_type = "time" if s.x_unit in ("s", "time", "epoch_s", "second") else "value"
-                opt = charts.line_chart({s.label: (np.asarray(s.x, float), np.asarray(s.y, float))}, s.label,
-                                        x_type=x_type, mark_x=s.trigger_x, threshold=s.threshold)  # fmt: skip
-                page.chart(opt, height=260)
+                if len(s.x) < MIN_POINTS:
+                    page.note(f"{s.label}: only {len(s.x)} value(s) recorded, too few to chart: "
+                              + ", ".join(f"{x:g} → {y:.4g}" for x, y in zip(s.x, s.y, strict=False)))  # fmt: skip
+                    continue
+                opt = charts.line_chart({s.label: (np.asarray(s.x, float), np.asarray(s.y, float))},
+                                        f"{v.rule}: {s.label}", x_type=x_type, mark_x=s.trigger_x,
+                                        threshold=s.threshold, y_name=s.label)  # fmt: skip
+                page.chart(opt, height=280)
 
 
 def _when(t: float | None) -> str | None:
@@ -113,6 +128,10 @@ def _loss_curve(tensor: Any, mode: ModeKeys) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(steps, dtype=float), np.asarray(ys, dtype=float)
 
 
+def _span(first: int | None, last: int | None) -> str | None:
+    return None if first is None else f"{first}\u00a0…\u00a0{last}"  # never wrapped inside
+
+
 class TensorSection(Section):
     """The tensor side: loss curves per mode and tensor-rule verdicts with the steps and tensors involved."""
 
@@ -131,11 +150,19 @@ class TensorSection(Section):
         for mode in trial.modes():
             series = {name: _loss_curve(trial.tensor(name), mode) for name in losses[:8]}
             series = {k: v for k, v in series.items() if len(v[0])}
+            for name, (x, y) in series.items():
+                bad = x[~np.isfinite(y)]
+                if len(bad):
+                    page.note(
+                        f"{name} ({mode.name}) is NaN/Inf at {len(bad)} of {len(x)} saved steps, first at step "
+                        f"{bad[0]:.0f}" + (" (every saved step)." if len(bad) == len(x) else "."),
+                        warn=True,
+                    )
             if series:
                 page.chart(charts.line_chart(series, f"Loss ({mode.name})", x_type="value", y_name="loss"), 280)
         tensor_verdicts = [v for v in ctx.verdicts if v.kind == "tensor"]
         if tensor_verdicts:
             rows = [[v.rule, str(v.status), v.triggers,
-                     None if v.first_trigger_step is None else f"{v.first_trigger_step} … {v.last_trigger_step}",
+                     _span(v.first_trigger_step, v.last_trigger_step),
                      ", ".join(v.tensors[:10]), v.message] for v in tensor_verdicts]  # fmt: skip
             page.table(["rule", "status", "triggers", "steps", "tensors", "finding"], rows)

@@ -13,12 +13,14 @@ from trainspect.profiler.arrays import SystemArrays
 from trainspect.profiler.heatmap import heatmap
 from trainspect.report import charts
 from trainspect.report.context import ReportContext
-from trainspect.report.sections import Page, Section
+from trainspect.report.sections import Page, Section, sig
 from trainspect.report.summary import summarize
 
 __all__ = ["JobSummarySection", "SystemUsageSection", "HeatmapSection", "CostSection", "usage_advice"]
 
 _JOB_CPU = "process_cpu_utilization_percent"
+MIN_SAMPLES = 5
+"""A node with fewer system samples gets its figures in words, not time series over empty axes."""
 _TABLE_METRICS = {
     _JOB_CPU: "CPU, training job's processes (% of all cores)",
     "process_memory_used_bytes": "Memory, training job's processes",
@@ -32,6 +34,30 @@ _TABLE_METRICS = {
     "network_sent_bytes_per_second": "Network sent",
     "network_received_bytes_per_second": "Network received",
 }
+
+
+_COLS = ["min", "max", "p50", "p90", "p95", "p99"]
+
+
+def human(value: Any, unit: str) -> str:
+    """A statistic with its unit, in the unit's human scale: ``74.7 KB/s``, ``641 MB``, ``28.3 %``.
+
+    Example:
+        >>> human(74666.0, "bytes/s"), human(641802240, "bytes"), human(28.31, "percent"), human(None, "x")
+        ('74.7 KB/s', '642 MB', '28.3 %', '–')
+    """
+    if value is None or value != value:
+        return "–"
+    v = float(value)
+    if unit in ("bytes", "bytes/s"):
+        suffix = "/s" if unit == "bytes/s" else ""
+        for name in ("B", "KB", "MB", "GB", "TB"):
+            if abs(v) < 1000 or name == "TB":
+                return f"{sig(v)} {name}{suffix}"
+            v /= 1000
+    if unit == "percent":
+        return f"{sig(v)} %"
+    return f"{sig(v)} {unit}".strip()
 
 
 def _when(t: float | None) -> str:
@@ -156,18 +182,24 @@ class SystemUsageSection(Section):
                 label = _TABLE_METRICS.get(r["metric"])
                 if label is None and not r["metric"].startswith("gpu"):
                     continue
-                rows.append(
-                    [label or r["metric"], r["unit"], r["min"], r["max"], r["p50"], r["p90"], r["p95"], r["p99"]]
-                )
-            page.table(["metric", "unit", "min", "max", "p50", "p90", "p95", "p99"], rows)
-            page.chart(charts.line_chart(_series(arr), f"Utilisation over time ({node})", y_name="%"), height=340)
+                unit = str(r["unit"])
+                rows.append([label or r["metric"]] + [human(r[c], unit) for c in _COLS])
+            page.table(["metric", *_COLS], rows, num=[False] + [True] * len(_COLS))
+            if len(arr) < MIN_SAMPLES:
+                page.note(f"Only {len(arr)} system sample(s) were recorded on {node} (every {arr.interval_ms or '?'} "
+                          "ms): too few to chart; the table above shows them. Longer runs, or a shorter "
+                          "system_monitor_interval_millis, give time series.")  # fmt: skip
+                continue
+            page.chart(charts.line_chart(_series(arr), f"Utilisation over time ({node})", y_name="utilisation",
+                                         y_unit="%"), height=340)  # fmt: skip
             io: dict[str, tuple[np.ndarray, np.ndarray]] = {}
             for key, label in _TABLE_METRICS.items():
                 col = arr.column(key)
                 if key.endswith("_per_second") and col is not None:
                     io[label] = (arr.timestamps, col)
             if io:
-                page.chart(charts.line_chart(io, f"Disk and network ({node})", y_name="bytes/s"), height=260)
+                page.chart(charts.line_chart(io, f"Disk and network ({node})", y_name="rate", y_unit="B/s", log=False),
+                           height=260)  # fmt: skip
 
 
 class HeatmapSection(Section):
@@ -183,6 +215,11 @@ class HeatmapSection(Section):
                "busy cores point at an input pipeline bottleneck.")  # fmt: skip
         for node in sorted(ctx.profiler.system):
             hm = heatmap(ctx.profiler, node=node, max_columns=200)
+            if len(ctx.profiler.system[node]) < MIN_SAMPLES:
+                page.note(
+                    f"Node {node}: only {len(ctx.profiler.system[node])} system sample(s), too few for a heatmap."
+                )
+                continue
             if not hm["rows"]:
                 page.note(f"Node {node} recorded no per-core or GPU utilisation.")
                 continue

@@ -21,6 +21,7 @@ from trainspect.report._framework_sections import (
 )
 from trainspect.report._rule_sections import RulesSummarySection, TensorSection, TriggeredRulesSection
 from trainspect.report._system_sections import CostSection, HeatmapSection, JobSummarySection, SystemUsageSection
+from trainspect.report._verdict_section import VerdictSection
 from trainspect.report.context import REQUIREMENT_HINTS, ReportContext
 from trainspect.report.sections import Page, SectionRegistry
 from trainspect.store.layout import RunLayout
@@ -34,11 +35,12 @@ _VENDOR = Path(__file__).resolve().parent.parent / "_vendor" / "echarts.min.js"
 
 
 def default_registry(plugins: bool = True) -> SectionRegistry:
-    """The built-in sections in SageMaker's order, then the entry-point plugins."""
+    """The built-in sections, verdict first (then SageMaker's order), then the entry-point plugins."""
     reg = SectionRegistry()
-    for section in (JobSummarySection(), SystemUsageSection(), HeatmapSection(), PhaseRatioSection(),
-                    StepDurationSection(), OperatorSection(), PythonSection(), DataloaderSection(),
-                    RulesSummarySection(), TriggeredRulesSection(), TensorSection(), CostSection()):  # fmt: skip
+    for section in (VerdictSection(), JobSummarySection(), TriggeredRulesSection(), TensorSection(),
+                    SystemUsageSection(), HeatmapSection(), PhaseRatioSection(), StepDurationSection(),
+                    OperatorSection(), PythonSection(), DataloaderSection(), RulesSummarySection(),
+                    CostSection()):  # fmt: skip
         reg.register(section)
     if plugins:
         reg.load_entry_points()
@@ -88,8 +90,8 @@ def _sections(ctx: ReportContext, registry: SectionRegistry) -> tuple[list[dict[
     for section in registry.sections():
         missing = section.missing(ctx)
         entry: dict[str, Any] = {"id": section.id, "title": section.title, "blocks": [], "skipped": []}
-        if missing:
-            entry["skipped"] = [REQUIREMENT_HINTS[m] for m in missing]
+        if missing:  # one line: what to enable (the first missing requirement says it)
+            entry["skipped"] = [REQUIREMENT_HINTS[missing[0]]]
             out.append(entry)
             continue
         page = Page(prefix=section.id)

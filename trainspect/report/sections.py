@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from typing import Any, ClassVar
 
+import numpy as np
+
 from trainspect.report.context import REQUIREMENT_HINTS, ReportContext
 
 __all__ = ["Section", "Page", "SectionRegistry", "ENTRY_POINT_GROUP"]
@@ -29,7 +31,7 @@ class Page:
 
     Blocks are dicts with a ``kind``: ``p`` (``text``), ``note`` / ``warn`` (``text``), ``kv`` (``rows`` of
     (label, value)), ``table`` (``columns``, ``rows``, optional ``caption``), ``chart`` (``id``, ``height``),
-    ``h3`` (``text``). All text is escaped by the template.
+    ``h3`` (``text``), ``verdict`` (``text``, ``state``). All text is escaped by the template.
     """
 
     prefix: str = "c"
@@ -52,11 +54,23 @@ class Page:
         """Add a two-column table of labels and values."""
         self.blocks.append({"kind": "kv", "rows": [(str(k), _fmt(v)) for k, v in rows]})
 
-    def table(self, columns: list[str], rows: Iterable[Iterable[Any]], caption: str = "") -> None:
-        """Add a table (values formatted for display)."""
-        self.blocks.append(
-            {"kind": "table", "columns": columns, "rows": [[_fmt(v) for v in r] for r in rows], "caption": caption}
-        )
+    def table(
+        self,
+        columns: list[str],
+        rows: Iterable[Iterable[Any]],
+        caption: str = "",
+        css: str = "",
+        num: list[bool] | None = None,
+    ) -> None:
+        """Add a table (values formatted for display; numeric columns right-aligned and never wrapped)."""
+        raw = [list(r) for r in rows]
+        numeric = num or [bool(raw) and all(_is_num(r[i]) for r in raw if i < len(r)) for i in range(len(columns))]
+        self.blocks.append({"kind": "table", "columns": columns, "rows": [[_fmt(v) for v in r] for r in raw],
+                            "caption": caption, "num": numeric, "css": css})  # fmt: skip
+
+    def verdict(self, text: str, ok: bool | None) -> None:
+        """Add the one-line verdict banner (``ok``: green, ``False``: red, ``None``: grey)."""
+        self.blocks.append({"kind": "verdict", "text": text, "state": "none" if ok is None else "ok" if ok else "bad"})
 
     def chart(self, option: dict[str, Any], height: int = 320) -> str:
         """Add a chart from an ECharts option; return its id."""
@@ -66,18 +80,43 @@ class Page:
         return chart_id
 
 
+def _is_num(v: Any) -> bool:
+    return v is None or (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool))
+
+
 def _fmt(v: Any) -> str:
     if v is None:
         return "–"
     if isinstance(v, bool):
         return "yes" if v else "no"
+    if isinstance(v, np.integer):
+        v = int(v)
+    if isinstance(v, np.floating):
+        v = float(v)
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10000 else str(v)
     if isinstance(v, float):
-        if v != v:  # NaN
-            return "–"
-        if abs(v) >= 1000 or v == int(v):
-            return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.0f}" if abs(v) >= 100 else f"{v:.2f}"
-        return f"{v:.4g}" if abs(v) < 0.01 else f"{v:.2f}"
+        return sig(v)
     return str(v)
+
+
+def sig(v: float, digits: int = 3) -> str:
+    """A number with ``digits`` significant digits (thousands separated; exponent form below 1e-3 or over 1e9).
+
+    Example:
+        >>> [sig(x) for x in (0.009688, 0.01, 148022768.0, 1495.0, 2.0, 1e-7, float("nan"))]
+        ['0.00969', '0.01', '148,022,768', '1,495', '2', '1e-7', '–']
+    """
+    if v != v or v in (float("inf"), float("-inf")):
+        return "–" if v != v else ("Inf" if v > 0 else "-Inf")
+    if v == 0:
+        return "0"
+    a = abs(v)
+    if a < 1e-3 or a >= 1e12:
+        return f"{v:.{digits - 1}e}".replace("e-0", "e-").replace(".00e", "e").replace("0e", "e")
+    if a >= 10 ** (digits - 1):
+        return f"{v:,.0f}"
+    return f"{float(f'{v:.{digits}g}'):g}"
 
 
 class Section:

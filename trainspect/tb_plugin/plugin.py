@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -26,6 +27,7 @@ from trainspect.tb_plugin.profiler_view import MAX_COLUMNS, MAX_POINTS, heatmap_
 from trainspect.tb_plugin.rules_view import verdict_detail, verdict_rows
 from trainspect.tb_plugin.run_data import RunData
 from trainspect.tb_plugin.runs import RunIndex, RunInfo
+from trainspect.tb_plugin.traces import find_trace, list_traces
 
 __all__ = ["TrainspectPlugin"]
 
@@ -77,6 +79,7 @@ class TrainspectPlugin(base_plugin.TBPlugin):
             "/timeseries": self._serve_timeseries,
             "/rules": self._serve_rules,
             "/rule": self._serve_rule,
+            "/trace": self._serve_trace,
         }
         return {route: _wsgi(handler) for route, handler in routes.items()}
 
@@ -144,6 +147,22 @@ class TrainspectPlugin(base_plugin.TBPlugin):
     def _serve_rule(self, request: wrappers.Request) -> wrappers.Response:
         return _json(request, lambda: self._rule_impl(request.args.get("run"), request.args.get("rule")))
 
+    def _serve_trace(self, request: wrappers.Request) -> wrappers.Response:
+        """A profiled window's Chrome trace as a download (open it in Perfetto or chrome://tracing)."""
+        try:
+            info = self._lookup(request.args.get("run"))
+            path = find_trace(info.path, request.args.get("id"))
+            body = path.read_bytes()
+        except errors.PublicError as exc:
+            return _error(request, exc)
+        except OSError as exc:
+            return _error(request, errors.NotFoundError(f"the trace could not be read ({type(exc).__name__})"))
+        gz = path.name.endswith(".gz")
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{info.name}_{path.parent.name}_{path.name}")
+        response = http_util.Respond(request, body, "application/gzip" if gz else _JSON)
+        response.headers["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
     # --- implementations (plain data in, plain data out) --------------------------------------------
     def _refresh_provider_runs(self, request: wrappers.Request) -> None:
         """Remember the runs TensorBoard's data provider knows (works with the Rust data server too)."""
@@ -189,6 +208,7 @@ class TrainspectPlugin(base_plugin.TBPlugin):
             return cached[1]
         out = overview(profile, verdicts, data.problems)
         out["run"] = info.name
+        out["traces"] = list_traces(info.path)
         self._overviews[info.name] = (key, out)
         return out
 

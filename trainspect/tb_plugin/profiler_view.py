@@ -63,7 +63,8 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
 
     Returns:
         ``status`` (``no_profiler_data`` / ``running`` / ``ended``), ``nodes``, ``workers``, ``job``, ``steps``,
-        ``histogram`` (per worker and mode), ``phases``, ``operators``, ``dataloader``, ``recommendations``
+        ``histogram`` (per worker and mode), ``phases``, ``operators``, ``python`` (hotspots), ``utilization``
+        (percentiles per node and metric), ``dataloader``, ``recommendations``
         (triggered profiler rules), ``problems`` (damaged data that was skipped).
     """
     nodes = [
@@ -96,11 +97,23 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
         "histogram": histogram,
         "phases": _clean(analysis.phase_ratios(data)),
         "operators": _records(analysis.top_operators(data, n=20)),
+        "python": _records(analysis.python_hotspots(data, n=15)),
+        "utilization": _utilization(data),
         "dataloader": _records(analysis.dataloader_statistics(data)),
         "profiler_rules": len(rec),
         "recommendations": [_recommendation(v) for v in rec if v.status is Status.ISSUES_FOUND],
         "problems": list(problems),
     }
+
+
+def _utilization(data: ProfilerData) -> list[dict[str, Any]]:
+    """The percentile table of the report (per node; per-core rows left out: the heatmap shows them)."""
+    if not data.system:
+        return []
+    stats = analysis.utilization_statistics(data)
+    keep = ~stats["metric"].str.match(r"cpu\d+_")
+    cols = ["node", "metric", "unit", "min", "max", "p50", "p95", "p99", "samples"]
+    return _records(stats.loc[keep, [c for c in cols if c in stats.columns]])
 
 
 def _recommendation(v: Verdict) -> dict[str, Any]:

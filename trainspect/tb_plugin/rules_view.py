@@ -7,20 +7,39 @@ from typing import Any
 import numpy as np
 from tensorboard import errors
 
+from trainspect.modes import ModeKeys
 from trainspect.rules.verdict import Series, Verdict
+from trainspect.store.tb_writer import tb_tag
 from trainspect.tb_plugin.profiler_view import _clean
 
 __all__ = ["verdict_rows", "verdict_detail", "MAX_SERIES_POINTS"]
 
+MAX_TENSORS = 50
+"""The most tensors of one verdict listed with TensorBoard links."""
+
 MAX_SERIES_POINTS = 2000
 """The most points of a watched series sent to the chart (trigger points are always kept)."""
+
+
+def tensor_tag(tensor: str, mode: str | None) -> str:
+    """The TensorBoard tag trainspect writes a tensor under (``tb_tag``): its name, ``eval/<name>`` outside TRAIN.
+
+    Example:
+        >>> tensor_tag("loss", "TRAIN"), tensor_tag("loss", "EVAL"), tensor_tag("loss", None)
+        ('loss', 'eval/loss', 'loss')
+    """
+    try:
+        return tb_tag(tensor, ModeKeys[mode]) if mode else tensor
+    except KeyError:
+        return tensor
 
 
 def verdict_rows(run: str, verdicts: list[Verdict]) -> list[dict[str, Any]]:
     """One table row per verdict of ``run`` (no series).
 
     Returns:
-        Rows with ``run, rule, kind, status, triggers, datapoints, last_trigger_step, last_trigger_time, message``
+        Rows with ``run, rule, kind, status, triggers, datapoints, first_trigger_step, last_trigger_step,
+        last_trigger_time, message, recommendation``
         and where the verdict comes from: ``mode`` (of its trigger steps), ``source`` (live, offline, report) and
         ``evaluated_at``. ``verdicts`` is the record's current set: each rule's latest verdict.
     """
@@ -33,9 +52,11 @@ def verdict_rows(run: str, verdicts: list[Verdict]) -> list[dict[str, Any]]:
                 "status": v.status.value,
                 "triggers": v.triggers,
                 "datapoints": v.datapoints,
+                "first_trigger_step": v.first_trigger_step,
                 "last_trigger_step": v.last_trigger_step,
                 "last_trigger_time": v.last_trigger_time,
                 "message": v.message,
+                "recommendation": v.recommendation,
                 "mode": v.mode,
                 "source": v.source,
                 "evaluated_at": v.evaluated_at,
@@ -89,6 +110,7 @@ def verdict_detail(run: str, verdicts: list[Verdict], rule: str | None) -> dict[
                 "parameters": match.parameters,
                 "details": match.details,
                 "tensors": list(match.tensors),
+                "tensor_tags": [{"tensor": t, "tag": tensor_tag(t, match.mode)} for t in match.tensors[:MAX_TENSORS]],
                 "workers": list(match.workers),
                 "first_trigger_step": match.first_trigger_step,
                 "first_trigger_time": match.first_trigger_time,

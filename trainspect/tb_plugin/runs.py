@@ -34,6 +34,8 @@ class RunInfo:
         has_profiler: ``profiler/`` exists.
         has_verdicts: ``rules/verdicts.json`` exists.
         ended: the end marker ``training_job_end.ts`` exists.
+        profiler_at: when its newest system-metric or framework file was written (``None``: no profiler data),
+            so that the Profiler tab opens on the newest run with data.
     """
 
     name: str
@@ -42,6 +44,7 @@ class RunInfo:
     has_profiler: bool = False
     has_verdicts: bool = False
     ended: bool = False
+    profiler_at: float | None = None
 
     @property
     def has_data(self) -> bool:
@@ -57,6 +60,7 @@ class RunInfo:
             "profiler": self.has_profiler,
             "verdicts": self.has_verdicts,
             "ended": self.ended,
+            "profiler_at": self.profiler_at,
         }
 
 
@@ -73,7 +77,27 @@ def inspect_dir(name: str, path: Path) -> RunInfo:
         has_profiler="profiler" in names,
         has_verdicts="rules" in names and (path / "rules" / "verdicts.json").is_file(),
         ended="training_job_end.ts" in names,
+        profiler_at=_newest_file(path / "profiler") if "profiler" in names else None,
     )
+
+
+def _newest_file(profiler: Path) -> float | None:
+    """The newest mtime of the non-empty files in ``profiler/{system,framework}/<node or worker>/``."""
+    newest = None
+    for kind in ("system", "framework"):
+        for sub in _subdirs(profiler / kind):
+            try:
+                entries = list(os.scandir(sub))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if entry.is_file(follow_symlinks=False) and st.st_size > 0:
+                    newest = st.st_mtime if newest is None else max(newest, st.st_mtime)
+    return newest
 
 
 class RunIndex:

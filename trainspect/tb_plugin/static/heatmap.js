@@ -1,7 +1,7 @@
 // Utilisation heatmap drawn on one canvas: rows are CPU cores and GPUs, columns time buckets computed by
 // the server (GET heatmap), step boundaries as thin vertical lines. Drag to zoom into a time range.
 
-import {el, fmtTime} from './util.js';
+import {el, fmtClock, fmtTime} from './util.js';
 
 const STOPS = [[68, 1, 84], [59, 82, 139], [33, 145, 140], [94, 201, 98], [253, 231, 37]]; // viridis
 const MISSING = [225, 225, 225];
@@ -107,15 +107,19 @@ export class Heatmap {
     const bounds = this.data.step_boundaries;
     if (!bounds.length) return;
     const dense = bounds.length > plotW / 6;
-    ctx.strokeStyle = dense ? 'rgba(80,80,80,0.6)' : 'rgba(255,255,255,0.8)';
-    ctx.lineWidth = 1;
-    ctx.beginPath();
-    for (const t of bounds) {
-      const x = Math.round(this.x(t, plotW)) + 0.5;
-      ctx.moveTo(x, dense ? 1 : TOP);
-      ctx.lineTo(x, dense ? TOP - 1 : TOP + plotH);
+    // Sparse lines: a dark halo under a white core, so that a mark shows on the darkest and the lightest cell.
+    const passes = dense ? [['rgba(80,80,80,0.6)', 1]] : [['rgba(0,0,0,0.55)', 3], ['rgba(255,255,255,0.95)', 1]];
+    for (const [colour, width] of passes) {
+      ctx.strokeStyle = colour;
+      ctx.lineWidth = width;
+      ctx.beginPath();
+      for (const t of bounds) {
+        const x = Math.round(this.x(t, plotW)) + 0.5;
+        ctx.moveTo(x, dense ? 1 : TOP);
+        ctx.lineTo(x, dense ? TOP - 1 : TOP + plotH);
+      }
+      ctx.stroke();
     }
-    ctx.stroke();
   }
 
   drawAxes(ctx, rowH, plotW, plotH) {
@@ -129,12 +133,17 @@ export class Heatmap {
     });
     ctx.textAlign = 'center';
     ctx.textBaseline = 'top';
-    const ticks = Math.max(2, Math.floor(plotW / 110));
+    const ticks = Math.max(2, Math.floor(plotW / 120));
+    const spacing = (this.data.end - this.data.start) / ticks;
+    let previous = null;
     for (let i = 0; i <= ticks; i++) {
       const t = this.data.start + (i / ticks) * (this.data.end - this.data.start);
       const x = LEFT + (i / ticks) * plotW;
+      const label = fmtClock(t, spacing); // decimals when zoomed below a second: labels never repeat
+      if (label === previous) continue;
+      previous = label;
       ctx.fillRect(x, TOP + plotH, 1, 4);
-      ctx.fillText(fmtTime(t), Math.min(Math.max(x, LEFT + 24), LEFT + plotW - 24), TOP + plotH + 7);
+      ctx.fillText(label, Math.min(Math.max(x, LEFT + 30), LEFT + plotW - 30), TOP + plotH + 7);
     }
   }
 

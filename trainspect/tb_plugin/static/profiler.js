@@ -2,9 +2,14 @@
 // histogram, phase breakdown, top operators and the recommendations of triggered profiler rules.
 
 import {Heatmap} from './heatmap.js';
-import {chart, clear, el, fetchJSON, fmtBytes, fmtDuration, fmtNumber, fmtTime, notice, table} from './util.js';
+import {drawOperators, drawPython, drawTraces, drawUtilization} from './profiler_tables.js';
+import {chart, clear, el, fetchJSON, fmtDuration, fmtNumber, fmtTime, fmtUnit, notice, table} from './util.js';
 
 const TIP = {trigger: 'axis', renderMode: 'richText', confine: true};
+const MIN_SAMPLES = 5; // fewer system samples are listed in words, not drawn over empty axes
+const SERIES_NAMES = {cpu_utilization_percent: 'CPU (all cores)', cpu_iowait_percent: 'I/O wait',
+  cpu_memory_used_percent: 'memory used', disk_read_bytes_per_second: 'read', disk_write_bytes_per_second: 'write',
+  network_sent_bytes_per_second: 'sent', network_received_bytes_per_second: 'received'};
 
 function card(title, ...body) {
   return el('section', {class: 'card'}, el('h3', {text: title}), ...body);
@@ -24,6 +29,7 @@ export class ProfilerView {
     this.nodeSelect = el('select', {'aria-label': 'node', onchange: () => {
       this.node = this.nodeSelect.value;
       this.range = null;
+      if (this.overview) drawUtilization(this.utilization, this.overview, this.node);
       this.loadCharts();
     }});
     this.rangeText = el('span', {class: 'muted'});
@@ -36,6 +42,9 @@ export class ProfilerView {
     this.phaseChart = el('div', {class: 'chart chart-short'});
     this.jobText = el('p', {class: 'muted'});
     this.operators = el('div', {class: 'scroll'});
+    this.traces = el('div', {class: 'traces'});
+    this.python = el('div', {class: 'scroll'});
+    this.utilization = el('div', {class: 'scroll'});
     this.dataloader = el('div');
     this.recs = el('div', {class: 'recs'});
     const controls = el('div', {class: 'controls'},
@@ -43,11 +52,15 @@ export class ProfilerView {
       el('button', {type: 'button', onclick: () => this.zoomOut()}, 'Zoom out'),
       el('button', {type: 'button', onclick: () => this.zoom(null, null)}, 'Reset zoom'), this.rangeText);
     const main = el('div', {class: 'main'},
-      card('CPU cores and GPUs — utilisation over time (drag to zoom)', this.heatmap.root),
+      card('CPU cores and GPUs — utilisation over time (drag to zoom)', this.heatNote = el('p', {class: 'muted', hidden: true}),
+        this.heatmap.root),
       card('Memory, GPU memory, I/O and network', this.series),
-      card('Step durations', el('label', {}, 'Worker / mode ', this.histSelect), this.histChart, this.stepTable),
+      card('Utilisation statistics', this.utilization),
+      card('Step durations', this.histLabel = el('label', {}, 'Worker / mode ', this.histSelect), this.histChart,
+        this.stepTable),
       card('Where the time went', this.jobText, this.phaseChart),
-      card('Top operators of the profiled window', this.operators),
+      card('Top operators of the profiled window', this.traces, this.operators),
+      card('Python hotspots (own time in the Python-profiled steps)', this.python),
       card('Dataloader', this.dataloader));
     const aside = el('aside', {class: 'side'}, card('Recommendations', this.recs));
     root.append(controls, this.messages, el('div', {class: 'layout'}, main, aside));
@@ -57,7 +70,10 @@ export class ProfilerView {
     this.runInfo = Object.fromEntries(runs.map((r) => [r.name, r]));
     // Every run with trainspect data is listed (a run without profiler data says so when picked).
     const names = runs.filter((r) => r.has_data).map((r) => r.name);
-    const preferred = (runs.find((r) => r.profiler) || {name: names[0] || null}).name;
+    // Open on the newest run that has profiler data (not the first name, which may hold a single sample).
+    const profiled = runs.filter((r) => r.has_data && r.profiler_at !== null && r.profiler_at !== undefined);
+    profiled.sort((a, b) => b.profiler_at - a.profiler_at);
+    const preferred = (profiled[0] || runs.find((r) => r.profiler) || {name: names[0] || null}).name;
     const current = Array.from(this.runSelect.options).map((o) => o.value);
     if (current.join('\n') !== names.join('\n')) {
       clear(this.runSelect);
@@ -100,7 +116,10 @@ export class ProfilerView {
     this.drawRecommendations(data);
     this.drawSteps(data);
     this.drawPhases(data);
-    this.drawOperators(data);
+    drawTraces(this.traces, data, this.run);
+    drawOperators(this.operators, this.dataloader, data);
+    drawPython(this.python, data);
+    drawUtilization(this.utilization, data, this.node);
     const result = await charts;
     if (token !== this.token) return;
     if (result instanceof Error || result[0].node !== this.node) await this.loadCharts();
@@ -167,10 +186,23 @@ export class ProfilerView {
   }
 
   drawCharts(hm, ts) {
+    this.heatNote.hidden = true;
+    if (hm.samples < MIN_SAMPLES && !this.range) {
+      this.heatmap.root.hidden = true;
+      this.heatNote.hidden = false;
+      this.heatNote.textContent = `Too few samples to draw (${hm.samples}).`;
+      this.rangeText.textContent = `${hm.samples} sample${hm.samples === 1 ? '' : 's'}`;
+      clear(this.series).append(notice('info', `Only ${hm.samples} system sample(s) were recorded on ${hm.node} ` +
+        `(${fmtTime(hm.full_start)}${hm.full_end > hm.full_start ? ` – ${fmtTime(hm.full_end)}` : ''}): too few ` +
+        'to draw. The utilisation statistics below list them; a longer run, or a shorter ' +
+        'system_monitor_interval_millis, gives charts.'));
+      document.body.dataset.profilerReady = String(Date.now());
+      return;
+    }
     this.heatmap.root.hidden = false;
     this.heatmap.draw(hm);
     this.rangeText.textContent = `${fmtTime(hm.start)} – ${fmtTime(hm.end)} · ${hm.samples} samples · ` +
-      `${hm.columns} buckets of ${fmtDuration(hm.bucket_s)}`;
+      `${hm.columns} bucket${hm.columns === 1 ? '' : 's'} of ${fmtDuration(hm.bucket_s)}`;
     this.drawSeries(ts);
     document.body.dataset.profilerReady = String(Date.now());
   }
@@ -182,16 +214,20 @@ export class ProfilerView {
     for (const group of ts.groups) {
       const box = el('div', {class: 'chart chart-short'});
       this.series.append(el('div', {class: 'series-card'}, el('h4', {text: `${group.title} (${group.unit})`}), box));
-      const fmt = group.unit === 'B/s' ? (v) => `${fmtBytes(v)}/s` : (v) => `${v} %`;
+      const fmt = (v) => fmtUnit(v, group.unit);
+      // The axis spans the samples (fitted), not the requested range: a 1-second run is not drawn over two days.
+      const first = times.length ? times[0] : ts.start * 1000;
+      const last = times.length ? times[times.length - 1] : ts.end * 1000;
       chart(box, {
         animation: false,
-        grid: {left: 64, right: 12, top: 28, bottom: 24},
+        grid: {left: 70, right: 16, top: 28, bottom: 24},
         legend: {top: 0, type: 'scroll', textStyle: {fontSize: 10}},
-        tooltip: TIP,
-        xAxis: {type: 'time', min: ts.start * 1000, max: ts.end * 1000, splitNumber: 4, axisLabel: {hideOverlap: true}},
-        yAxis: {type: 'value', axisLabel: {formatter: fmt}, max: group.unit === '%' ? 100 : null},
+        tooltip: {...TIP, valueFormatter: fmt},
+        xAxis: {type: 'time', min: first, max: Math.max(last, first + 1000), splitNumber: 4, axisLabel: {hideOverlap: true}},
+        yAxis: {type: 'value', axisLabel: {formatter: fmt, hideOverlap: true}, max: group.unit === '%' ? 100 : null},
         series: group.series.map((s) => ({
-          name: s.key, type: 'line', showSymbol: false, sampling: 'lttb',
+          name: SERIES_NAMES[s.key] || s.key.replace(/_percent$|_bytes_per_second$/, '').replace(/_/g, ' '),
+          type: 'line', showSymbol: times.length < 30, sampling: 'lttb',
           data: s.values.map((v, i) => [times[i], v]),
         })),
       });
@@ -218,9 +254,13 @@ export class ProfilerView {
   drawSteps(data) {
     const keys = data.histogram.map((h) => `${h.worker} / ${h.mode}`);
     clear(this.histSelect);
+    this.histLabel.hidden = !keys.length;
     keys.forEach((key, i) => this.histSelect.append(new Option(key, String(i))));
     const keep = keys.indexOf(this.histKey);
-    this.histSelect.value = String(keep >= 0 ? keep : 0);
+    // Open on the group with the most steps (TRAIN, usually), not the first name in alphabetical order (EVAL).
+    const counts = data.histogram.map((h) => h.bins.reduce((n, b) => n + b[2], 0));
+    const most = counts.indexOf(Math.max(...counts, 0));
+    this.histSelect.value = String(keep >= 0 ? keep : Math.max(most, 0));
     this.drawHistogram();
     clear(this.stepTable);
     if (!data.steps.length) {
@@ -253,7 +293,7 @@ export class ProfilerView {
       tooltip: TIP,
       xAxis: {type: 'category', name: 'step duration', nameLocation: 'middle', nameGap: 24,
         data: group.bins.map((b) => fmtDuration((b[0] + b[1]) / 2))},
-      yAxis: {type: 'value', name: 'steps'},
+      yAxis: {type: 'value', name: 'steps', minInterval: 1},
       series: [{name: 'steps', type: 'bar', data: group.bins.map((b) => b[2]), itemStyle: {color: '#3b6ea8'}}],
     });
   }
@@ -280,32 +320,5 @@ export class ProfilerView {
       series: names.map((name) => ({name, type: 'bar', stack: 'all',
         data: rows.map(([, v]) => (v[name] === undefined ? 0 : Number(v[name].toFixed(2))))})),
     });
-  }
-
-  drawOperators(data) {
-    clear(this.operators);
-    if (!data.operators.length) {
-      this.operators.append(el('p', {class: 'muted', text: 'No detailed profile: set framework_profile_params=' +
-        'ts.profiler.FrameworkProfile() to profile a step window with torch.profiler.'}));
-    } else {
-      this.operators.append(table([
-        {label: 'worker', value: (r) => r.worker}, {label: 'device', value: (r) => r.device},
-        {label: 'operator', value: (r) => r.name}, {label: 'calls', value: (r) => r.calls, class: 'num'},
-        {label: 'self time', value: (r) => fmtDuration(r.self_time_us / 1e6), class: 'num'},
-        {label: 'total time', value: (r) => fmtDuration(r.total_time_us / 1e6), class: 'num'},
-        {label: 'self %', value: (r) => fmtNumber(r.percent), class: 'num'},
-      ], data.operators));
-    }
-    clear(this.dataloader);
-    if (!data.dataloader.length) {
-      this.dataloader.append(el('p', {class: 'muted', text: 'No dataloader waits recorded.'}));
-      return;
-    }
-    this.dataloader.append(table([
-      {label: 'worker', value: (r) => r.worker}, {label: 'loader workers', value: (r) => fmtNumber(r.num_workers)},
-      {label: 'waits', value: (r) => r.count, class: 'num'}, {label: 'mean', value: (r) => fmtDuration(r.mean_s), class: 'num'},
-      {label: 'p95', value: (r) => fmtDuration(r.p95_s), class: 'num'},
-      {label: '% of loop', value: (r) => fmtNumber(r.loop_percent), class: 'num'},
-    ], data.dataloader));
   }
 }

@@ -1,24 +1,58 @@
-// The Rules view: every run's verdicts in one table; a click opens the rule's detail with the watched
-// value (Verdict.series) charted and the triggering points marked.
+// The Rules view: every run's verdicts in one full-height table (status, first/last trigger step, message,
+// recommendation); a click opens the rule's detail: parameters, the tensors it read with links into TensorBoard's
+// own dashboards, and the watched value (Verdict.series) with thresholds, trigger markers and NaN/Inf steps.
 
-import {chart, clear, el, fetchJSON, fmtDateTime, fmtNumber, notice, statusChip} from './util.js';
+import {chart, clear, el, fetchJSON, fmtDateTime, fmtNumber, notice, statusChip, wantsLog} from './util.js';
 
 const ORDER = {IssuesFound: 0, Error: 1, InProgress: 2, NoData: 3, NoIssuesFound: 4};
+
+// TensorBoard's dashboards, reached from the plugin's iframe (<logdir root>/data/plugin_entry.html).
+function tensorBoardRoot() {
+  return new URL('../', document.URL);
+}
+
+function regexEscape(text) {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
+export function tensorLinks(tag) {
+  const root = tensorBoardRoot();
+  const filter = encodeURIComponent(`^${regexEscape(tag)}$`);
+  const timeseries = new URL(root);
+  timeseries.searchParams.set('tagFilter', `^${regexEscape(tag)}$`);
+  return [
+    ['Scalars', `${root.href}#scalars&tagFilter=${filter}`],
+    ['Histograms', `${root.href}#histograms&tagFilter=${filter}`],
+    ['Time Series', `${timeseries.href}#timeseries`],
+  ];
+}
+
+export function paramText(value) {
+  // JSON's spelling: false, null, [..] (a Python False used to show as an empty cell)
+  if (value === null || value === undefined) return 'null';
+  if (typeof value === 'number') return fmtNumber(value, 6);
+  if (typeof value === 'object' || typeof value === 'boolean') return JSON.stringify(value);
+  return String(value);
+}
 
 export class RulesView {
   constructor(root) {
     this.root = root;
     this.selected = null;
     this.token = 0;
+    this.log = null; // null: automatic
     this.messages = el('div', {class: 'messages'});
     this.filter = el('input', {type: 'search', placeholder: 'filter runs and rules', 'aria-label': 'filter',
       oninput: () => this.drawTable()});
-    this.tableBox = el('div', {class: 'scroll'});
+    this.onlyIssues = el('input', {type: 'checkbox', 'aria-label': 'only rules with issues', onchange: () => this.drawTable()});
+    this.tableBox = el('div', {class: 'rules-scroll'});
     this.detail = el('div', {class: 'detail'});
     this.rows = [];
-    root.append(el('div', {class: 'controls'}, this.filter), this.messages,
-      el('section', {class: 'card'}, el('h3', {text: 'Rule verdicts of every run'}), this.tableBox),
-      this.detail);
+    root.append(el('div', {class: 'controls'}, this.filter, el('label', {}, this.onlyIssues, ' only rules with issues')),
+      this.messages,
+      el('div', {class: 'rules-layout'},
+        el('section', {class: 'card rules-card'}, el('h3', {text: 'Rule verdicts of every run'}), this.tableBox),
+        this.detail));
   }
 
   async refresh() {
@@ -38,6 +72,7 @@ export class RulesView {
         '"trainspect rules RUN_DIR" to evaluate a finished run.'));
     }
     this.rows = data.rows.slice().sort((a, b) => (ORDER[a.status] ?? 9) - (ORDER[b.status] ?? 9) ||
+      (a.first_trigger_step ?? Infinity) - (b.first_trigger_step ?? Infinity) ||
       a.run.localeCompare(b.run) || a.rule.localeCompare(b.rule));
     this.drawTable();
     if (this.selected) await this.open(this.selected.run, this.selected.rule, false);
@@ -46,21 +81,23 @@ export class RulesView {
 
   drawTable() {
     const needle = this.filter.value.trim().toLowerCase();
-    const rows = this.rows.filter((r) => !needle || `${r.run} ${r.rule}`.toLowerCase().includes(needle));
-    const head = ['run', 'rule', 'kind', 'status', 'triggers', 'datapoints', 'last trigger step', 'last trigger time',
-      'message'];
+    const rows = this.rows.filter((r) => (!needle || `${r.run} ${r.rule}`.toLowerCase().includes(needle)) &&
+      (!this.onlyIssues.checked || r.status === 'IssuesFound'));
+    const head = [['run'], ['rule'], ['status'], ['triggers', 'num'], ['first step', 'num'], ['last step', 'num'],
+      ['message'], ['recommendation']];
     const body = rows.map((r) => {
       const isSel = this.selected && this.selected.run === r.run && this.selected.rule === r.rule;
+      const issue = r.status === 'IssuesFound';
       return el('tr', {class: `clickable${isSel ? ' selected' : ''}`, tabindex: 0, 'data-rule': r.rule,
         onclick: () => this.open(r.run, r.rule, true),
         onkeydown: (e) => { if (e.key === 'Enter') this.open(r.run, r.rule, true); }},
-      el('td', {text: r.run}), el('td', {text: r.rule}), el('td', {text: r.kind}), el('td', {}, statusChip(r.status)),
-      el('td', {class: 'num', text: r.triggers}), el('td', {class: 'num', text: r.datapoints}),
-      el('td', {class: 'num', text: r.last_trigger_step ?? '–'}), el('td', {text: fmtDateTime(r.last_trigger_time)}),
-      el('td', {class: 'message', text: r.message}));
+      el('td', {class: 'name', text: r.run}), el('td', {class: 'name', text: r.rule}), el('td', {}, statusChip(r.status)),
+      el('td', {class: 'num', text: r.triggers}), el('td', {class: 'num', text: r.first_trigger_step ?? '–'}),
+      el('td', {class: 'num', text: r.last_trigger_step ?? '–'}), el('td', {class: 'message', text: r.message}),
+      el('td', {class: 'message rec-do', text: issue ? r.recommendation || '' : ''}));
     });
     clear(this.tableBox).append(el('table', {class: 'grid rules-table'},
-      el('thead', {}, el('tr', {}, head.map((h) => el('th', {text: h})))), el('tbody', {}, body)));
+      el('thead', {}, el('tr', {}, head.map(([h, c]) => el('th', {text: h, class: c})))), el('tbody', {}, body)));
   }
 
   async open(run, rule, scroll) {
@@ -80,42 +117,74 @@ export class RulesView {
       el('p', {class: 'message', text: d.message || '(no message)'}),
       d.recommendation ? el('p', {class: 'rec-do', text: `Recommendation: ${d.recommendation}`}) : null,
       el('p', {class: 'muted', text: `${d.triggers} trigger(s) in ${d.datapoints} datapoint(s); first trigger ` +
-        `step ${d.first_trigger_step ?? '–'}, last ${d.last_trigger_step ?? '–'}`}),
+        (d.first_trigger_step === null && d.first_trigger_time ?
+          `${fmtDateTime(d.first_trigger_time)}, last ${fmtDateTime(d.last_trigger_time)}` :
+          `step ${d.first_trigger_step ?? '–'}, last ${d.last_trigger_step ?? '–'}`) +
+        (d.evaluated_at ? ` · evaluated ${d.source || ''} ${fmtDateTime(d.evaluated_at)}` : '')}),
+      this.tensorList(d),
       params.length ? el('table', {class: 'grid params'}, el('tbody', {}, params.map(([k, v]) =>
-        el('tr', {}, el('th', {text: k}), el('td', {text: typeof v === 'object' ? JSON.stringify(v) : v}))))) :
+        el('tr', {}, el('th', {text: k}), el('td', {text: paramText(v)}))))) :
         el('p', {class: 'muted', text: 'No parameters.'}),
       d.series.length ? box : el('p', {class: 'muted', text: 'This rule recorded no series to chart.'})));
     if (d.series.length) this.drawSeries(box, d.series);
     if (scroll) this.detail.scrollIntoView({block: 'nearest'});
   }
 
+  tensorList(d) {
+    const tags = d.tensor_tags || [];
+    if (!tags.length) return el('p', {class: 'muted', text: d.kind === 'profiler' ? 'Reads system and framework metrics.' : 'No tensor listed.'});
+    const more = d.tensors.length - tags.length;
+    return el('div', {class: 'tensors'}, el('h4', {text: `Tensors read (${d.tensors.length})`}),
+      el('ul', {class: 'tensor-list'}, tags.map((t) => el('li', {'data-tensor': t.tensor},
+        el('code', {text: t.tensor}), ' ',
+        tensorLinks(t.tag).map(([label, href]) => el('a', {class: 'tb-link', href, target: '_top', text: label}))))),
+      more > 0 ? el('p', {class: 'muted', text: `and ${more} more`}) : null);
+  }
+
   drawSeries(box, series) {
     const isTime = series[0].x_unit !== 'step'; // profiler rules watch values over epoch seconds ("s")
     const xOf = (x) => (isTime ? x * 1000 : x);
+    const all = series.flatMap((s) => s.y.concat(s.threshold === null || s.threshold === undefined ? [] : [s.threshold]));
+    const log = this.log === null ? wantsLog(all) : this.log;
+    const finite = all.filter((v) => typeof v === 'number' && isFinite(v));
+    const top = finite.length ? Math.max(...finite) : (log ? 1 : 0);
     const option = {
       animation: false,
-      grid: {left: 70, right: 20, top: 30, bottom: 30},
-      legend: {top: 0, textStyle: {fontSize: 10}},
+      grid: {left: 80, right: 30, top: 40, bottom: 44},
+      legend: {top: 0, type: 'scroll', textStyle: {fontSize: 11}},
       tooltip: {trigger: 'item', renderMode: 'richText', confine: true},
-      xAxis: {type: isTime ? 'time' : 'value', name: isTime ? '' : 'step', scale: true},
-      yAxis: {type: 'value', scale: true, axisLabel: {formatter: (v) => fmtNumber(v)}},
+      xAxis: {type: isTime ? 'time' : 'value', name: isTime ? 'time' : 'step', nameLocation: 'middle', nameGap: 26,
+        min: 'dataMin', max: 'dataMax', minInterval: isTime ? undefined : 1, axisLabel: {hideOverlap: true}},
+      yAxis: {type: log ? 'log' : 'value', scale: true, name: series.length === 1 ? series[0].label : 'value',
+        nameTextStyle: {align: 'left'}, axisLabel: {formatter: (v) => fmtNumber(v)}},
       series: [],
     };
-    series.forEach((s, i) => {
-      const line = {name: `watched value ${i + 1}`, type: 'line', showSymbol: s.x.length < 60,
+    series.forEach((s) => {
+      const line = {name: s.label, type: 'line', showSymbol: s.x.length < 60,
         data: s.x.map((x, j) => [xOf(x), s.y[j]])};
-      if (s.threshold !== null && s.threshold !== undefined) {
+      if (s.threshold !== null && s.threshold !== undefined && (!log || s.threshold > 0)) {
         line.markLine = {symbol: 'none', silent: true, lineStyle: {type: 'dashed', color: '#c62828'},
           label: {position: 'insideEndTop', formatter: `threshold ${fmtNumber(s.threshold)}`}, data: [{yAxis: s.threshold}]};
       }
       option.series.push(line);
-      option.series.push({name: `triggers ${i + 1}`, type: 'scatter', symbolSize: 11, z: 5, itemStyle: {color: '#c62828'},
+      option.series.push({name: `triggers: ${s.label}`, type: 'scatter', symbol: 'diamond', symbolSize: 10, z: 5,
+        itemStyle: {color: '#c62828'},
         data: s.trigger_x.map((x, j) => [xOf(x), s.trigger_y[j]]).filter((p) => p[1] !== null)});
+      const bad = s.x.filter((x, j) => s.y[j] === null);
+      if (bad.length) {
+        option.series.push({name: `NaN/Inf: ${s.label}`, type: 'scatter', symbol: 'triangle', symbolSize: 9, z: 6,
+          itemStyle: {color: '#7b1fa2'}, data: bad.map((x) => [xOf(x), top])});
+      }
     });
-    option.legend.data = option.series.map((s) => s.name);
     box.setAttribute('aria-label', series.map((s) => s.label).join(', '));
-    box.before(el('p', {class: 'muted', text: `Watched: ${series.map((s) => s.label).join('; ')}` +
-      (series.some((s) => s.points > s.x.length) ? ' (downsampled for display; triggers kept)' : '')}));
+    const toggle = el('label', {class: 'muted'}, el('input', {type: 'checkbox', checked: log, 'aria-label': 'log scale',
+      onchange: (e) => { this.log = e.target.checked; this.drawSeries(box, series); }}), ' log scale');
+    const note = el('p', {class: 'muted series-note', text: `Watched: ${series.map((s) => s.label).join('; ')}` +
+      (series.some((s) => s.points > s.x.length) ? ' (downsampled for display; triggers kept)' : '') +
+      (series.some((s) => s.x.length < 3) ? ` · only ${Math.max(...series.map((s) => s.x.length))} value(s) recorded` : '')});
+    const old = box.parentNode && box.parentNode.querySelector('.series-head');
+    if (old) old.remove();
+    box.before(el('div', {class: 'series-head'}, note, toggle));
     chart(box, option);
   }
 }

@@ -92,18 +92,65 @@ export function fmtDateTime(epochSeconds) {
 
 export function fmtDuration(seconds) {
   if (seconds === null || seconds === undefined || !isFinite(seconds)) return '–';
-  if (seconds < 1e-3) return `${(seconds * 1e6).toFixed(0)} µs`;
-  if (seconds < 1) return `${(seconds * 1e3).toFixed(1)} ms`;
-  if (seconds < 120) return `${seconds.toFixed(2)} s`;
+  if (seconds === 0) return '0 s';
+  if (Math.abs(seconds) < 1e-3) return `${Number((seconds * 1e6).toPrecision(3))} µs`;
+  if (Math.abs(seconds) < 1) return `${Number((seconds * 1e3).toPrecision(3))} ms`;
+  if (seconds < 120) return `${Number(seconds.toPrecision(3))} s`;
   if (seconds < 7200) return `${(seconds / 60).toFixed(1)} min`;
   return `${(seconds / 3600).toFixed(2)} h`;
 }
 
 export function fmtNumber(value, digits = 3) {
+  // Three significant digits, thousands separated; exponent form only below 1e-3 or from 1e9.
   if (value === null || value === undefined) return '–';
   if (typeof value !== 'number') return String(value);
-  if (value !== 0 && (Math.abs(value) >= 1e5 || Math.abs(value) < 1e-3)) return value.toExponential(2);
-  return String(Number(value.toPrecision(digits)));
+  if (!isFinite(value)) return Number.isNaN(value) ? 'NaN' : (value > 0 ? 'Inf' : '-Inf');
+  const a = Math.abs(value);
+  if (a !== 0 && (a >= 1e9 || a < 1e-3)) return value.toExponential(digits - 1).replace(/\.?0+e/, 'e').replace('e+', 'e');
+  if (a >= 10 ** (digits - 1)) return Math.round(value).toLocaleString('en-US');
+  return Number(value.toPrecision(digits)).toLocaleString('en-US', {maximumFractionDigits: 6});
+}
+
+function scaled(value, units, base = 1000) {
+  let v = value;
+  let i = 0;
+  while (Math.abs(v) >= base && i < units.length - 1) {
+    v /= base;
+    i += 1;
+  }
+  return `${fmtNumber(v)} ${units[i]}`;
+}
+
+// A value with its unit, for axis ticks, tooltips and tables: '%', 'B', 'B/s', 's', 'count', or a plain number.
+// (Before, every unit other than B/s was shown as '%'.)
+export function fmtUnit(value, unit) {
+  if (value === null || value === undefined || typeof value !== 'number' || !isFinite(value)) return fmtNumber(value);
+  switch (unit) {
+    case '%': case 'percent': return `${fmtNumber(value)} %`;
+    case 'B': case 'bytes': return scaled(value, ['B', 'KB', 'MB', 'GB', 'TB']);
+    case 'B/s': case 'bytes/s': return scaled(value, ['B/s', 'KB/s', 'MB/s', 'GB/s']);
+    case 's': return fmtDuration(value);
+    case 'count': case 'step': return Math.round(value).toLocaleString('en-US');
+    default: return unit ? `${fmtNumber(value)} ${unit}` : fmtNumber(value);
+  }
+}
+
+// Whether a log axis reads better: every finite value positive, spanning more than three orders of magnitude.
+export function wantsLog(values) {
+  const finite = values.filter((v) => typeof v === 'number' && isFinite(v));
+  if (!finite.length || Math.min(...finite) <= 0) return false;
+  return Math.max(...finite) / Math.min(...finite) > 1e3;
+}
+
+// The clock time of a tick with as many decimals as the tick spacing needs, so that zoomed ticks never repeat.
+export function fmtClock(epochSeconds, spacing) {
+  if (epochSeconds === null || epochSeconds === undefined) return '–';
+  const d = new Date(epochSeconds * 1000);
+  const hms = d.toLocaleTimeString([], {hour12: false});
+  if (!(spacing < 1)) return hms;
+  const digits = Math.min(3, Math.ceil(-Math.log10(spacing) - 1e-9));
+  const frac = Math.floor((epochSeconds % 1) * 10 ** digits + 1e-6); // truncated: the clock never rolls over
+  return `${hms}.${String(frac).padStart(digits, '0')}`;
 }
 
 export function fmtBytes(value) {
