@@ -44,7 +44,8 @@ class Tally:
         self.triggers = 0
         self.first: tuple[int, float] | None = None
         self.last: tuple[int, float] | None = None
-        self.tensors: dict[str, None] = {}
+        self.tensors: dict[str, None] = {}  # the tensors of the triggers
+        self.read: dict[str, None] = {}  # every tensor the rule was given
         self.workers: dict[str, None] = {}
         self.first_detail = ""
         self.first_mode: tuple[str, int] | None = None
@@ -69,6 +70,10 @@ class Tally:
         self.inputs_seen += 1
         if data.worker not in self.workers:
             self.workers[data.worker] = None
+        for role in data.roles.values():
+            for t in role:
+                if t.name not in self.read:
+                    self.read[t.name] = None
         try:
             result = self.rule.check(self.state, data)
         except Exception as exc:  # a failing rule ends as Error, the others go on
@@ -154,7 +159,7 @@ class Tally:
             last_trigger_step=last[0] if last else None,
             first_trigger_time=_finite(first[1]) if first else None,
             last_trigger_time=_finite(last[1]) if last else None,
-            tensors=tuple(self.tensors),
+            tensors=tuple(self.tensors) if self.triggers else tuple(sorted(self.read)),  # what was wrong, else read
             workers=tuple(self.workers),
             parameters=dict(self.rule.params),
             details=self._details(),
