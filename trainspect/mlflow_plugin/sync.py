@@ -12,7 +12,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +151,7 @@ def sync_run(
     tracking_uri: str | None = None,
     price_per_hour: float | None = None,
     artifacts: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> str:
     """Send an MLflow run what it misses of a run directory, then end the run as the job ended.
 
@@ -166,6 +167,7 @@ def sync_run(
         tracking_uri: the tracking URI (default: the recorded one, else MLflow's current one).
         price_per_hour: instance price, for the cost metric.
         artifacts: also upload the whole run directory.
+        progress: called with the name of each stage (for a progress line).
 
     Returns:
         The run id.
@@ -183,6 +185,8 @@ def sync_run(
         raise ValueError(f"no --run-id given and none recorded in {sync_file(path)}")
     from trainspect.report.context import ReportContext
 
+    stage = progress or (lambda _: None)
+    stage("reading the run")
     ctx = ReportContext.load(path, price_per_hour=price_per_hour)
     sink = MlflowSink(str(run_id), tracking_uri or recorded.get("tracking_uri"))
     kept_files = unsent_files(path)
@@ -195,8 +199,11 @@ def sync_run(
     ]
     series = system_history(ctx.profiler.system)
     keys = {m.key for m in itertools.chain(exact, by_step, series)}
+    stage("reading what MLflow holds")
     missing = plan_upload(_present(sink.client, str(run_id), keys), exact, by_step, series)
+    stage(f"sending {len(missing)} metrics")
     sink.log(missing, verdict_tags(ctx.verdicts))
+    stage("uploading the report")
     _upload_files(sink, path, ctx, artifacts)
     for f in kept_files:  # the run now holds them (or, for another run, everything rebuilt): run.json names it
         f.unlink()
