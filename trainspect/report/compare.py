@@ -179,7 +179,7 @@ def compare_runs(before: RunSummary, after: RunSummary) -> list[dict[str, Any]]:
         change = f"{100.0 * (vb - va) / abs(va):+.1f}%" if isinstance(va, (int, float)) and isinstance(
             vb, (int, float)) and va else ""  # fmt: skip
         rows.append(_row(row.label, _fmt(va, row.digits), _fmt(vb, row.digits), change, _winner(direction, va, vb)))
-    rows.append(_row("rules with issues", ", ".join(before.rules_triggered) or "none",
+    rows.append(_row("rules triggered", ", ".join(before.rules_triggered) or "none",
                      ", ".join(after.rules_triggered) or "none", "", None))  # fmt: skip
     rows.append(_saving_row(before, after))
     return rows
