@@ -2,8 +2,9 @@
 
     .venv/bin/python benchmarks/bench_mlflow.py [--quick]
 
-W1 (MLP 784-512-256-10, batch 128, one thread) with the trainspect hook (losses, profiler at 100 ms), without and
-with logging to an MLflow run (system metrics, losses, closing summary), rounds alternated. Two figures:
+W1 (MLP 784-512-256-10, batch 128, one thread) with the trainspect hook (losses, profiler at 100 ms, live rules
+ExplodingTensor and LossNotDecreasing unless --no-rules), without and with logging to an MLflow run (system metrics,
+losses, NaN/Inf marks, live verdict tags, closing summary), rounds alternated. Two figures:
 
 * the MLflow work per second of training: CPU of trainspect's logging thread (per-thread CPU from /proc) plus CPU
   of the server handling its requests. Were all of it to run serialised with the training thread, this is what it
@@ -97,7 +98,7 @@ def _wait_quiet(pid: int, timeout: float = 60.0) -> None:
         last = now
 
 
-def run_once(kind: str, steps: int, uri: str, tmp: Path, server_pid: int) -> dict[str, float]:
+def run_once(kind: str, steps: int, uri: str, tmp: Path, server_pid: int, rules: bool = True) -> dict[str, float]:
     """Train one configuration; return step time, logger and server CPU during training, closing time."""
     from mlflow.tracking import MlflowClient
 
@@ -109,7 +110,8 @@ def run_once(kind: str, steps: int, uri: str, tmp: Path, server_pid: int) -> dic
         mlflow_run = {"run": client.create_run("0").info.run_id, "tracking_uri": uri}
     out = tmp / f"{kind}-{time.time_ns()}"
     hook = ts.torch.Hook(str(out), profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100),
-                         mlflow_run=mlflow_run)  # fmt: skip
+                         mlflow_run=mlflow_run,
+                         rules=[ts.rules.ExplodingTensor(), ts.rules.LossNotDecreasing()] if rules else None)  # fmt: skip
     hook.register_module(model)
     hook.register_loss(loss_fn)
     logger0, server0 = _thread_cpu("trainspect-mlflow"), _tree_cpu(server_pid)
@@ -127,6 +129,7 @@ def run_once(kind: str, steps: int, uri: str, tmp: Path, server_pid: int) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--no-rules", action="store_true", help="no live rules (no verdict tags to watch)")
     args = parser.parse_args()
     steps, rounds = (1500, 4) if args.quick else (3000, 10)
     tmp = Path(tempfile.mkdtemp(prefix="bench-mlflow-"))
@@ -136,7 +139,7 @@ def main() -> None:
         runs: dict[str, list[dict[str, float]]] = {"hook": [], "mlflow": []}
         for r in range(rounds):
             for kind in ("hook", "mlflow") if r % 2 == 0 else ("mlflow", "hook"):
-                runs[kind].append(run_once(kind, steps, uri, tmp, proc.pid))
+                runs[kind].append(run_once(kind, steps, uri, tmp, proc.pid, rules=not args.no_rules))
     finally:
         proc.terminate()
         proc.wait(timeout=30)
@@ -148,7 +151,8 @@ def main() -> None:
     server_share = max(0.0, sum(m["server_cpu"] for m in runs["mlflow"]) / train_s - idle_server)
     bound = logger_share + server_share
     print(json.dumps({
-        "workload": f"W1 (MLP 784-512-256-10, batch 128), {steps} steps x {rounds} rounds per side, 1 thread",
+        "workload": f"W1 (MLP 784-512-256-10, batch 128), {steps} steps x {rounds} rounds per side, 1 thread"
+                    + ("" if args.no_rules else ", live rules ExplodingTensor + LossNotDecreasing"),
         "step_ms_median": {k: round(statistics.median(x["step_s"] for x in v) * 1000, 3) for k, v in runs.items()},
         "mlflow_logging_cpu_per_training_second_percent": {
             "logger_thread": round(100 * logger_share, 3), "server": round(100 * server_share, 3),

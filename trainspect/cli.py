@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,10 +16,18 @@ from typing import Any
 
 from trainspect import env
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "commands_text"]
 
 # Subcommands contributed by other modules: each exposes add_parser(subparsers) and run(args) -> int.
 _PLUGINS = ("trainspect.rules.cli", "trainspect.tb_plugin.cli", "trainspect.report.cli")
+
+_RUN_EXAMPLES = """examples:
+  trainspect run -- python train.py --epochs 3
+  trainspect run --profile --rules ExplodingTensor,LossNotDecreasing -- python train.py
+  trainspect run --out runs/baseline --config hook.json -- torchrun --nproc-per-node 2 train.py"""
+_INFO_EXAMPLES = """examples:
+  trainspect info runs/train-20260101-120000
+  trainspect info runs/train-20260101-120000 --json"""
 
 
 def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -26,11 +35,15 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
         "run",
         help="run an unmodified training script with trainspect",
         description="Run a command (python train.py ...) with zero-script-change instrumentation.",
+        epilog=_RUN_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", help="run directory (default: runs/<script>-<time>)")
     p.add_argument("--config", help="JSON hook config (smdebug format, see README)")
     p.add_argument("--profile", action="store_true", help="also record system and framework metrics")
     p.add_argument("--profiler-interval", type=int, default=None, metavar="MS", help="system sampling interval in ms")
+    p.add_argument("--rules", metavar="NAME[,NAME]", default=None,
+                   help="rules to evaluate live, comma-separated ('default': the default set)")  # fmt: skip
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- followed by the command to run")
     p.set_defaults(func=_run)
 
@@ -58,14 +71,74 @@ def _run(args: argparse.Namespace) -> int:
     if problem:
         print(f"trainspect run: {problem}", file=sys.stderr)
         return 2
-    try:
-        code = run_child(command, environ)
-    except OSError as exc:
-        print(f"trainspect run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    print(f"trainspect: run directory {out}", file=sys.stderr)
-    print(f"trainspect: view it with: tensorboard --logdir {out.parent}", file=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="trainspect-run-") as tmp:
+        if args.rules:
+            environ["TRAINSPECT_CONFIG"] = _rules_config(args, out, Path(tmp))
+        try:
+            code = run_child(command, environ)
+        except OSError as exc:
+            print(f"trainspect run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    _print_outcome(code, out)
     return exit_like(code)
+
+
+def _print_outcome(code: int, out: Path) -> None:
+    """How the script ended, the rules with issues, where the report and the run are."""
+    from trainspect._closing_summary import exit_line, summary_lines
+
+    failed = exit_line(code)
+    if failed:
+        print(failed, file=sys.stderr)
+    if not out.is_dir():
+        print(f"trainspect: nothing was recorded ({out} was not created)", file=sys.stderr)
+        return
+    for line in summary_lines(out):
+        print(line, file=sys.stderr)
+    if not failed:
+        print(f"trainspect: view it with: trainspect ui {out}", file=sys.stderr)
+
+
+def _rule_names(text: str) -> list[str]:
+    """The names of ``--rules`` (``default`` expanded), each checked against the registry.
+
+    Raises:
+        ConfigError: an unknown rule; the message lists the valid ones.
+    """
+    from trainspect.rules import default_rules
+    from trainspect.rules.registry import default_registry
+
+    names: list[str] = []
+    for item in (n.strip() for n in text.split(",")):
+        if not item:
+            continue
+        found = (
+            [r.name for r in default_rules()] if item.lower() == "default" else [default_registry().get(item).__name__]
+        )
+        names += [n for n in found if n not in names]
+    return names
+
+
+def _config_doc(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """The JSON hook config the child gets: the user's (``--config`` or ``TRAINSPECT_CONFIG``) plus ``--rules``."""
+    from trainspect.hook_config import load_json_config
+
+    config = args.config or env.TRAINSPECT_CONFIG.get()
+    doc = dict(load_json_config(config)) if config else {}
+    if not any(str(key).lower() == "localpath" for key in doc):
+        doc["LocalPath"] = str(out)
+    if args.rules:
+        key = next((k for k in doc if str(k).lower() == "rules"), "Rules")
+        given = list(doc.get(key) or [])
+        have = {str(r if isinstance(r, str) else r.get("name", r.get("Name", ""))).lower() for r in given}
+        doc[key] = given + [{"name": n} for n in _rule_names(args.rules) if n.lower() not in have]
+    return doc
+
+
+def _rules_config(args: argparse.Namespace, out: Path, folder: Path) -> str:
+    path = folder / "hook-config.json"
+    path.write_text(json.dumps(_config_doc(args, out)), encoding="utf-8")
+    return str(path)
 
 
 def _run_problem(args: argparse.Namespace, command: list[str], out: Path, environ: dict[str, str]) -> str:
@@ -95,16 +168,18 @@ def _config_problem(args: argparse.Namespace, out: Path) -> str:
             ProfilerConfig(system_monitor_interval_millis=args.profiler_interval)
         except ConfigError as exc:
             return f"--profiler-interval {args.profiler_interval}: {exc}"
-    config = args.config or env.TRAINSPECT_CONFIG.get()
-    if config:
-        from trainspect.hook_config import hook_kwargs_from_dict, load_json_config
-
-        where = f"--config {config!r}" if args.config else f"TRAINSPECT_CONFIG={config!r}"
+    if args.rules:
         try:
-            doc = load_json_config(config)
-            if not any(str(key).lower() == "localpath" for key in doc):
-                doc = {**doc, "LocalPath": str(out)}  # the child gets the run directory as TRAINSPECT_OUT_DIR
-            hook_kwargs_from_dict(doc)
+            _rule_names(args.rules)
+        except ConfigError as exc:
+            return f"--rules {args.rules!r}: {exc}"
+    config = args.config or env.TRAINSPECT_CONFIG.get()
+    if config or args.rules:
+        from trainspect.hook_config import hook_kwargs_from_dict
+
+        where = f"--config {config!r}" if args.config else f"TRAINSPECT_CONFIG={config!r}" if config else "--rules"
+        try:
+            hook_kwargs_from_dict(_config_doc(args, out))  # the child gets the run directory as TRAINSPECT_OUT_DIR
         except (ValueError, TypeError, OSError) as exc:  # ConfigError is a ValueError
             return f"{where}: {exc}"
     return ""
@@ -124,9 +199,11 @@ def _out_problem(out: Path) -> str:
 
 
 def _add_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("info", help="summarise a run directory (steps, tensors, workers)")
-    p.add_argument("dir")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("info", help="summarise a run directory (steps, tensors, workers)",
+                       description="Summarise a run directory: steps, modes, workers, tensors, collections.",
+                       epilog=_INFO_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("dir", help="the run directory (trainspect's or smdebug's)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_info)
 
 
@@ -142,7 +219,8 @@ def _info(args: argparse.Namespace) -> int:
         trial = create_trial(args.dir)
         doc = _summary(trial)
     except (TrainspectError, OSError, ValueError) as exc:  # no run there, damaged or unreadable files
-        print(f"trainspect info: {exc}", file=sys.stderr)
+        text = " ".join(str(exc).split()).removeprefix("create_trial: ")
+        print(f"trainspect info: {text}", file=sys.stderr)
         return 2
     print(json.dumps(doc, indent=1) if args.json else "\n".join(f"{k}: {v}" for k, v in doc.items()))
     return 0
@@ -162,8 +240,12 @@ def _summary(trial: Any) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``trainspect`` command."""
-    parser = argparse.ArgumentParser(prog="trainspect", description="Local debugger and profiler for training jobs.")
-    sub = parser.add_subparsers(dest="command_name", required=True)
+    from trainspect import __version__
+
+    parser = argparse.ArgumentParser(prog="trainspect", description="Local debugger and profiler for training jobs.",
+                                     epilog="'trainspect COMMAND --help': options and examples.")  # fmt: skip
+    parser.add_argument("--version", action="version", version=f"trainspect {__version__}")
+    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", title="commands")
     _add_run(sub)
     _add_info(sub)
     for name in _PLUGINS:
@@ -180,10 +262,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def commands_text(parser: argparse.ArgumentParser) -> str:
+    """The usage line and each command with its one-line help."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = [(c.dest, c.help or "") for c in sub._choices_actions]
+    width = max(len(name) for name, _ in helps)
+    lines = ["usage: trainspect COMMAND [options]   (trainspect COMMAND --help: options and examples)", "",
+             "commands:"]  # fmt: skip
+    lines += [f"  {name:<{width}}  {text}" for name, text in helps]
+    lines += ["", "  --version  print trainspect's version"]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trainspect`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:  # bare ``trainspect``: the commands, one line each
+        print(commands_text(parser))
+        return 0
     try:
         return int(args.func(args))
     except KeyboardInterrupt:  # Ctrl-C ends a command with the shell's status, not a traceback

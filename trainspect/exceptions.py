@@ -14,6 +14,7 @@ __all__ = [
     "RunDirectoryInUse",
     "NotARunDirectory",
     "DamagedFile",
+    "mode_name",
 ]
 
 
@@ -62,6 +63,23 @@ class TensorUnavailable(TrainspectError, KeyError):
         return str(self.args[0])
 
 
+def mode_name(mode: object) -> str:
+    """A mode's name for messages (``GLOBAL``, never ``4``), whatever spelling it comes in.
+
+    Example:
+        >>> mode_name(4), mode_name("eval"), mode_name(None)
+        ('GLOBAL', 'EVAL', 'any')
+    """
+    if mode is None:
+        return "any"
+    from trainspect.modes import parse_mode
+
+    try:
+        return parse_mode(mode).name  # type: ignore[arg-type]
+    except (ValueError, TypeError, KeyError):
+        return str(mode)
+
+
 class TensorUnavailableForStep(TrainspectError, KeyError):
     """The tensor exists, but not at this step (and never will)."""
 
@@ -69,7 +87,7 @@ class TensorUnavailableForStep(TrainspectError, KeyError):
         self.name, self.step, self.mode, self.has_reductions = name, step, mode, has_reductions
         text = f"tensor {name!r} is not available at step {step}"
         if mode is not None:
-            text += f" (mode {mode})"
+            text += f" (mode {mode_name(mode)})"
         if has_reductions:
             text += "; only reductions were saved: use reduction_value()"
         super().__init__(text)
@@ -83,7 +101,7 @@ class StepUnavailable(TrainspectError):
 
     def __init__(self, step: int, mode: object = None) -> None:
         self.step, self.mode = step, mode
-        super().__init__(f"step {step} is not available (mode {mode})")
+        super().__init__(f"step {step} is not available (mode {mode_name(mode)})")
 
 
 class StepNotYetAvailable(TrainspectError):
@@ -91,7 +109,7 @@ class StepNotYetAvailable(TrainspectError):
 
     def __init__(self, step: int, mode: object = None) -> None:
         self.step, self.mode = step, mode
-        super().__init__(f"step {step} is not yet available (mode {mode})")
+        super().__init__(f"step {step} is not yet available (mode {mode_name(mode)})")
 
 
 class NoMoreData(TrainspectError):

@@ -57,7 +57,7 @@ def test_compare_two_mlflow_runs_by_id(server_run: tuple[str, str, Path], tmp_pa
                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     uri, run_a, _ = server_run
     client = MlflowClient(tracking_uri=uri)
-    run_b = client.create_run(client.get_run(run_a).info.experiment_id).info.run_id
+    run_b = client.create_run(client.get_run(run_a).info.experiment_id, run_name="after-fix").info.run_id
     train(tmp_path / "b", mlflow_run={"run": run_b, "tracking_uri": uri}, rules=False, epochs=1)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     mlflow.set_tracking_uri(uri)
@@ -66,7 +66,14 @@ def test_compare_two_mlflow_runs_by_id(server_run: tuple[str, str, Path], tmp_pa
     finally:
         mlflow.set_tracking_uri("")
     text = capsys.readouterr().out
-    assert run_a in text and run_b in text and "step time p95" in text and "saving" in text
+    name_a = client.get_run(run_a).info.run_name
+    assert f"A: {name_a}" in text and "B: after-fix" in text and run_a not in text.split("comparison:")[0]
+    assert "throughput (steps/s)" in text and "cost per 1,000 steps" in text and "step time p95" in text
+    assert "projected cost saving for the same work" in text
+    files = _get(uri, "/api/2.0/mlflow/artifacts/list", run_id=run_b, path="trainspect/compare")["files"]
+    assert [f["path"] for f in files] == [f"trainspect/compare/compare-{name_a}-vs-after-fix.html"]
+    page = client.download_artifacts(run_b, files[0]["path"], str(tmp_path))
+    assert "cost per 1,000 steps" in Path(page).read_text()
 
 
 def test_sink_retries_once_when_the_server_drops_a_kept_alive_connection(monkeypatch: pytest.MonkeyPatch) -> None:

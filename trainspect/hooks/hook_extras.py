@@ -254,6 +254,24 @@ class HookExtras:
             ctx, path = report if report is not None else (None, None)
             self._closing_part("MLflow logging", lambda c: session.close(report=path, context=ctx), collector)
         self._update_quiet()
+        self._closing_part("the closing summary", self._print_summary, collector)
+
+    def _print_summary(self, collector: Collector) -> None:
+        """One line per rule with issues, the report and the run directory (``trainspect run`` prints its own).
+
+        Only when the hook ran rules or wrote a report; not after a write failure (a full disk), when the close says
+        in one line what it could not write, and where.
+        """
+        if not (self.rules or self.profiler_config is not None):
+            return
+        ident = collector.identity
+        if collector.dry_run or env.TRAINSPECT_RUN_ACTIVE.get() or (ident.world_size > 1 and not ident.chief):
+            return
+        if collector.writer_failed:
+            return
+        from trainspect._closing_summary import summary_lines
+
+        print("\n".join(summary_lines(collector.out_dir)), file=sys.stderr, flush=True)
 
     @staticmethod
     def _job_complete(collector: Collector, timeout: float = 30.0) -> bool:

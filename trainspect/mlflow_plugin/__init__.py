@@ -42,7 +42,7 @@ _WHERE = {
     "sync_run": "sync",
     "system_key": "keys",
     "system_metrics": "keys",
-    "verdict_tags": "session",
+    "verdict_tags": "keys",
 }
 
 

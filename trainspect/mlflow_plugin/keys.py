@@ -9,11 +9,16 @@ from typing import Any
 
 from trainspect.step import StepRecord
 
-__all__ = ["system_key", "system_metrics", "step_metrics", "safe_key", "issues_tags", "MAX_KEY_LENGTH", "ISSUES_TAG"]
+__all__ = ["system_key", "system_metrics", "step_metrics", "step_values", "safe_key", "issues_tags", "verdict_tags",
+           "FirstNonFinite", "MAX_KEY_LENGTH", "ISSUES_TAG", "NONFINITE_TAG"]  # fmt: skip
 
 MAX_KEY_LENGTH = 250
 ISSUES_TAG = "trainspect.issues"
 """The run tag listing the rules whose current verdict is IssuesFound (empty when none)."""
+NONFINITE_TAG = "trainspect.nonfinite"
+"""The run tag naming the values that became NaN/Inf and the step where each first did."""
+NONFINITE_METRIC = "trainspect/first_nonfinite_step/"
+MAX_NONFINITE_TAGS = 20
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /:]")
 
 # trainspect key -> (MLflow key without "system/", factor)
@@ -90,8 +95,21 @@ def system_metrics(means: Mapping[str, float], node: str | None = None) -> dict[
     return out
 
 
+def step_values(record: StepRecord) -> dict[str, float]:
+    """Scalar tensors and reductions of a step as ``<mode>/<name>[/<reduction>]`` keys, NaN and Inf included."""
+    mode = record.mode.name.lower()
+    out: dict[str, float] = {}
+    for name, t in record.tensors.items():
+        if t.value is not None and t.value.size == 1:
+            out[safe_key(f"{mode}/{name}")] = float(t.value.reshape(-1)[0])
+        for (red, absolute), v in t.reductions.items():
+            if v is not None:
+                out[safe_key(f"{mode}/{name}/{'abs_' if absolute else ''}{red}")] = float(v)
+    return out
+
+
 def step_metrics(record: StepRecord) -> dict[str, float]:
-    """Scalar tensors (losses, ``save_scalar``) and reductions of a step as ``<mode>/<name>[/<reduction>]`` metrics.
+    """The finite values of :func:`step_values` (MLflow charts finite values; :class:`FirstNonFinite` marks the rest).
 
     Example:
         >>> import numpy as np
@@ -101,17 +119,59 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
         >>> step_metrics(rec)
         {'train/loss': 0.5}
     """
-    mode = record.mode.name.lower()
-    out: dict[str, float] = {}
-    for name, t in record.tensors.items():
-        if t.value is not None and t.value.size == 1:
-            v = float(t.value.reshape(-1)[0])
-            if math.isfinite(v):
-                out[safe_key(f"{mode}/{name}")] = v
-        for (red, absolute), v in t.reductions.items():
-            if v is not None and math.isfinite(v):
-                out[safe_key(f"{mode}/{name}/{'abs_' if absolute else ''}{red}")] = float(v)
-    return out
+    return {k: v for k, v in step_values(record).items() if math.isfinite(v)}
+
+
+class FirstNonFinite:
+    """The step where each logged value first became NaN or Inf, as run tags and metrics.
+
+    Tags: ``trainspect.nonfinite.<key>`` = the step (for the first 20 keys), and one summary
+    ``trainspect.nonfinite`` = ``"<key> from step <n>"`` for the earliest (``+k more``). Metrics:
+    ``trainspect/first_nonfinite_step/<key>`` = the step, at that step. Steps are the mode steps the metrics use.
+
+    Example:
+        >>> nf = FirstNonFinite()
+        >>> nf.observe({"train/loss": float("nan"), "train/acc": 0.5}, 7), nf.observe({"train/loss": 1.0}, 8)
+        (['train/loss'], [])
+        >>> nf.tags()
+        {'trainspect.nonfinite.train/loss': '7', 'trainspect.nonfinite': 'train/loss from step 7'}
+    """
+
+    def __init__(self) -> None:
+        self.first: dict[str, int] = {}
+
+    def observe(self, values: Mapping[str, float], step: int) -> list[str]:
+        """Note the non-finite values of one step; return the keys that became non-finite for the first time."""
+        new = [k for k, v in values.items() if not math.isfinite(v) and k not in self.first]
+        for key in new:
+            self.first[key] = int(step)
+        return new
+
+    def tags(self) -> dict[str, str]:
+        """The run tags (empty when every value stayed finite)."""
+        if not self.first:
+            return {}
+        order = sorted(self.first, key=lambda k: (self.first[k], k))
+        out = {safe_key(f"{NONFINITE_TAG}.{k}"): str(self.first[k]) for k in order[:MAX_NONFINITE_TAGS]}
+        more = f" (+{len(order) - 1} more)" if len(order) > 1 else ""
+        out[NONFINITE_TAG] = f"{order[0]} from step {self.first[order[0]]}{more}"
+        return out
+
+    def metrics(self, keys: Iterable[str]) -> dict[str, float]:
+        """``trainspect/first_nonfinite_step/<key>`` = step for ``keys``."""
+        return {safe_key(NONFINITE_METRIC + k): float(self.first[k]) for k in keys if k in self.first}
+
+
+def verdict_tags(verdicts: Iterable[Any]) -> dict[str, str]:
+    """``trainspect.rule.<Rule>`` = status for each verdict (full rule names), and ``trainspect.issues``.
+
+    Example:
+        >>> from trainspect.rules.verdict import Status, Verdict
+        >>> verdict_tags([Verdict("VanishingGradient", Status.ISSUES_FOUND)])
+        {'trainspect.rule.VanishingGradient': 'IssuesFound', 'trainspect.issues': 'VanishingGradient'}
+    """
+    verdicts = list(verdicts)
+    return {**{f"trainspect.rule.{v.rule}": str(v.status) for v in verdicts}, **issues_tags(verdicts)}
 
 
 def issues_tags(verdicts: Iterable[Any]) -> dict[str, str]:

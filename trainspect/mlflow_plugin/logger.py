@@ -22,7 +22,8 @@ from typing import Any
 
 from mlflow.entities import Metric
 
-from trainspect.mlflow_plugin.keys import step_metrics, system_metrics
+from trainspect.mlflow_plugin.keys import step_values, system_metrics
+from trainspect.mlflow_plugin.live_tags import LiveTags
 from trainspect.mlflow_plugin.sink import MlflowSink
 from trainspect.mlflow_plugin.system_tail import SystemTail
 from trainspect.mlflow_plugin.unsent import append_unsent, unsent_file
@@ -61,6 +62,11 @@ class MlflowLogger:
         tail_system: log the run directory's system metrics as they arrive.
         key_prefix: prefix of step metric keys (``worker_1/`` for the other workers of a distributed job).
         record_sync: keep ``<run>/mlflow/run.json`` (the chief's logger does; other workers attach through it).
+        watch_verdicts: while training, tag the run with the live rules' verdicts as they change
+            (``trainspect.issues``, ``trainspect.rule.<Rule>``; the chief's logger does).
+
+    Values that become NaN or Inf are not charted; the step where each first did is tagged at once (see
+    :class:`~trainspect.mlflow_plugin.live_tags.LiveTags`), whatever ``log_every_n_steps``.
     """
 
     def __init__(
@@ -75,6 +81,7 @@ class MlflowLogger:
         tail_system: bool = True,
         key_prefix: str = "",
         record_sync: bool = True,
+        watch_verdicts: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir)
         self.sink = sink
@@ -85,6 +92,8 @@ class MlflowLogger:
         self.tail_system = tail_system
         self.key_prefix = key_prefix
         self.record_sync = record_sync
+        self.watch_verdicts = watch_verdicts
+        self._live = LiveTags(self.run_dir, key_prefix)
         self._max_queue = max_queue
         self._records: collections.deque[StepRecord] = collections.deque()
         self._pending: collections.deque[Metric] = collections.deque(maxlen=max_buffer)
@@ -149,11 +158,20 @@ class MlflowLogger:
         every = self.log_every_n_steps
         while self._records:
             rec = self._records.popleft()
+            values = step_values(rec)
+            tags, marks = self._live.diverged(rec, values)
+            if tags:
+                self.set_tags(tags)
+                new.extend(marks)
             if rec.mode_step % every:
                 self._unlogged_last[rec.mode] = rec
                 continue
             self._unlogged_last.pop(rec.mode, None)
-            new.extend(self._step_metrics(rec))
+            new.extend(self._step_metrics(rec, values))
+        if self.watch_verdicts:
+            tags = self._live.verdicts()
+            if tags:
+                self.set_tags(tags)
         overflow = len(self._pending) + len(new) - (self._pending.maxlen or 0)
         if overflow > 0:  # the oldest leave memory for the unsent file
             self.dropped += overflow
@@ -174,10 +192,11 @@ class MlflowLogger:
             log.warning("trainspect: %d MLflow metrics lost: could not keep them in the run directory: %s",
                         len(metrics), exc)  # fmt: skip
 
-    def _step_metrics(self, rec: StepRecord) -> list[Metric]:
+    def _step_metrics(self, rec: StepRecord, values: dict[str, float] | None = None) -> list[Metric]:
         ts = int(rec.wall_time * 1000) if rec.wall_time else int(time.time() * 1000)
         prefix = self.key_prefix
-        return [Metric(prefix + k, v, ts, int(rec.mode_step)) for k, v in step_metrics(rec).items()]
+        values = step_values(rec) if values is None else values
+        return [Metric(prefix + k, v, ts, int(rec.mode_step)) for k, v in values.items() if math.isfinite(v)]
 
     def _system(self) -> list[Metric]:
         out: list[Metric] = []

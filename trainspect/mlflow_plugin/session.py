@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from trainspect import env
-from trainspect.mlflow_plugin.keys import issues_tags
+from trainspect.mlflow_plugin.keys import verdict_tags
 from trainspect.mlflow_plugin.logger import DEFAULT_EVERY_N_STEPS, DEFAULT_INTERVAL_S, MlflowLogger
 from trainspect.mlflow_plugin.sink import MlflowSink, run_id_of
 from trainspect.mlflow_plugin.tags import context_tags
-from trainspect.rules.verdict import Verdict
 from trainspect.step import StepRecord
 
 __all__ = ["MlflowSession", "resolve_run", "verdict_tags", "per_worker_steps"]
@@ -53,17 +52,6 @@ def resolve_run(
         run = client.create_run(experiment_id, run_name=run_name)
         return run.info.run_id, True
     return None
-
-
-def verdict_tags(verdicts: list[Verdict]) -> dict[str, str]:
-    """``trainspect.rule.<Rule>`` = status for each verdict, and ``trainspect.issues`` listing the rules with issues.
-
-    Example:
-        >>> from trainspect.rules.verdict import Status
-        >>> verdict_tags([Verdict("VanishingGradient", Status.ISSUES_FOUND)])
-        {'trainspect.rule.VanishingGradient': 'IssuesFound', 'trainspect.issues': 'VanishingGradient'}
-    """
-    return {**{f"trainspect.rule.{v.rule}": str(v.status) for v in verdicts}, **issues_tags(verdicts)}
 
 
 def per_worker_steps(ctx: Any) -> dict[str, float]:
@@ -129,6 +117,7 @@ class MlflowSession:
             run_dir, self.sink, interval_s=interval_s, log_every_n_steps=log_every_n_steps,
             owns_run=owns_run and worker is None,
             tail_system=worker is None, key_prefix=f"{worker}/" if worker else "", record_sync=worker is None,
+            watch_verdicts=worker is None,
         )  # fmt: skip
         self.captures = captures
         self.price_per_hour = price_per_hour

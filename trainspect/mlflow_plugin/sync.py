@@ -12,16 +12,16 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from mlflow.entities import Metric
 
-from trainspect.mlflow_plugin.keys import safe_key, system_metrics
+from trainspect.mlflow_plugin.keys import FirstNonFinite, safe_key, system_metrics, verdict_tags
 from trainspect.mlflow_plugin.logger import sync_file
-from trainspect.mlflow_plugin.session import per_worker_steps, verdict_tags
+from trainspect.mlflow_plugin.session import per_worker_steps
 from trainspect.mlflow_plugin.sink import MlflowSink
 from trainspect.mlflow_plugin.unsent import read_unsent, unsent_files
 from trainspect.modes import ModeKeys
@@ -58,8 +58,8 @@ def system_history(arrays: dict[str, SystemArrays], interval_s: float = 1.0) -> 
     return out
 
 
-def loss_history(trial: Any) -> list[Metric]:
-    """The losses of a Trial as ``<mode>/<name>`` metrics with the mode step."""
+def loss_history(trial: Any, nonfinite: FirstNonFinite | None = None) -> list[Metric]:
+    """The losses of a Trial as ``<mode>/<name>`` metrics with the mode step (NaN/Inf noted in ``nonfinite``)."""
     out: list[Metric] = []
     for name in trial.tensor_names(collection="losses"):
         tensor = trial.tensor(name)
@@ -69,6 +69,8 @@ def loss_history(trial: Any) -> list[Metric]:
             key = safe_key(f"{mode.name.lower()}/{name}")
             for step in tensor.steps(mode):
                 value = float(np.asarray(tensor.value(step, mode)).reshape(-1)[0])
+                if nonfinite is not None:
+                    nonfinite.observe({key: value}, step)
                 if np.isfinite(value):
                     wall = trial.step_wall_time(trial.global_step(mode, step)) or 0.0
                     out.append(Metric(key, value, int(wall * 1000), int(step)))
@@ -151,6 +153,7 @@ def sync_run(
     tracking_uri: str | None = None,
     price_per_hour: float | None = None,
     artifacts: bool = False,
+    progress: Callable[[str], None] | None = None,
 ) -> str:
     """Send an MLflow run what it misses of a run directory, then end the run as the job ended.
 
@@ -166,6 +169,7 @@ def sync_run(
         tracking_uri: the tracking URI (default: the recorded one, else MLflow's current one).
         price_per_hour: instance price, for the cost metric.
         artifacts: also upload the whole run directory.
+        progress: called with the name of each stage (for a progress line).
 
     Returns:
         The run id.
@@ -183,6 +187,8 @@ def sync_run(
         raise ValueError(f"no --run-id given and none recorded in {sync_file(path)}")
     from trainspect.report.context import ReportContext
 
+    stage = progress or (lambda _: None)
+    stage("reading the run")
     ctx = ReportContext.load(path, price_per_hour=price_per_hour)
     sink = MlflowSink(str(run_id), tracking_uri or recorded.get("tracking_uri"))
     kept_files = unsent_files(path)
@@ -190,13 +196,18 @@ def sync_run(
     status, end_ms = _job_end(path, recorded, ctx.trial)
     summary = {**summarize(ctx).to_metrics(), **per_worker_steps(ctx)}
     exact = [m for f in kept_files for m in read_unsent(f)] if same_run else []
-    by_step = (loss_history(ctx.trial) if ctx.trial is not None else []) + [
+    nonfinite = FirstNonFinite()
+    by_step = (loss_history(ctx.trial, nonfinite) if ctx.trial is not None else []) + [
         Metric(k, float(v), end_ms, 0) for k, v in summary.items() if np.isfinite(v)
     ]
+    by_step += [Metric(k, v, end_ms, int(v)) for k, v in nonfinite.metrics(nonfinite.first).items()]
     series = system_history(ctx.profiler.system)
     keys = {m.key for m in itertools.chain(exact, by_step, series)}
+    stage("reading what MLflow holds")
     missing = plan_upload(_present(sink.client, str(run_id), keys), exact, by_step, series)
-    sink.log(missing, verdict_tags(ctx.verdicts))
+    stage(f"sending {len(missing)} metrics")
+    sink.log(missing, {**verdict_tags(ctx.verdicts), **nonfinite.tags()})
+    stage("uploading the report")
     _upload_files(sink, path, ctx, artifacts)
     for f in kept_files:  # the run now holds them (or, for another run, everything rebuilt): run.json names it
         f.unlink()

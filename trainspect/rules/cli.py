@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from trainspect._progress import Progress
 from trainspect.exceptions import ConfigError, TrainspectError
 from trainspect.profiler.readers import resolve_profiler_root
 from trainspect.rules.base import Rule
@@ -30,6 +31,11 @@ from trainspect.store.layout import RunLayout
 __all__ = ["add_parser", "run", "main"]
 
 EXIT_OK, EXIT_ISSUES, EXIT_ERROR = 0, 1, 2
+_EXAMPLES = """examples:
+  trainspect rules runs/train-20260101-120000
+  trainspect rules runs/train-20260101-120000 --rule ExplodingTensor --param ExplodingTensor.only_nan=true
+  trainspect rules runs/in-progress --watch            (follow a running job until it ends)
+  trainspect rules sagemaker-job/ --final --json"""
 
 
 def _configure(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +71,8 @@ def add_parser(subparsers: Any) -> None:
         help="evaluate debugger rules over a run directory",
         description="Evaluate rules over a run. Without --rule, every built-in rule whose inputs the run "
         "recorded runs, and the others are listed as skipped. Exit 0: no issues, 1: issues, 2: errors.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _configure(parser)
 
@@ -202,7 +210,9 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
         rules = _rules_for(trial, args, registry, err, quiet=False)
         if args.watch:
             return _watch(trial, rules, args, registry, out, err)
-        verdicts = evaluate(trial, rules, args.start_step, args.end_step, **_ending(args))
+        with Progress("rules") as bar:
+            bar.stage(f"evaluating {len(rules)} rules over {len(trial.steps())} steps")
+            verdicts = evaluate(trial, rules, args.start_step, args.end_step, **_ending(args))
     except TrainspectError as exc:  # ConfigError, a directory that holds no run
         print(f"trainspect rules: {exc}", file=err)
         return EXIT_ERROR

@@ -17,6 +17,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
         "ui",
         help="open runs in TensorBoard with the trainspect Profiler and Rules views",
         description="Start TensorBoard on DIR (a run directory or a folder of runs) with the trainspect plugin.",
+        epilog="examples:\n  trainspect ui runs/\n  trainspect ui runs/train-20260101-120000 --port 0",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("dir", help="log directory: a run directory or a folder holding run directories")
     p.add_argument("--port", type=int, default=6006, help="port (default 6006; 0 picks a free one)")
