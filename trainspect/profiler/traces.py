@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -30,18 +31,22 @@ _META = re.compile(r"^(.+)_(\d+)_(\d+)\.metadata$")
 _DAMAGED = "truncated or malformed trace; readable events kept"
 
 
+_PER_US = {"s": 1_000_000, "seconds": 1_000_000, "ms": 1000, "milliseconds": 1000, "us": 1, "microseconds": 1,
+           "ns": 0.001, "nanoseconds": 0.001}
+
+
 def to_us(value: float, unit: str) -> float:
-    """A time in ``unit`` as epoch µs, converted as smdebug converts query bounds (truncated to whole µs)."""
+    """A time in ``unit`` as epoch µs, converted as smdebug converts query bounds (truncated to whole µs).
+
+    An open bound (±inf) stays open.
+    """
     key = str(getattr(unit, "name", unit)).lower()
-    if key in ("s", "seconds"):
-        return int(value * 1_000_000)
-    if key in ("ms", "milliseconds"):
-        return int(value * 1000)
-    if key in ("us", "microseconds"):
-        return int(value)
-    if key in ("ns", "nanoseconds"):
-        return value / 1000
-    raise ValueError(f"unit={unit!r}: allowed: s, ms, us, ns (or seconds, milliseconds, microseconds, nanoseconds)")
+    if key not in _PER_US:
+        raise ValueError(f"unit={unit!r}: allowed: s, ms, us, ns (or seconds, milliseconds, microseconds, nanoseconds)")
+    factor = _PER_US[key]
+    if not math.isfinite(value) or factor < 1:
+        return value * factor
+    return int(value * factor)
 
 
 def in_window(events: list[TraceEvent], start_us: float, end_us: float) -> list[TraceEvent]:
