@@ -1,0 +1,249 @@
+"""The loss that was backpropagated: ``Tensor.backward`` and ``torch.autograd.backward`` tapped while a hook listens.
+
+While at least one PyTorch hook is started, ``torch.Tensor.backward`` and ``torch.autograd.backward`` are wrapped:
+a backward pass on a one-element tensor hands that tensor to the listening hooks (recorded as ``loss``). The
+wrappers are removed when the last hook closes. A few framework helpers that change the loss before its backward
+pass are wrapped too, so that the loss recorded is the one the script computed:
+
+* ``torch.amp.GradScaler.scale``: the scaled loss maps back to the unscaled one; ``GradScaler.step`` tells the
+  hooks when an optimizer step was skipped (inf/NaN gradients), which still ends the training step;
+* Lightning's ``ClosureResult.from_training_step_output`` divides ``training_step``'s loss by
+  ``accumulate_grad_batches``: the loss recorded is ``training_step``'s; Lightning's predict loop runs in PREDICT
+  mode (:data:`STATE.mode`);
+* the Hugging Face ``Trainer.training_step`` divides the loss by ``gradient_accumulation_steps`` (or normalises it
+  by the tokens of all micro-batches): the value recorded is multiplied back by that count.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from trainspect.modes import ModeKeys
+
+__all__ = ["BackwardTap", "STATE", "micro_batches_name", "optimizer_holds"]
+
+
+class _State:
+    """Process-wide state of the tap (the patches are process-wide too)."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Callable[[torch.Tensor], None]] = []
+        self.scaler_listeners: list[Callable[[], None]] = []
+        self.originals: dict[tuple[Any, str], Any] = {}
+        self.depth = 0
+        self.derived: dict[int, tuple[torch.Tensor, torch.Tensor | None, float]] = {}
+        self.factor = 1.0
+        self.mode: ModeKeys | None = None
+        """A mode a framework's loop imposes (Lightning's predict loop: PREDICT); None: follow the model."""
+
+
+STATE = _State()
+
+
+def _loss_of(tensor: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The loss the script computed for ``tensor`` (before scaling or normalising), and a factor to apply."""
+    factor = STATE.factor
+    for _ in range(4):
+        entry = STATE.derived.pop(id(tensor), None)
+        if entry is None or entry[0] is not tensor:
+            break
+        if entry[1] is not None:
+            tensor = entry[1]
+        factor *= entry[2]
+    return tensor, factor
+
+
+def _notify(tensors: Any) -> None:
+    if isinstance(tensors, (list, tuple)):
+        if len(tensors) != 1:
+            return
+        tensors = tensors[0]
+    if not isinstance(tensors, torch.Tensor) or tensors.numel() != 1:
+        return
+    loss, factor = _loss_of(tensors)
+    if factor != 1.0:
+        loss = loss.detach() * factor
+    for listener in list(STATE.listeners):
+        listener(loss)
+    STATE.derived.clear()
+
+
+def _wrap_backward(original: Any) -> Any:
+    @functools.wraps(original)
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if STATE.depth == 0 and STATE.listeners:
+            _notify(tensors)
+        STATE.depth += 1
+        try:
+            return original(tensors, *args, **kwargs)
+        finally:
+            STATE.depth -= 1
+
+    return backward
+
+
+def _wrap_scale(original: Any) -> Any:
+    @functools.wraps(original)
+    def scale(self: Any, outputs: Any) -> Any:
+        out = original(self, outputs)
+        if isinstance(out, torch.Tensor) and isinstance(outputs, torch.Tensor) and out is not outputs:
+            STATE.derived[id(out)] = (out, outputs, 1.0)
+        return out
+
+    return scale
+
+
+def _wrap_scaler_step(original: Any) -> Any:
+    @functools.wraps(original)
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, optimizer, *args, **kwargs)
+        for listener in list(STATE.scaler_listeners):
+            listener()
+        return out
+
+    return step
+
+
+def _wrap_closure_result(original: Any) -> Any:
+    @functools.wraps(original)
+    def from_training_step_output(cls: Any, training_step_output: Any, normalize: int = 1) -> Any:
+        result = original.__func__(cls, training_step_output, normalize)
+        loss = training_step_output.get("loss") if isinstance(training_step_output, Mapping) else training_step_output
+        closure = getattr(result, "closure_loss", None)
+        if isinstance(loss, torch.Tensor) and isinstance(closure, torch.Tensor) and closure is not loss:
+            STATE.derived[id(closure)] = (closure, loss, 1.0)
+        return result
+
+    return classmethod(from_training_step_output)
+
+
+def _wrap_loop_mode(original: Any, mode: ModeKeys) -> Any:
+    @functools.wraps(original)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        previous, STATE.mode = STATE.mode, mode
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            STATE.mode = previous
+
+    return run
+
+
+def _wrap_hf_training_step(original: Any) -> Any:
+    @functools.wraps(original)
+    def training_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        previous = STATE.factor
+        STATE.factor = float(getattr(self, "current_gradient_accumulation_steps", 1) or 1)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            STATE.factor = previous
+
+    return training_step
+
+
+def _targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
+    """(owner, attribute, wrapper factory) of everything patched, for the frameworks imported so far."""
+    targets: list[tuple[Any, str, Callable[[Any], Any]]] = [
+        (torch.Tensor, "backward", _wrap_backward),
+        (torch.autograd, "backward", _wrap_backward),
+        (torch.amp.GradScaler, "scale", _wrap_scale),
+        (torch.amp.GradScaler, "step", _wrap_scaler_step),
+    ]
+    for pkg in ("lightning.pytorch", "pytorch_lightning"):
+        if pkg in sys.modules:
+            automatic = sys.modules.get(f"{pkg}.loops.optimization.automatic")
+            predict = sys.modules.get(f"{pkg}.loops.prediction_loop")
+            if automatic is not None:
+                targets.append((automatic.ClosureResult, "from_training_step_output", _wrap_closure_result))
+            if predict is not None:
+                targets.append((predict._PredictionLoop, "run", lambda f: _wrap_loop_mode(f, ModeKeys.PREDICT)))
+    trainer = sys.modules.get("transformers.trainer")
+    if trainer is not None and hasattr(trainer, "Trainer"):
+        targets.append((trainer.Trainer, "training_step", _wrap_hf_training_step))
+    return targets
+
+
+def _install() -> None:
+    for owner, attr, wrap in _targets():
+        key = (owner, attr)
+        if key in STATE.originals or attr not in vars(owner):
+            continue
+        original = vars(owner)[attr]
+        STATE.originals[key] = original
+        setattr(owner, attr, wrap(original))
+
+
+def _uninstall() -> None:
+    for (owner, attr), original in STATE.originals.items():
+        setattr(owner, attr, original)
+    STATE.originals.clear()
+    STATE.derived.clear()
+
+
+class BackwardTap:
+    """A hook's subscription to backward passes (and to skipped GradScaler steps); :meth:`remove` ends it."""
+
+    def __init__(self, on_loss: Callable[[torch.Tensor], None], on_scaler_step: Callable[[], None]) -> None:
+        self._on_loss, self._on_scaler_step = on_loss, on_scaler_step
+        STATE.listeners.append(on_loss)
+        STATE.scaler_listeners.append(on_scaler_step)
+        _install()
+
+    @staticmethod
+    def refresh() -> None:
+        """Patch the frameworks imported since the tap was installed (Lightning, transformers)."""
+        if STATE.listeners:
+            _install()
+
+    def remove(self) -> None:
+        """Stop listening; the last subscriber's removal restores the originals."""
+        if self._on_loss in STATE.listeners:
+            STATE.listeners.remove(self._on_loss)
+        if self._on_scaler_step in STATE.scaler_listeners:
+            STATE.scaler_listeners.remove(self._on_scaler_step)
+        if not STATE.listeners:
+            _uninstall()
+
+
+def _subclasses(cls: type) -> list[type]:
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(c.__subclasses__())
+    return out
+
+
+def optimizer_holds(params: list[torch.nn.Parameter]) -> bool:
+    """Whether a ``torch.optim`` optimizer exists that updates any of ``params`` (a one-time heap scan).
+
+    An optimizer's constructor marks its class's ``step`` as ``hooked``; without such a class no heap scan is needed.
+    """
+    import gc
+
+    classes = _subclasses(torch.optim.Optimizer)
+    if not any(getattr(c.__dict__.get("step"), "hooked", False) for c in classes):
+        return False
+    ids, kinds = {id(p) for p in params}, set(classes)
+    for obj in gc.get_objects():
+        if type(obj) in kinds:  # not isinstance: that would read a proxy's __class__ (deprecation warnings)
+            for group in obj.param_groups:
+                if any(id(p) in ids for p in group["params"]):
+                    return True
+    return False
+
+
+def micro_batches_name(loss_name: str) -> str:
+    """The name of a loss's micro-batch values (``loss_micro_batches``, ``MSELoss_micro_batches``).
+
+    ``loss`` → ``loss_micro_batches``, ``MSELoss_output_0`` → ``MSELoss_micro_batches``:
+    outside the losses collection's regex, so rules read only the step's value (the mean).
+    """
+    base = loss_name[: -len("_output_0")] if loss_name.endswith("_output_0") else loss_name
+    return f"{base}_micro_batches"
