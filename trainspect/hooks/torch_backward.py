@@ -1,9 +1,11 @@
 """The loss that was backpropagated: ``Tensor.backward`` and ``torch.autograd.backward`` tapped while a hook listens.
 
 While at least one PyTorch hook is started, ``torch.Tensor.backward`` and ``torch.autograd.backward`` are wrapped:
-a backward pass on a one-element tensor hands that tensor to the listening hooks (recorded as ``loss``). The
-wrappers are removed when the last hook closes. A few framework helpers that change the loss before its backward
-pass are wrapped too, so that the loss recorded is the one the script computed:
+a backward pass on a one-element tensor hands that tensor to the listening hooks (recorded as ``loss``). Functional
+losses (``F.mse_loss`` …, :data:`~trainspect.hooks.zcc.FUNCTIONAL_LOSSES`) called outside a loss module are handed
+over too (recorded as ``MSELoss_output_0`` …, in every mode). The wrappers are removed when the last hook closes.
+A few framework helpers that change the loss before its backward pass are wrapped, so that the loss recorded is
+the one the script computed:
 
 * ``torch.amp.GradScaler.scale``: the scaled loss maps back to the unscaled one; ``GradScaler.step`` tells the
   hooks when an optimizer step was skipped (inf/NaN gradients), which still ends the training step;
@@ -22,20 +24,24 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
+import torch.nn.functional as F  # noqa: N812
 
+from trainspect.hooks.zcc import FUNCTIONAL_LOSSES
 from trainspect.modes import ModeKeys
 
-__all__ = ["BackwardTap", "STATE", "micro_batches_name", "optimizer_holds"]
+__all__ = ["BackwardTap", "STATE", "hold", "micro_batches_name", "optimizer_holds"]
 
 
 class _State:
     """Process-wide state of the tap (the patches are process-wide too)."""
 
     def __init__(self) -> None:
-        self.listeners: list[Callable[[torch.Tensor], None]] = []
-        self.scaler_listeners: list[Callable[[], None]] = []
+        self.listeners: list[Any] = []
+        """Hooks with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and ``_on_scaler_step()``."""
         self.originals: dict[tuple[Any, str], Any] = {}
         self.depth = 0
+        self.functional_depth = 0
+        self.holds = 0
         self.derived: dict[int, tuple[torch.Tensor, torch.Tensor | None, float]] = {}
         self.factor = 1.0
         self.mode: ModeKeys | None = None
@@ -69,7 +75,7 @@ def _notify(tensors: Any) -> None:
     if factor != 1.0:
         loss = loss.detach() * factor
     for listener in list(STATE.listeners):
-        listener(loss)
+        listener._on_backward(loss)
     STATE.derived.clear()
 
 
@@ -87,6 +93,24 @@ def _wrap_backward(original: Any) -> Any:
     return backward
 
 
+def _wrap_functional(original: Any, name: str) -> Any:
+    @functools.wraps(original)
+    def loss(*args: Any, **kwargs: Any) -> Any:
+        STATE.functional_depth += 1
+        try:
+            out = original(*args, **kwargs)
+        finally:
+            STATE.functional_depth -= 1
+        if STATE.functional_depth == 0 and STATE.listeners:
+            caller = sys._getframe(1).f_locals.get("self")  # a loss module's forward: recorded as that module
+            if not isinstance(caller, torch.nn.modules.loss._Loss):
+                for listener in list(STATE.listeners):
+                    listener._on_functional_loss(name, out)
+        return out
+
+    return loss
+
+
 def _wrap_scale(original: Any) -> Any:
     @functools.wraps(original)
     def scale(self: Any, outputs: Any) -> Any:
@@ -102,8 +126,8 @@ def _wrap_scaler_step(original: Any) -> Any:
     @functools.wraps(original)
     def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         out = original(self, optimizer, *args, **kwargs)
-        for listener in list(STATE.scaler_listeners):
-            listener()
+        for listener in list(STATE.listeners):
+            listener._on_scaler_step()
         return out
 
     return step
@@ -155,6 +179,8 @@ def _targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
         (torch.amp.GradScaler, "scale", _wrap_scale),
         (torch.amp.GradScaler, "step", _wrap_scaler_step),
     ]
+    for fname, cls_name in FUNCTIONAL_LOSSES.items():
+        targets.append((F, fname, functools.partial(_wrap_functional, name=f"{cls_name}_output_0")))
     for pkg in ("lightning.pytorch", "pytorch_lightning"):
         if pkg in sys.modules:
             automatic = sys.modules.get(f"{pkg}.loops.optimization.automatic")
@@ -187,12 +213,15 @@ def _uninstall() -> None:
 
 
 class BackwardTap:
-    """A hook's subscription to backward passes (and to skipped GradScaler steps); :meth:`remove` ends it."""
+    """A hook's subscription to backward passes, functional losses and GradScaler steps; :meth:`remove` ends it.
 
-    def __init__(self, on_loss: Callable[[torch.Tensor], None], on_scaler_step: Callable[[], None]) -> None:
-        self._on_loss, self._on_scaler_step = on_loss, on_scaler_step
-        STATE.listeners.append(on_loss)
-        STATE.scaler_listeners.append(on_scaler_step)
+    Args:
+        hook: an object with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and ``_on_scaler_step()``.
+    """
+
+    def __init__(self, hook: Any) -> None:
+        self._hook = hook
+        STATE.listeners.append(hook)
         _install()
 
     @staticmethod
@@ -203,12 +232,31 @@ class BackwardTap:
 
     def remove(self) -> None:
         """Stop listening; the last subscriber's removal restores the originals."""
-        if self._on_loss in STATE.listeners:
-            STATE.listeners.remove(self._on_loss)
-        if self._on_scaler_step in STATE.scaler_listeners:
-            STATE.scaler_listeners.remove(self._on_scaler_step)
-        if not STATE.listeners:
+        if self._hook in STATE.listeners:
+            STATE.listeners.remove(self._hook)
+        if not STATE.listeners and not STATE.holds:
             _uninstall()
+
+
+def hold() -> Callable[[], None]:
+    """Install the patches now, before any hook listens, until the returned function is called.
+
+    ``autolog()`` holds them from its start: ``F.cross_entropy(model(x), y)`` looks ``F.cross_entropy`` up before the
+    model's first forward pass registers the model (and starts the hook).
+    """
+    STATE.holds += 1
+    _install()
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            STATE.holds -= 1
+            if not STATE.listeners and not STATE.holds:
+                _uninstall()
+
+    return release
 
 
 def _subclasses(cls: type) -> list[type]:

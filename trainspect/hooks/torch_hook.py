@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -19,13 +20,14 @@ from trainspect.hooks.save_plan import TensorPlan
 from trainspect.hooks.torch_backward import STATE as _TAP
 from trainspect.hooks.torch_backward import BackwardTap, micro_batches_name, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
-from trainspect.hooks.torch_tensors import Staged, materialize, scalar_on_host, stage
+from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, snapshot, stage
 from trainspect.modes import ModeKeys, parse_mode
 
 __all__ = ["Hook"]
 
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # modes whose steps end at optimizer.step()
 _LOSSES = ("losses",)
+_MICRO_BATCHES = TensorPlan(True, (), False, frozenset())
 BACKWARD_LOSS = "loss"
 """The name of the loss that ``.backward()`` was called on (collection ``losses``), as Keras names its loss."""
 
@@ -98,7 +100,7 @@ class Hook(HookAPI):
         self._grads: dict[str, Staged] = {}
         self._depth = 0
         self._loss_names: set[str] = set()
-        self._step_losses: dict[str, list[torch.Tensor]] = {}
+        self._step_losses: dict[str, list[HostScalar | torch.Tensor]] = {}
         self._pending: list[tuple[str, torch.Tensor, tuple[str, ...]]] = []
         self._accumulates: bool | None = None
         self._optimizer_seen = False
@@ -132,7 +134,7 @@ class Hook(HookAPI):
             if recorder is not None:  # the pre-step hook only times the backward pass and the optimizer
                 self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_pre))
             self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_post))
-            self._handles.append(BackwardTap(self._on_backward, self._on_scaler_step))
+            self._handles.append(BackwardTap(self))
 
     def _close_steps(self) -> list[Any]:
         return [self._end_step, self._remove_handles]
@@ -313,17 +315,14 @@ class Hook(HookAPI):
         losses, self._step_losses = self._step_losses, {}
         for name, values in losses.items():
             plan = self.collector.planner.plan(name, _LOSSES)
-            value = values[-1]
-            if len(values) > 1 and all(v.numel() == 1 for v in values):
-                micro = torch.stack([v.reshape(()) for v in values])
-                value = (micro if micro.is_floating_point() else micro.double()).mean()
-                if plan.raw or plan.reductions:
-                    self._stage(micro_batches_name(name), micro, plan=TensorPlan(True, (), False, frozenset()))
-            if plan.raw and not plan.reductions and self._extras.quiet:
-                scalar = scalar_on_host(value)
-                if scalar is not None:  # the common case: no NumPy on the training thread (see Collector.add_scalar)
-                    self.collector.add_scalar(name, plan, *scalar)
+            value, micro = combine(values)
+            if micro is not None and (plan.raw or plan.reductions):
+                self._stage(micro_batches_name(name), micro, plan=_MICRO_BATCHES)
+            if isinstance(value, tuple):
+                if plan.raw and not plan.reductions and self._extras.quiet:
+                    self.collector.add_scalar(name, plan, *value)  # the common case: no NumPy on this thread
                     continue
+                value = torch.from_numpy(np.array(value[0], dtype=value[1]))
             self._stage(name, value, plan=plan)
 
     def _stage(self, name: str, tensor: Any, extra: Iterable[str] = (), plan: TensorPlan | None = None) -> None:
@@ -416,7 +415,7 @@ class Hook(HookAPI):
             if name not in self._loss_names:
                 self._loss_names.add(name)
                 self.collector.collections.get("losses").add_tensor_name(name)
-            value = value.detach().clone()  # the value now, whatever the script does to the tensor later
+            value = snapshot(value)  # the value now, whatever the script does to the tensor later
             values = self._step_losses.get(name)
             if values is None:
                 self._step_losses[name] = [value]
@@ -431,6 +430,11 @@ class Hook(HookAPI):
         """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step."""
         if not self.disabled and self.collector.step_open:
             self.record_loss(BACKWARD_LOSS, loss)
+
+    def _on_functional_loss(self, name: str, value: Any) -> None:
+        """A functional loss (``F.mse_loss`` …) was computed outside a loss module: record it as that module's."""
+        if not self.disabled and self._top:
+            self.record_loss(name, value)
 
     def _on_scaler_step(self) -> None:
         """``GradScaler.step()`` returned: a step the scaler skipped (inf/NaN gradients) ends here too."""
