@@ -19,8 +19,12 @@ the one the script computed:
 from __future__ import annotations
 
 import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import sys
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -195,7 +199,54 @@ def _targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
     return targets
 
 
+_WATCHED = frozenset({
+    f"{pkg}.loops.{mod}" for pkg in ("lightning.pytorch", "pytorch_lightning")
+    for mod in ("prediction_loop", "optimization.automatic")
+} | {"transformers.trainer"})  # fmt: skip
+"""Modules whose import installs their patches (``autolog()`` starts before the script imports them)."""
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs a watched module's real loader, then patches it."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        if STATE.originals:
+            _install()
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds the watched modules through the other finders and wraps their loaders."""
+
+    def __init__(self) -> None:
+        self._busy = False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in _WATCHED or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _Loader(spec.loader)
+        return spec
+
+
+_FINDER = _Finder()
+
+
 def _install() -> None:
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
     for owner, attr, wrap in _targets():
         key = (owner, attr)
         if key in STATE.originals or attr not in vars(owner):
@@ -206,6 +257,8 @@ def _install() -> None:
 
 
 def _uninstall() -> None:
+    if _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
     for (owner, attr), original in STATE.originals.items():
         setattr(owner, attr, original)
     STATE.originals.clear()

@@ -67,7 +67,8 @@ def main(result: str | Path, on_model: Any = None) -> dict[str, Any]:
     ckpt = root / "final.ckpt"
     trainer.save_checkpoint(ckpt)
     restored = Regressor.load_from_checkpoint(ckpt)
-    same = all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), restored.state_dict().values()))
+    restored_state = restored.state_dict()
+    same = all(torch.equal(value, restored_state[key]) for key, value in model.state_dict().items())
     saw = {"train_losses": model.train_losses, "grads": model.grads, "predictions": len(predictions or []),
            "restored_equal": same, "checkpoints": sorted(p.name for p in root.rglob("*.ckpt"))}  # fmt: skip
     Path(result).write_text(json.dumps(saw))
