@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-SCRIPTS = Path(__file__).parent / "scripts"
-if str(SCRIPTS) not in sys.path:
-    sys.path.insert(0, str(SCRIPTS))
+_HERE = Path(__file__).parent
+for _path in (_HERE, _HERE / "scripts"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 
 
 @pytest.fixture(autouse=True)
@@ -21,26 +18,3 @@ def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRANSFORMERS_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-
-
-def trainspect_run(tmp_path: Path, script: str, config: dict[str, Any] | None = None) -> tuple[Path, dict[str, Any]]:
-    """Run ``scripts/<script>`` unchanged under ``trainspect run``; return the run directory and what it saw."""
-    out, result = tmp_path / "run", tmp_path / "result.json"
-    cmd = [str(Path(sys.executable).parent / "trainspect"), "run", "--out", str(out)]
-    if config is not None:
-        cfg = tmp_path / "config.json"
-        cfg.write_text(json.dumps(config))
-        cmd += ["--config", str(cfg)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(
-        p for p in (str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip
-    proc = subprocess.run([*cmd, "--", sys.executable, str(SCRIPTS / script), str(result)], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return out, json.loads(result.read_text())
-
-
-EVERY_STEP = {
-    "HookParameters": {"SAVE_INTERVAL": "1"},
-    "CollectionConfigurations": [{"CollectionName": n} for n in ("gradients", "losses", "biases")],
-}
-"""A hook config in smdebug's JSON format: losses, gradients and biases at every step (of every mode)."""

@@ -6,15 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
+from framework_support import EVERY_STEP, trainspect_run
 
 import trainspect as ts
 from trainspect.modes import ModeKeys
 from trainspect.rules.engine import evaluate
-
-pytest.importorskip("transformers", reason="pip install trainspect[test] brings transformers")
-
-from conftest import EVERY_STEP, trainspect_run  # noqa: E402
 
 
 def _check(out: Path, saw: dict[str, Any]) -> None:

@@ -7,14 +7,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from framework_support import EVERY_STEP, trainspect_run
 
 import trainspect as ts
 from trainspect.modes import ModeKeys
 from trainspect.rules.engine import evaluate
-
-pytest.importorskip("lightning", reason="pip install trainspect[test] brings lightning")
-
-from conftest import EVERY_STEP, trainspect_run  # noqa: E402
 
 
 def _check(out: Path, saw: dict[str, Any]) -> None:

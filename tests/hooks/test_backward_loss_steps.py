@@ -27,7 +27,9 @@ def _batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
 
 def test_gradient_accumulation_is_one_step_per_optimizer_step_from_the_first(tmp_path) -> None:
     model = _model()
-    hook = ts.torch.Hook(tmp_path, include_collections=["losses", "gradients"], save_config=ts.SaveConfig(save_interval=1))
+    hook = ts.torch.Hook(
+        tmp_path, include_collections=["losses", "gradients"], save_config=ts.SaveConfig(save_interval=1)
+    )
     hook.register_module(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     micro, grads = [], []
