@@ -82,9 +82,10 @@ def combine(values: list[HostScalar | torch.Tensor]) -> tuple[HostScalar | torch
     """
     if len(values) == 1 or not all(isinstance(v, tuple) or v.numel() == 1 for v in values):
         return values[-1], None
-    if all(isinstance(v, tuple) for v in values):
-        dtype = values[0][1] if values[0][1].kind == "f" else np.dtype(np.float64)  # type: ignore[union-attr]
-        host = np.array([v[0] for v in values], dtype=dtype)  # type: ignore[index]
+    scalars = [v for v in values if isinstance(v, tuple)]
+    if len(scalars) == len(values):
+        dtype = scalars[0][1] if scalars[0][1].kind == "f" else np.dtype(np.float64)
+        host = np.array([v[0] for v in scalars], dtype=dtype)
         return (host.mean().item(), host.dtype), torch.from_numpy(host)
     tensors = [torch.as_tensor(v[0]) if isinstance(v, tuple) else v.reshape(()) for v in values]
     device = next(t.device for t in tensors if t.device.type != "cpu") if any(
