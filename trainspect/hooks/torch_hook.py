@@ -432,8 +432,11 @@ class Hook(HookAPI):
             self.record_loss(BACKWARD_LOSS, loss)
 
     def _on_functional_loss(self, name: str, value: Any) -> None:
-        """A functional loss (``F.mse_loss`` …) was computed outside a loss module: record it as that module's."""
-        if not self.disabled and self._top:
+        """A functional loss (``F.mse_loss`` …) was computed outside a loss module: record it as that module's.
+
+        Only inside a step (one a forward pass of the model opened): a loss computed elsewhere opens none.
+        """
+        if not self.disabled and self.collector.step_open:
             self.record_loss(name, value)
 
     def _on_scaler_step(self) -> None:
