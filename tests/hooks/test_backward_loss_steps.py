@@ -178,3 +178,28 @@ def test_the_tap_is_removed_when_the_last_hook_closes(tmp_path) -> None:
     assert torch.Tensor.backward is not original
     hook.close()
     assert torch.Tensor.backward is original
+
+
+def test_an_internal_failure_in_the_tap_never_reaches_training(tmp_path, monkeypatch, caplog) -> None:
+    from trainspect.hooks import torch_backward
+
+    def broken(tensor):
+        raise RuntimeError("boom")
+
+    monkeypatch.setenv("TRAINSPECT_TESTING", "0")
+    monkeypatch.setattr(torch_backward, "_loss_of", broken)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    before = model[0].weight.detach().clone()
+    with ts.torch.Hook(tmp_path) as hook:
+        hook.register_module(model)
+        for x, y in _batches(3):
+            opt.zero_grad()
+            F.mse_loss(model(x), y).backward()  # training goes on; the gradients are computed
+            opt.step()
+    assert not torch.equal(before, model[0].weight)
+    assert sum("recording losses failed in backward" in r.getMessage() for r in caplog.records) == 1
+    trial = ts.create_trial(tmp_path)
+    # the tap stopped listening at the first failure (after step 0's functional loss); the hook itself goes on
+    assert trial.tensor("MSELoss_output_0").steps() == [0] and "loss" not in trial.tensor_names()
+    assert not hook.disabled

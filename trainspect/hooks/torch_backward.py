@@ -22,6 +22,7 @@ import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import logging
 import sys
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -30,10 +31,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from trainspect import env
 from trainspect.hooks.zcc import FUNCTIONAL_LOSSES
 from trainspect.modes import ModeKeys
 
 __all__ = ["BackwardTap", "STATE", "hold", "micro_batches_name", "optimizer_holds"]
+
+log = logging.getLogger(__name__)
 
 
 class _State:
@@ -68,6 +72,15 @@ def _loss_of(tensor: torch.Tensor) -> tuple[torch.Tensor, float]:
     return tensor, factor
 
 
+def _failed(where: str, exc: Exception) -> None:
+    """An internal error in a wrapper: the tap stops listening, with one warning; training goes on."""
+    if env.TRAINSPECT_TESTING.get():
+        raise exc
+    log.warning("trainspect: recording losses failed in %s (%s: %s); losses of backward passes and functional "
+                "losses are no longer recorded", where, type(exc).__name__, exc)  # fmt: skip
+    STATE.listeners.clear()
+
+
 def _notify(tensors: Any) -> None:
     if isinstance(tensors, (list, tuple)):
         if len(tensors) != 1:
@@ -87,7 +100,10 @@ def _wrap_backward(original: Any) -> Any:
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         if STATE.depth == 0 and STATE.listeners:
-            _notify(tensors)
+            try:
+                _notify(tensors)
+            except Exception as exc:
+                _failed("backward", exc)
         STATE.depth += 1
         try:
             return original(tensors, *args, **kwargs)
@@ -106,10 +122,13 @@ def _wrap_functional(original: Any, name: str) -> Any:
         finally:
             STATE.functional_depth -= 1
         if STATE.functional_depth == 0 and STATE.listeners:
-            caller = sys._getframe(1).f_locals.get("self")  # a loss module's forward: recorded as that module
-            if not isinstance(caller, torch.nn.modules.loss._Loss):
-                for listener in list(STATE.listeners):
-                    listener._on_functional_loss(name, out)
+            try:
+                caller = sys._getframe(1).f_locals.get("self")  # a loss module's forward: recorded as that module
+                if not isinstance(caller, torch.nn.modules.loss._Loss):
+                    for listener in list(STATE.listeners):
+                        listener._on_functional_loss(name, out)
+            except Exception as exc:
+                _failed(name, exc)
         return out
 
     return loss
@@ -130,8 +149,11 @@ def _wrap_scaler_step(original: Any) -> Any:
     @functools.wraps(original)
     def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         out = original(self, optimizer, *args, **kwargs)
-        for listener in list(STATE.listeners):
-            listener._on_scaler_step()
+        try:
+            for listener in list(STATE.listeners):
+                listener._on_scaler_step()
+        except Exception as exc:
+            _failed("GradScaler.step", exc)
         return out
 
     return step
