@@ -66,5 +66,5 @@ def test_unmodified_script_under_trainspect_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert str(out) in proc.stderr
     trial = ts.create_trial(out)
-    assert trial.tensor_names(collection="losses") == ["CrossEntropyLoss_output_0"]
+    assert trial.tensor_names(collection="losses") == ["CrossEntropyLoss_output_0", "loss"]
     assert trial.steps(ts.modes.TRAIN) == list(range(40))

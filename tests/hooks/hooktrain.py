@@ -10,6 +10,7 @@ import torch
 torch.set_num_threads(1)
 
 LOSS = "CrossEntropyLoss_output_0"
+BACKWARD = "loss"  # the loss .backward() was called on, recorded beside the registered loss module's
 PARAMS = ("0.weight", "0.bias", "2.weight", "2.bias")
 
 

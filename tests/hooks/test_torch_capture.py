@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hooktrain import LOSS, PARAMS, Tiny, tname
+from hooktrain import BACKWARD, LOSS, PARAMS, Tiny, tname
 
 import trainspect as ts
 from trainspect.modes import ModeKeys
@@ -29,7 +29,7 @@ def test_weights_before_update_gradients_after_backward_and_losses(out_dir):
     trial = ts.create_trial(out_dir)
     assert trial.steps() == [0, 1, 2, 3, 4]
     assert sorted(trial.tensor_names()) == sorted(
-        [LOSS] + [tname(p) for p in PARAMS] + [f"gradient/{tname(p)}" for p in PARAMS]
+        [LOSS, BACKWARD] + [tname(p) for p in PARAMS] + [f"gradient/{tname(p)}" for p in PARAMS]
     )
     for step, rec in enumerate(tiny.log):
         for p in PARAMS:
@@ -38,6 +38,7 @@ def test_weights_before_update_gradients_after_backward_and_losses(out_dir):
         loss = trial.tensor(LOSS).value(step)
         assert loss.shape == () and loss.dtype == np.float32
         assert float(loss) == np.float32(rec.loss)
+        assert float(trial.tensor(BACKWARD).value(step)) == np.float32(rec.loss)
     # the weights really change, so "before the update" is a real distinction
     assert not np.array_equal(tiny.log[0].weights["0.weight"], tiny.log[1].weights["0.weight"])
 
@@ -49,7 +50,7 @@ def test_default_config_saves_losses_every_step_and_nothing_else(out_dir):
     tiny.train(7)
     hook.close()
     trial = ts.create_trial(out_dir)
-    assert trial.tensor_names() == [LOSS]
+    assert trial.tensor_names() == sorted([LOSS, BACKWARD])
     assert trial.steps() == list(range(7))
     np.testing.assert_array_equal(
         np.array([float(v) for v in trial.tensor(LOSS).values().values()], dtype=np.float32),
@@ -94,7 +95,7 @@ def test_include_regex_adds_matching_tensors(out_dir):
     tiny.train(5)
     hook.close()
     trial = ts.create_trial(out_dir)
-    assert trial.tensor_names() == sorted([LOSS, tname("2.bias"), f"gradient/{tname('2.bias')}"])
+    assert trial.tensor_names() == sorted([LOSS, BACKWARD, tname("2.bias"), f"gradient/{tname('2.bias')}"])
     assert trial.tensor(tname("2.bias")).steps() == [0, 2, 4]
     np.testing.assert_array_equal(trial.tensor(f"gradient/{tname('2.bias')}").value(2), tiny.log[2].grads["2.bias"])
     assert trial.tensor_names(collection="default") == [tname("2.bias"), f"gradient/{tname('2.bias')}"]
@@ -231,7 +232,7 @@ def test_save_tensor_non_float_and_save_scalar(out_dir):
         tiny.train(1, between=extra)
     hook.close()
     trial = ts.create_trial(out_dir)
-    assert set(trial.tensor_names()) == {LOSS, "ints", "mask", "small", "scalar/accuracy"}
+    assert set(trial.tensor_names()) == {LOSS, BACKWARD, "ints", "mask", "small", "scalar/accuracy"}
     ints = trial.tensor("ints").value(1)
     assert ints.dtype == np.int64 and ints.tolist() == [0, 2, 4, 6, 8]
     mask = trial.tensor("mask").value(0)

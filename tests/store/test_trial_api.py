@@ -27,12 +27,12 @@ def test_tensor_names_filters(written):
     out, _ = written
     trial = ts.create_trial(out)
     every = trial.tensor_names()
-    assert len(every) == 1 + 2 * len(PARAMS)
+    assert len(every) == 2 + 2 * len(PARAMS)  # the loss module's output and the backpropagated "loss"
     assert trial.tensor_names(regex=r"^gradient/") == sorted(f"gradient/{tname(p)}" for p in PARAMS)
     assert trial.tensor_names(regex=[r"0\.weight$", "Loss"]) == [LOSS, W0, G0]
     assert trial.tensor_names(collection="weights") == [tname("0.weight"), tname("2.weight")]
     assert trial.tensor_names(collection=trial.collection("biases")) == [tname("0.bias"), tname("2.bias")]
-    assert trial.tensor_names(collection="losses") == [LOSS]
+    assert trial.tensor_names(collection="losses") == [LOSS, "loss"]
     # eval steps carry no gradients
     assert trial.tensor_names(step=0, mode=ModeKeys.EVAL) == sorted([LOSS] + [tname(p) for p in PARAMS])
     assert trial.tensor_names(step=4) == trial.tensor_names(step=0, mode=ModeKeys.EVAL)

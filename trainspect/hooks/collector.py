@@ -148,6 +148,7 @@ class Collector(Guarded):
         self.step_open = False
         """Whether a step is open (an attribute, not a property: hooks read it several times per step)."""
         self._record_step: tuple[ModeKeys, int, int, float] | None = None
+        self._last_step: tuple[ModeKeys, int, int, float] | None = None
         self._scalars: list[Scalar] = []  # deferred scalars of the open step (see add_scalar)
         self._writer: RunWriter | None = None
         self._known_names: set[str] = set()
@@ -245,6 +246,17 @@ class Collector(Guarded):
         self.step_open = True
         return self.planner.begin_step(self.mode, mode_step) and not self.writer_failed
 
+    def reopen_last_step(self) -> bool:
+        """Open the last finished step again for tensors saved after it ended (their record joins that step's).
+
+        Returns False when there is no such step (none yet, one is open, or the collector is closed).
+        """
+        if self._record is not None or self._last_step is None or self._closed:
+            return False
+        self._record_step, self._record = self._last_step, {}
+        self.step_open = True
+        return True
+
     @property
     def writer_failed(self) -> bool:
         """Whether the writer disabled itself (disk full, …)."""
@@ -260,6 +272,7 @@ class Collector(Guarded):
         if self._record is None or self._record_step is None:
             return None
         tensors, (mode, mode_step, gs, wall) = self._record, self._record_step
+        self._last_step = self._record_step
         self._record = self._record_step = None
         self.step_open = False
         if self._scalars:

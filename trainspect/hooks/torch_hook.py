@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -16,14 +17,19 @@ from trainspect.exceptions import TrainingStopped
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.save_plan import TensorPlan
+from trainspect.hooks.torch_backward import STATE as _TAP
+from trainspect.hooks.torch_backward import BackwardTap, micro_batches_name, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
-from trainspect.hooks.torch_tensors import Staged, materialize, scalar_on_host, stage
+from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, snapshot, stage
 from trainspect.modes import ModeKeys, parse_mode
 
 __all__ = ["Hook"]
 
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # modes whose steps end at optimizer.step()
 _LOSSES = ("losses",)
+_MICRO_BATCHES = TensorPlan(True, (), False, frozenset())
+BACKWARD_LOSS = "loss"
+"""The name of the loss that ``.backward()`` was called on (collection ``losses``), as Keras names its loss."""
 
 
 def _outputs(value: Any) -> list[Any]:
@@ -94,6 +100,9 @@ class Hook(HookAPI):
         self._grads: dict[str, Staged] = {}
         self._depth = 0
         self._loss_names: set[str] = set()
+        self._step_losses: dict[str, list[HostScalar | torch.Tensor]] = {}
+        self._pending: list[tuple[str, torch.Tensor, tuple[str, ...]]] = []
+        self._accumulates: bool | None = None
         self._optimizer_seen = False
         self._optimizer_stepped = False
         self._saving = False
@@ -125,6 +134,7 @@ class Hook(HookAPI):
             if recorder is not None:  # the pre-step hook only times the backward pass and the optimizer
                 self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_pre))
             self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_post))
+            self._handles.append(BackwardTap(self))
 
     def _close_steps(self) -> list[Any]:
         return [self._end_step, self._remove_handles]
@@ -144,6 +154,7 @@ class Hook(HookAPI):
     def register_module(self, module: nn.Module) -> None:
         """Hook a model: its forward pass marks the steps; its parameters and submodules are recorded."""
         self.start()
+        BackwardTap.refresh()
         if id(module) in self._top:
             return
         self._top.add(id(module))
@@ -224,11 +235,21 @@ class Hook(HookAPI):
         self._save_now(tensor_name, value, tuple(colls))
 
     def _save_now(self, name: str, value: torch.Tensor, colls: tuple[str, ...]) -> None:
+        """Save at the open step; between steps, at the last step (before the first step: at the first)."""
         self.start()
-        if not self.collector.step_open:
-            self._begin_step()
-        plan = self.collector.planner.forced_plan(name, colls)
-        staged = stage(name, value, plan)
+        if self.collector.step_open:
+            self._stage_forced(name, value, colls)
+        elif self.collector.reopen_last_step():
+            self._stage_forced(name, value, colls)
+            staged, self._staged = self._staged, []
+            for s, host, reds in materialize(staged):
+                self.collector.add(s.name, s.plan, host, reds, s.shape)
+            self.collector.finish_step()
+        else:
+            self._pending.append((name, value.detach().clone(), colls))
+
+    def _stage_forced(self, name: str, value: torch.Tensor, colls: tuple[str, ...]) -> None:
+        staged = stage(name, value, self.collector.planner.forced_plan(name, colls))
         if staged is not None:
             self._staged.append(staged)
 
@@ -241,6 +262,10 @@ class Hook(HookAPI):
             extras.check_stop(collector)
         self._saving = collector.next_step()
         self._optimizer_stepped = False
+        if self._pending:
+            pending, self._pending = self._pending, []
+            for name, value, colls in pending:
+                self._stage_forced(name, value, colls)
         if not extras.quiet:
             extras.on_step_start(collector)
         self._grads_active = self._io_active = False
@@ -271,6 +296,8 @@ class Hook(HookAPI):
             self._detach_step_hooks()
         if not self.collector.step_open:
             return
+        if self._step_losses:
+            self._flush_losses()
         staged = self._staged
         if self._grads:
             staged += self._grads.values()
@@ -282,6 +309,21 @@ class Hook(HookAPI):
         record = collector.finish_step()
         if not self._extras.quiet:
             self._extras.on_step_end(collector, record)
+
+    def _flush_losses(self) -> None:
+        """Add the step's losses: one value each, the mean of its micro-batches' (also saved as ``*_micro_batches``)."""
+        losses, self._step_losses = self._step_losses, {}
+        for name, values in losses.items():
+            plan = self.collector.planner.plan(name, _LOSSES)
+            value, micro = combine(values)
+            if micro is not None and (plan.raw or plan.reductions):
+                self._stage(micro_batches_name(name), micro, plan=_MICRO_BATCHES)
+            if isinstance(value, tuple):
+                if plan.raw and not plan.reductions and self._extras.quiet:
+                    self.collector.add_scalar(name, plan, *value)  # the common case: no NumPy on this thread
+                    continue
+                value = torch.from_numpy(np.array(value[0], dtype=value[1]))
+            self._stage(name, value, plan=plan)
 
     def _stage(self, name: str, tensor: Any, extra: Iterable[str] = (), plan: TensorPlan | None = None) -> None:
         if plan is None:
@@ -303,17 +345,17 @@ class Hook(HookAPI):
                 return
             collector = self.collector
             if not self._mode_explicit:
-                inferred = ModeKeys.TRAIN if module.training else ModeKeys.EVAL
+                inferred = _TAP.mode or (ModeKeys.TRAIN if module.training else ModeKeys.EVAL)
                 if inferred is not collector.mode:
                     self._end_step()
                     collector.set_mode(inferred)
             if (
                 not collector.step_open
                 or collector.mode not in _TRAINING
-                or not self._optimizer_seen
                 or self._optimizer_stepped
+                or not (self._optimizer_seen or self._optimizer_exists())
             ):
-                self._begin_step()
+                self._begin_step()  # a training step with an optimizer spans every forward until optimizer.step()
             if not self._extras.quiet:
                 self._extras.on_forward_start()
         except TrainingStopped:
@@ -330,6 +372,12 @@ class Hook(HookAPI):
                 self._extras.on_forward_end()
         except Exception as exc:
             self._internal_error("_on_top_forward", exc)
+
+    def _optimizer_exists(self) -> bool:
+        """Whether an optimizer updates the model: decided once, at the first forward that could accumulate."""
+        if self._accumulates is None:
+            self._accumulates = optimizer_holds([p for _, p in self._params])
+        return self._accumulates
 
     def _io_hook(self, path: str) -> Any:
         @guarded()
@@ -367,17 +415,42 @@ class Hook(HookAPI):
             if name not in self._loss_names:
                 self._loss_names.add(name)
                 self.collector.collections.get("losses").add_tensor_name(name)
-            plan = self.collector.planner.plan(name, _LOSSES)
-            if plan.raw and not plan.reductions and self._extras.quiet:
-                scalar = scalar_on_host(value)
-                if scalar is not None:  # the common case: no NumPy on the training thread (see Collector.add_scalar)
-                    self.collector.add_scalar(name, plan, *scalar)
-                    return
-            self._stage(name, value, plan=plan)
+            value = snapshot(value)  # the value now, whatever the script does to the tensor later
+            values = self._step_losses.get(name)
+            if values is None:
+                self._step_losses[name] = [value]
+            else:
+                values.append(value)  # gradient accumulation: one value per micro-batch
         except TrainingStopped:
             raise
         except Exception as exc:
             self._internal_error("record_loss", exc)
+
+    def _on_backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step."""
+        if not self.disabled and self.collector.step_open:
+            self.record_loss(BACKWARD_LOSS, loss)
+
+    def _on_functional_loss(self, name: str, value: Any) -> None:
+        """A functional loss (``F.mse_loss`` …) was computed outside a loss module: record it as that module's.
+
+        Only inside a step (one a forward pass of the model opened): a loss computed elsewhere opens none.
+        """
+        if not self.disabled and self.collector.step_open:
+            self.record_loss(name, value)
+
+    def _on_scaler_step(self) -> None:
+        """``GradScaler.step()`` returned: a step the scaler skipped (inf/NaN gradients) ends here too."""
+        if self.disabled:
+            return
+        try:
+            if self.collector.step_open and self.collector.mode in _TRAINING:
+                self._optimizer_seen = self._optimizer_stepped = True
+                self._end_step()
+        except TrainingStopped:
+            raise
+        except Exception as exc:
+            self._internal_error("_on_scaler_step", exc)
 
     @guarded()
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:

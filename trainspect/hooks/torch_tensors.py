@@ -11,7 +11,7 @@ import torch
 from trainspect.hooks.save_plan import TensorPlan
 from trainspect.step import ReductionKey
 
-__all__ = ["Staged", "stage", "materialize", "scalar_on_host"]
+__all__ = ["Staged", "stage", "materialize", "scalar_on_host", "snapshot", "combine", "HostScalar"]
 
 
 @dataclass
@@ -63,6 +63,35 @@ def scalar_on_host(t: torch.Tensor) -> tuple[float | int | bool, np.dtype] | Non
         if dtype is not None:
             return t.item(), dtype
     return None
+
+
+HostScalar = tuple[float | int | bool, np.dtype]
+"""A CPU scalar tensor's value taken with :func:`scalar_on_host`."""
+
+
+def snapshot(t: torch.Tensor) -> HostScalar | torch.Tensor:
+    """A loss's value now (a later in-place change does not reach it): a host scalar, or a detached copy."""
+    host = scalar_on_host(t)
+    return host if host is not None else t.detach().clone()
+
+
+def combine(values: list[HostScalar | torch.Tensor]) -> tuple[HostScalar | torch.Tensor, torch.Tensor | None]:
+    """One step's value of a loss from its micro-batch values: (their mean, the values as a 1-d tensor).
+
+    One value is returned as it is (no micro-batch tensor); so is the last of values that are not all scalars.
+    """
+    if len(values) == 1 or not all(isinstance(v, tuple) or v.numel() == 1 for v in values):
+        return values[-1], None
+    scalars = [v for v in values if isinstance(v, tuple)]
+    if len(scalars) == len(values):
+        dtype = scalars[0][1] if scalars[0][1].kind == "f" else np.dtype(np.float64)
+        host = np.array([v[0] for v in scalars], dtype=dtype)
+        return (host.mean().item(), host.dtype), torch.from_numpy(host)
+    tensors = [torch.as_tensor(v[0]) if isinstance(v, tuple) else v.reshape(()) for v in values]
+    device = next(t.device for t in tensors if t.device.type != "cpu") if any(
+        t.device.type != "cpu" for t in tensors) else torch.device("cpu")  # fmt: skip
+    micro = torch.stack([t.to(device) for t in tensors])
+    return (micro if micro.is_floating_point() else micro.double()).mean(), micro
 
 
 def _reduce(t: torch.Tensor, name: str, absolute: bool) -> torch.Tensor:

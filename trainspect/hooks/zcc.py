@@ -1,14 +1,14 @@
 """Zero script change: ``trainspect.autolog()`` and ``trainspect run`` instrument an unmodified PyTorch or Keras script.
 
 Global module hooks find the model (the first top-level module with parameters that is not a loss) and loss modules;
-functional losses (``F.cross_entropy`` …) are wrapped; the optimizer's ``step()`` marks the end of each step. The
+functional losses (``F.cross_entropy`` …) and the loss ``.backward()`` is called on are recorded by the hook itself
+(:mod:`trainspect.hooks.torch_backward`); the optimizer's ``step()`` marks the end of each step. The
 hook closes at interpreter exit. Keras is instrumented by :mod:`trainspect.hooks.keras_zcc` (``Model.fit`` …),
 patched when keras is imported; each framework is instrumented only when it is installed.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 import logging
 import os
@@ -67,29 +67,10 @@ class AutoLogger(Guarded):
             module_mod.register_module_forward_pre_hook(self._pre),
             module_mod.register_module_forward_hook(self._post),
         ]
-        self._originals: dict[str, Any] = {}
-        self._patch_functionals()
         self._closed = False
+        from trainspect.hooks.torch_backward import hold
 
-    def _patch_functionals(self) -> None:
-        import torch.nn.functional as F  # noqa: N812
-
-        for fname, cls_name in FUNCTIONAL_LOSSES.items():
-            original = getattr(F, fname, None)
-            if original is None:
-                continue
-            self._originals[fname] = original
-            setattr(F, fname, self._wrap_loss(original, f"{cls_name}_output_0"))
-
-    def _wrap_loss(self, fn: Any, name: str) -> Any:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            out = fn(*args, **kwargs)
-            if self._loss_depth == 0 and not self._closed:
-                self.hook.record_loss(name, out)
-            return out
-
-        return wrapper
+        self._release_tap = hold()
 
     def _is_loss(self, module: Any) -> bool:
         return isinstance(module, self._torch.nn.modules.loss._Loss)
@@ -129,15 +110,12 @@ class AutoLogger(Guarded):
         if self._closed:
             return
         self._closed = True
-        import torch.nn.functional as F  # noqa: N812
-
-        for fname, original in self._originals.items():
-            setattr(F, fname, original)
         for handle in self._handles:
             handle.remove()
         for companion in self.companions:
             companion.close()
         self.hook.close()
+        self._release_tap()
         if self in _ACTIVE:
             _ACTIVE.remove(self)
 

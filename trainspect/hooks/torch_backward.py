@@ -1,0 +1,275 @@
+"""The loss that was backpropagated: ``Tensor.backward`` and ``torch.autograd.backward`` tapped while a hook listens.
+
+While at least one PyTorch hook is started, ``torch.Tensor.backward`` and ``torch.autograd.backward`` are wrapped:
+a backward pass on a one-element tensor hands that tensor to the listening hooks (recorded as ``loss``). Functional
+losses (``F.mse_loss`` …, :data:`~trainspect.hooks.zcc.FUNCTIONAL_LOSSES`) called outside a loss module are handed
+over too (recorded as ``MSELoss_output_0`` …, in every mode). The wrappers are removed when the last hook closes.
+Helpers that change the loss before its backward pass are wrapped, so that the loss recorded is the one the script
+computed (the frameworks' in :mod:`trainspect.hooks.torch_frameworks`):
+
+* ``torch.amp.GradScaler.scale``: the scaled loss maps back to the unscaled one; ``GradScaler.step`` tells the
+  hooks when an optimizer step was skipped (inf/NaN gradients), which still ends the training step;
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from trainspect import env
+from trainspect.hooks.zcc import FUNCTIONAL_LOSSES
+from trainspect.modes import ModeKeys
+
+__all__ = ["BackwardTap", "STATE", "hold", "micro_batches_name", "optimizer_holds"]
+
+log = logging.getLogger(__name__)
+
+
+class _State:
+    """Process-wide state of the tap (the patches are process-wide too)."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Any] = []
+        """Hooks with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and ``_on_scaler_step()``."""
+        self.originals: dict[tuple[Any, str], Any] = {}
+        self.depth = 0
+        self.functional_depth = 0
+        self.holds = 0
+        self.derived: dict[int, tuple[torch.Tensor, torch.Tensor | None, float]] = {}
+        self.factor = 1.0
+        self.mode: ModeKeys | None = None
+        """A mode a framework's loop imposes (Lightning's predict loop: PREDICT); None: follow the model."""
+
+
+STATE = _State()
+
+
+def _loss_of(tensor: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The loss the script computed for ``tensor`` (before scaling or normalising), and a factor to apply."""
+    factor = STATE.factor
+    for _ in range(4):
+        entry = STATE.derived.pop(id(tensor), None)
+        if entry is None or entry[0] is not tensor:
+            break
+        if entry[1] is not None:
+            tensor = entry[1]
+        factor *= entry[2]
+    return tensor, factor
+
+
+def _failed(where: str, exc: Exception) -> None:
+    """An internal error in a wrapper: the tap stops listening, with one warning; training goes on."""
+    if env.TRAINSPECT_TESTING.get():
+        raise exc
+    log.warning("trainspect: recording losses failed in %s (%s: %s); losses of backward passes and functional "
+                "losses are no longer recorded", where, type(exc).__name__, exc)  # fmt: skip
+    STATE.listeners.clear()
+
+
+def _notify(tensors: Any) -> None:
+    if isinstance(tensors, (list, tuple)):
+        if len(tensors) != 1:
+            return
+        tensors = tensors[0]
+    if not isinstance(tensors, torch.Tensor) or tensors.numel() != 1:
+        return
+    loss, factor = _loss_of(tensors)
+    if factor != 1.0:
+        loss = loss.detach() * factor
+    for listener in list(STATE.listeners):
+        listener._on_backward(loss)
+    STATE.derived.clear()
+
+
+def _wrap_backward(original: Any) -> Any:
+    @functools.wraps(original)
+    def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
+        if STATE.depth == 0 and STATE.listeners:
+            try:
+                _notify(tensors)
+            except Exception as exc:
+                _failed("backward", exc)
+        STATE.depth += 1
+        try:
+            return original(tensors, *args, **kwargs)
+        finally:
+            STATE.depth -= 1
+
+    return backward
+
+
+def _wrap_functional(original: Any, name: str) -> Any:
+    @functools.wraps(original)
+    def loss(*args: Any, **kwargs: Any) -> Any:
+        STATE.functional_depth += 1
+        try:
+            out = original(*args, **kwargs)
+        finally:
+            STATE.functional_depth -= 1
+        if STATE.functional_depth == 0 and STATE.listeners:
+            try:
+                caller = sys._getframe(1).f_locals.get("self")  # a loss module's forward: recorded as that module
+                if not isinstance(caller, torch.nn.modules.loss._Loss):
+                    for listener in list(STATE.listeners):
+                        listener._on_functional_loss(name, out)
+            except Exception as exc:
+                _failed(name, exc)
+        return out
+
+    return loss
+
+
+def _wrap_scale(original: Any) -> Any:
+    @functools.wraps(original)
+    def scale(self: Any, outputs: Any) -> Any:
+        out = original(self, outputs)
+        if isinstance(out, torch.Tensor) and isinstance(outputs, torch.Tensor) and out is not outputs:
+            STATE.derived[id(out)] = (out, outputs, 1.0)
+        return out
+
+    return scale
+
+
+def _wrap_scaler_step(original: Any) -> Any:
+    @functools.wraps(original)
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        out = original(self, optimizer, *args, **kwargs)
+        try:
+            for listener in list(STATE.listeners):
+                listener._on_scaler_step()
+        except Exception as exc:
+            _failed("GradScaler.step", exc)
+        return out
+
+    return step
+
+
+def _targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
+    """(owner, attribute, wrapper factory) of everything patched, for the frameworks imported so far."""
+    targets: list[tuple[Any, str, Callable[[Any], Any]]] = [
+        (torch.Tensor, "backward", _wrap_backward),
+        (torch.autograd, "backward", _wrap_backward),
+        (torch.amp.GradScaler, "scale", _wrap_scale),
+        (torch.amp.GradScaler, "step", _wrap_scaler_step),
+    ]
+    for fname, cls_name in FUNCTIONAL_LOSSES.items():
+        targets.append((F, fname, functools.partial(_wrap_functional, name=f"{cls_name}_output_0")))
+    from trainspect.hooks.torch_frameworks import framework_targets
+
+    return targets + framework_targets()
+
+
+def _install() -> None:
+    from trainspect.hooks.torch_frameworks import FINDER
+
+    if FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, FINDER)
+    for owner, attr, wrap in _targets():
+        key = (owner, attr)
+        if key in STATE.originals or attr not in vars(owner):
+            continue
+        original = vars(owner)[attr]
+        STATE.originals[key] = original
+        setattr(owner, attr, wrap(original))
+
+
+def _uninstall() -> None:
+    from trainspect.hooks.torch_frameworks import FINDER
+
+    if FINDER in sys.meta_path:
+        sys.meta_path.remove(FINDER)
+    for (owner, attr), original in STATE.originals.items():
+        setattr(owner, attr, original)
+    STATE.originals.clear()
+    STATE.derived.clear()
+
+
+class BackwardTap:
+    """A hook's subscription to backward passes, functional losses and GradScaler steps; :meth:`remove` ends it.
+
+    Args:
+        hook: an object with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and ``_on_scaler_step()``.
+    """
+
+    def __init__(self, hook: Any) -> None:
+        self._hook = hook
+        STATE.listeners.append(hook)
+        _install()
+
+    @staticmethod
+    def refresh() -> None:
+        """Patch the frameworks imported since the tap was installed (Lightning, transformers)."""
+        if STATE.listeners:
+            _install()
+
+    def remove(self) -> None:
+        """Stop listening; the last subscriber's removal restores the originals."""
+        if self._hook in STATE.listeners:
+            STATE.listeners.remove(self._hook)
+        if not STATE.listeners and not STATE.holds:
+            _uninstall()
+
+
+def hold() -> Callable[[], None]:
+    """Install the patches now, before any hook listens, until the returned function is called.
+
+    ``autolog()`` holds them from its start: ``F.cross_entropy(model(x), y)`` looks ``F.cross_entropy`` up before the
+    model's first forward pass registers the model (and starts the hook).
+    """
+    STATE.holds += 1
+    _install()
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            STATE.holds -= 1
+            if not STATE.listeners and not STATE.holds:
+                _uninstall()
+
+    return release
+
+
+def _subclasses(cls: type) -> list[type]:
+    out, todo = [], [cls]
+    while todo:
+        c = todo.pop()
+        out.append(c)
+        todo.extend(c.__subclasses__())
+    return out
+
+
+def optimizer_holds(params: list[torch.nn.Parameter]) -> bool:
+    """Whether a ``torch.optim`` optimizer exists that updates any of ``params`` (a one-time heap scan).
+
+    An optimizer's constructor marks its class's ``step`` as ``hooked``; without such a class no heap scan is needed.
+    """
+    import gc
+
+    classes = _subclasses(torch.optim.Optimizer)
+    if not any(getattr(c.__dict__.get("step"), "hooked", False) for c in classes):
+        return False
+    ids, kinds = {id(p) for p in params}, set(classes)
+    for obj in gc.get_objects():
+        if type(obj) in kinds:  # not isinstance: that would read a proxy's __class__ (deprecation warnings)
+            for group in obj.param_groups:
+                if any(id(p) in ids for p in group["params"]):
+                    return True
+    return False
+
+
+def micro_batches_name(loss_name: str) -> str:
+    """The name of a loss's micro-batch values (``loss_micro_batches``, ``MSELoss_micro_batches``).
+
+    ``loss`` → ``loss_micro_batches``, ``MSELoss_output_0`` → ``MSELoss_micro_batches``:
+    outside the losses collection's regex, so rules read only the step's value (the mean).
+    """
+    base = loss_name[: -len("_output_0")] if loss_name.endswith("_output_0") else loss_name
+    return f"{base}_micro_batches"

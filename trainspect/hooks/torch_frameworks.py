@@ -1,0 +1,134 @@
+"""Framework adapters of the backward tap (:mod:`trainspect.hooks.torch_backward`): Lightning, Hugging Face Trainer.
+
+Both rescale the loss before its backward pass, and Lightning runs a loop with a mode of its own:
+
+* Lightning's ``ClosureResult.from_training_step_output`` divides ``training_step``'s loss by
+  ``accumulate_grad_batches``: the loss recorded is ``training_step``'s; Lightning's predict loop runs in PREDICT
+  mode (:data:`STATE.mode`);
+* the Hugging Face ``Trainer.training_step`` divides the loss by ``gradient_accumulation_steps`` (or normalises it
+  by the tokens of all micro-batches): the value recorded is multiplied back by that count.
+
+Their modules are patched when the tap is installed, or, while it is, when they are imported (a ``sys.meta_path``
+finder wraps their loaders: ``autolog()`` starts before the script imports them).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from trainspect.hooks.torch_backward import STATE
+from trainspect.modes import ModeKeys
+
+__all__ = ["FINDER", "framework_targets"]
+
+
+def _wrap_closure_result(original: Any) -> Any:
+    @functools.wraps(original)
+    def from_training_step_output(cls: Any, training_step_output: Any, normalize: int = 1) -> Any:
+        result = original.__func__(cls, training_step_output, normalize)
+        loss = training_step_output.get("loss") if isinstance(training_step_output, Mapping) else training_step_output
+        closure = getattr(result, "closure_loss", None)
+        if isinstance(loss, torch.Tensor) and isinstance(closure, torch.Tensor) and closure is not loss:
+            STATE.derived[id(closure)] = (closure, loss, 1.0)
+        return result
+
+    return classmethod(from_training_step_output)
+
+
+def _wrap_loop_mode(original: Any, mode: ModeKeys) -> Any:
+    @functools.wraps(original)
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        previous, STATE.mode = STATE.mode, mode
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            STATE.mode = previous
+
+    return run
+
+
+def _wrap_hf_training_step(original: Any) -> Any:
+    @functools.wraps(original)
+    def training_step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        previous = STATE.factor
+        STATE.factor = float(getattr(self, "current_gradient_accumulation_steps", 1) or 1)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            STATE.factor = previous
+
+    return training_step
+
+
+def framework_targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
+    """(owner, attribute, wrapper factory) for the frameworks imported so far."""
+    targets: list[tuple[Any, str, Callable[[Any], Any]]] = []
+    for pkg in ("lightning.pytorch", "pytorch_lightning"):
+        if pkg in sys.modules:
+            automatic = sys.modules.get(f"{pkg}.loops.optimization.automatic")
+            predict = sys.modules.get(f"{pkg}.loops.prediction_loop")
+            if automatic is not None:
+                targets.append((automatic.ClosureResult, "from_training_step_output", _wrap_closure_result))
+            if predict is not None:
+                targets.append((predict._PredictionLoop, "run", lambda f: _wrap_loop_mode(f, ModeKeys.PREDICT)))
+    trainer = sys.modules.get("transformers.trainer")
+    if trainer is not None and hasattr(trainer, "Trainer"):
+        targets.append((trainer.Trainer, "training_step", _wrap_hf_training_step))
+    return targets
+
+
+_WATCHED = frozenset({
+    f"{pkg}.loops.{mod}" for pkg in ("lightning.pytorch", "pytorch_lightning")
+    for mod in ("prediction_loop", "optimization.automatic")
+} | {"transformers.trainer"})  # fmt: skip
+"""Modules whose import installs their patches (``autolog()`` starts before the script imports them)."""
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs a watched module's real loader, then patches it."""
+
+    def __init__(self, loader: Any) -> None:
+        self._loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self._loader.create_module(spec)  # type: ignore[no-any-return]
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        if STATE.originals:
+            from trainspect.hooks.torch_backward import _install
+
+            _install()
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Finds the watched modules through the other finders and wraps their loaders."""
+
+    def __init__(self) -> None:
+        self._busy = False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in _WATCHED or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _Loader(spec.loader)
+        return spec
+
+
+FINDER = _Finder()
+"""The finder installed while the tap is."""
