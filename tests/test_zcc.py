@@ -67,6 +67,36 @@ def test_autolog_records_weights_when_configured(tmp_path: Path) -> None:
     assert trial.tensor("Sequential_0.weight").steps(ts.modes.TRAIN) == [0, 5, 10]
 
 
+class _Vae(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc, self.dec = nn.Linear(8, 2), nn.Linear(2, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dec(self.enc(x))
+
+
+def test_a_submodule_called_on_its_own_is_not_a_second_model(tmp_path: Path) -> None:
+    # pytorch/examples' VAE samples with model.decode(z) after each epoch: no new model, no extra step
+    logger = ts.autolog(out_dir=tmp_path / "run", include_collections=["weights", "losses"],
+                        save_config=ts.SaveConfig(save_interval=1))  # fmt: skip
+    assert logger is not None
+    model = _Vae()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    try:
+        for _ in range(3):
+            opt.zero_grad()
+            F.mse_loss(model(torch.randn(4, 8)), torch.randn(4, 8)).backward()
+            opt.step()
+            with torch.no_grad():
+                model.dec(torch.randn(5, 2))
+    finally:
+        logger.close()
+    trial = ts.create_trial(tmp_path / "run")
+    assert trial.tensor_names(collection="weights") == ["_Vae_dec.weight", "_Vae_enc.weight"]
+    assert trial.steps(ts.modes.TRAIN) == [0, 1, 2]
+
+
 def test_trainspect_disable_turns_autolog_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINSPECT_DISABLE", "1")
     assert ts.autolog(out_dir=tmp_path / "run") is None

