@@ -207,3 +207,37 @@ def test_a_sagemaker_config_key_is_accepted_and_an_unknown_one_refused(tmp_path)
     assert [type(r).__name__ for r in kwargs["rules"]] == ["ExplodingTensor"]
     with pytest.raises(ConfigError, match="(?i)s3outputpathh"):
         hook_kwargs_from_dict({"LocalPath": str(tmp_path), "S3OutputPathh": "s3://b/p"})
+
+
+def test_a_subclassed_smdebug_hook_records_module_outputs_and_their_gradients(tmp_path, smdebug_modules):
+    # the pattern of SageMaker's iterative-pruning example: forward_hook + module_maps + backward_hook + _write_*
+    import smdebug.pytorch as smd
+
+    class OutputsAndGradients(smd.Hook):
+        def forward_hook(self, module, inputs, outputs):
+            name = self.module_maps[module]
+            if isinstance(module, torch.nn.Conv2d):
+                outputs.register_hook(self.backward_hook(f"{name}_{module._get_name()}_output"))
+            if isinstance(module, torch.nn.BatchNorm2d):
+                self._write_outputs(f"{name}.running_mean", module.running_mean)
+            self._write_outputs(name, outputs)
+            self.last_saved_step = self.step
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))  # fmt: skip
+    hook = OutputsAndGradients(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=2))
+    hook.register_hook(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(8, 1, 8, 8), torch.randint(0, 2, (8,))
+    for _ in range(5):
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+    assert hook.last_saved_step == 4
+    hook.close()
+    trial = ts.create_trial(str(tmp_path / "run"))
+    grad = trial.tensor("gradient/0_Conv2d_output")
+    assert grad.steps() == [0, 2, 4] and grad.value(4).shape == (8, 4, 6, 6)
+    assert trial.tensor("1.running_mean_output_0").value(2).shape == (4,)
+    assert trial.tensor("4_output_0").steps() == [0, 2, 4]

@@ -97,10 +97,10 @@ def _job_hook_class(base: type, module: str, name: str) -> type:
 
 @functools.cache
 def pytorch_hook_class() -> type:
-    """``smdebug.pytorch.Hook``: trainspect's PyTorch hook, registered as the job's hook when created."""
-    from trainspect.hooks.torch_hook import Hook
+    """``smdebug.pytorch.Hook``: trainspect's PyTorch hook with smdebug's subclass points, the job's hook."""
+    from trainspect.hooks.torch_smdebug import SmdebugHook
 
-    return _job_hook_class(Hook, "smdebug.pytorch", "Hook")
+    return _job_hook_class(SmdebugHook, "smdebug.pytorch", "Hook")
 
 
 @functools.cache
