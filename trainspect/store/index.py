@@ -66,4 +66,11 @@ class TrialIndex:
 
     def add_tensor(self, name: str, global_step: int, worker: str, entry: Entry) -> None:
         """Record where a tensor of a step is."""
-        self.tensors.setdefault(name, {}).setdefault(global_step, {})[worker] = entry
+        per_name = self.tensors.get(name)
+        if per_name is None:
+            per_name = self.tensors[name] = {}
+        per_step = per_name.get(global_step)
+        if per_step is None:
+            per_name[global_step] = {worker: entry}  # one dict per (tensor, step): no throw-away defaults
+        else:
+            per_step[worker] = entry

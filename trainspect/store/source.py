@@ -97,7 +97,7 @@ class TrainspectSource:
 
     def _add(self, index: TrialIndex, worker: str, folder: Path, payload: bytes) -> None:
         try:
-            doc = json.loads(payload)
+            doc = json.loads(payload.decode())  # the format is UTF-8: no encoding detection per record
             gs, mode, mode_step, wall = int(doc["g"]), ModeKeys(int(doc["m"])), int(doc["ms"]), float(doc.get("t", 0))
             data_file = str(folder / doc["f"])
             entries = [(str(e["n"]), _entry(e, data_file)) for e in doc.get("e", ())]
@@ -212,7 +212,7 @@ def _entry(e: dict[str, Any], data_file: str) -> Entry:
     red = e.get("r")
     if red:
         red = {str(k): _NONFINITE.get(v, v) if isinstance(v, str) else float(v) for k, v in red.items()}
-    shape = tuple(int(d) for d in e["s"]) if "s" in e else None
+    shape = tuple(map(int, e["s"])) if "s" in e else None
     if "v" in e:
         value = e["v"]
         value = _NONFINITE.get(value, value) if isinstance(value, str) else value

@@ -94,10 +94,18 @@ class Tensor:
 
     def values(self, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, np.ndarray]:
         """Return ``{step: value}`` for every step with a raw value (corrupt records are skipped)."""
+        mode = parse_mode(mode)
         out: dict[int, np.ndarray] = {}
+        by_step = self._by_step()
         for step in self.steps(mode):
+            per_worker = by_step.get(step if mode is ModeKeys.GLOBAL else self._global(step, mode))
+            if not per_worker:
+                continue
+            entry = per_worker.get(worker) if worker is not None else per_worker[min(per_worker)]
+            if entry is None or not entry.has_value:
+                continue  # only reductions (or another worker) at this step: nothing to raise per step
             try:
-                out[step] = self.value(step, mode, worker)
+                out[step] = self._read(entry, step, mode)
             except TensorUnavailableForStep:
                 continue
         return out
