@@ -25,6 +25,7 @@ from trainspect.rules.tensor_rule import TensorRule
 from trainspect.rules.verdict import Status, Verdict, read_verdicts
 from trainspect.step import TensorRecord
 from trainspect.store.layout import RunLayout
+from trainspect.store.nogc import paused_gc
 
 __all__ = ["evaluate", "load_verdicts", "recorded_besides", "run_finished", "fire_actions", "open_trial"]
 
@@ -137,6 +138,13 @@ def evaluate_tensor_rules(
     trial: Any, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
 ) -> list[Verdict]:
     """Evaluate tensor rules in one pass over the trial's steps (each tensor fetched once)."""
+    with paused_gc():  # a bounded batch of many small acyclic objects (see trainspect.store.nogc)
+        return _evaluate_tensor_rules(trial, rules, start, end, finished)
+
+
+def _evaluate_tensor_rules(
+    trial: Any, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
+) -> list[Verdict]:
     source = TrialSource(trial)
     names = source.names()
     membership = source.membership()

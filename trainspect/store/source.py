@@ -18,6 +18,7 @@ from trainspect.store.framing import HEADER_SIZE, CorruptRecord, read_frame_at, 
 from trainspect.store.index import Entry, TrialIndex
 from trainspect.store.jsonfile import DictOf, ListOf, Obj, load_json
 from trainspect.store.layout import RunLayout
+from trainspect.store.nogc import paused_gc
 from trainspect.store.run_writer import COLLECTIONS_FILE
 from trainspect.store.tensor_file import INDEX_PREFIX, KIND_INDEX
 
@@ -62,9 +63,10 @@ class TrainspectSource:
         new = 0
         if not self.layout.tensors_dir.is_dir():
             return 0
-        for worker_dir in sorted(p for p in self.layout.tensors_dir.iterdir() if p.is_dir()):
-            for idx_file in sorted(worker_dir.glob(f"{INDEX_PREFIX}*.idx")):
-                new += self._read_index(index, worker_dir.name, idx_file)
+        with paused_gc():
+            for worker_dir in sorted(p for p in self.layout.tensors_dir.iterdir() if p.is_dir()):
+                for idx_file in sorted(worker_dir.glob(f"{INDEX_PREFIX}*.idx")):
+                    new += self._read_index(index, worker_dir.name, idx_file)
         return new
 
     def _read_index(self, index: TrialIndex, worker: str, path: Path) -> int:
