@@ -9,55 +9,19 @@ patched method; :meth:`KerasAutoLog.close` restores the methods and closes the h
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import inspect
 import logging
 import sys
-from types import ModuleType
 from typing import Any
 
 from trainspect.hooks._guard import Guarded, guarded
+from trainspect.hooks.import_watch import ImportWatcher
 
 __all__ = ["KerasAutoLog"]
 
 log = logging.getLogger(__name__)
 _METHODS = ("fit", "evaluate", "predict")
-
-
-class _Loader(importlib.abc.Loader):
-    """Runs the real loader of ``keras``, then calls back."""
-
-    def __init__(self, loader: Any, done: Any) -> None:
-        self._loader, self._done = loader, done
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)  # type: ignore[no-any-return]
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        self._done()
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds ``keras`` through the other finders and wraps its loader (once)."""
-
-    def __init__(self, done: Any) -> None:
-        self._done, self._busy = done, False
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "keras" or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _Loader(spec.loader, self._done)
-        return spec
 
 
 class KerasAutoLog(Guarded):
@@ -73,7 +37,7 @@ class KerasAutoLog(Guarded):
         self._registry = registry
         self.hook: Any = None
         self._originals: dict[str, Any] = {}
-        self._finder: _Finder | None = None
+        self._finder: ImportWatcher | None = None
         self._closed = False
 
     @classmethod
@@ -85,7 +49,7 @@ class KerasAutoLog(Guarded):
         if "keras" in sys.modules:
             auto._patch()
         else:
-            auto._finder = _Finder(auto._patch)
+            auto._finder = ImportWatcher(("keras",), lambda module: auto._patch())
             sys.meta_path.insert(0, auto._finder)
         return auto
 

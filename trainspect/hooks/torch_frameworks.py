@@ -15,9 +15,6 @@ finder wraps their loaders: ``autolog()`` starts before the script imports them)
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -25,6 +22,7 @@ from typing import Any
 
 import torch
 
+from trainspect.hooks.import_watch import ImportWatcher
 from trainspect.hooks.torch_backward import STATE
 from trainspect.modes import ModeKeys
 
@@ -93,42 +91,12 @@ _WATCHED = frozenset({
 """Modules whose import installs their patches (``autolog()`` starts before the script imports them)."""
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs a watched module's real loader, then patches it."""
+def _framework_imported(module: ModuleType) -> None:
+    if STATE.originals:
+        from trainspect.hooks.torch_backward import _install
 
-    def __init__(self, loader: Any) -> None:
-        self._loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self._loader.create_module(spec)  # type: ignore[no-any-return]
-
-    def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        if STATE.originals:
-            from trainspect.hooks.torch_backward import _install
-
-            _install()
+        _install()
 
 
-class _Finder(importlib.abc.MetaPathFinder):
-    """Finds the watched modules through the other finders and wraps their loaders."""
-
-    def __init__(self) -> None:
-        self._busy = False
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in _WATCHED or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _Loader(spec.loader)
-        return spec
-
-
-FINDER = _Finder()
+FINDER = ImportWatcher(_WATCHED, _framework_imported)
 """The finder installed while the tap is."""
