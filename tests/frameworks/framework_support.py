@@ -28,6 +28,22 @@ def trainspect_run(tmp_path: Path, script: str, config: dict[str, Any] | None = 
     return out, json.loads(result.read_text())
 
 
+def with_manual_hook(tmp_path: Path, script_module: str) -> tuple[Path, dict[str, Any]]:
+    """Run ``scripts/<script_module>.main`` in this process with a hook the test registers on its model."""
+    import importlib
+
+    import trainspect as ts
+
+    out = tmp_path / "run"
+    hook = ts.torch.Hook(out, include_collections=["losses", "gradients", "biases"],
+                         save_config=ts.SaveConfig(save_interval=1))  # fmt: skip
+    try:
+        saw = importlib.import_module(script_module).main(tmp_path / "result.json", on_model=hook.register_module)
+    finally:
+        hook.close()
+    return out, saw
+
+
 EVERY_STEP = {
     "HookParameters": {"SAVE_INTERVAL": "1"},
     "CollectionConfigurations": [{"CollectionName": n} for n in ("gradients", "losses", "biases")],

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from framework_support import EVERY_STEP, trainspect_run
+from framework_support import EVERY_STEP, trainspect_run, with_manual_hook
 
 import trainspect as ts
 from trainspect.modes import ModeKeys
@@ -38,16 +38,7 @@ def _check(out: Path, saw: dict[str, Any]) -> None:
 
 
 def test_lightning_with_a_manual_hook(tmp_path: Path) -> None:
-    from lightning_train import main
-
-    out = tmp_path / "run"
-    hook = ts.torch.Hook(out, include_collections=["losses", "gradients", "biases"],
-                         save_config=ts.SaveConfig(save_interval=1))  # fmt: skip
-    try:
-        saw = main(tmp_path / "result.json", on_model=hook.register_module)
-    finally:
-        hook.close()
-    _check(out, saw)
+    _check(*with_manual_hook(tmp_path, "lightning_train"))
 
 
 def test_lightning_unchanged_under_trainspect_run(tmp_path: Path) -> None:
