@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,9 @@ def _groups(arr: SystemArrays) -> dict[str, np.ndarray]:
         for label, what in (("GPU", "utilization_percent"), ("GPU memory", "memory_used_percent")):
             mat = arr.matrix([f"gpu{g}_{what}" for g in arr.gpus]).astype(np.float64)
             if np.isfinite(mat).any():
-                out[label] = np.nanmean(mat, axis=1)
+                with np.errstate(invalid="ignore"), warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)  # rows of a tick without GPU samples: NaN
+                    out[label] = np.nanmean(mat, axis=1)
     for label, keys in (
         ("CPU memory", ["cpu_memory_used_percent"]),
         ("I/O", ["cpu_iowait_percent"]),
