@@ -102,6 +102,7 @@ class Hook(HookAPI):
         self._depth = 0
         self._loss_names: set[str] = set()
         self._step_losses: dict[str, list[HostScalar | torch.Tensor]] = {}
+        self._last_snapshot: tuple[torch.Tensor, HostScalar | torch.Tensor] | None = None  # until the step ends
         self._pending: list[tuple[str, torch.Tensor, tuple[str, ...]]] = []
         self._accumulates: bool | None = None
         self._optimizer_seen = False
@@ -303,6 +304,7 @@ class Hook(HookAPI):
         if not self.collector.step_open:
             return
         if self._step_losses:
+            self._last_snapshot = None
             self._flush_losses()
         staged = self._staged
         if self._grads:
@@ -421,7 +423,12 @@ class Hook(HookAPI):
             if name not in self._loss_names:
                 self._loss_names.add(name)
                 self.collector.collections.get("losses").add_tensor_name(name)
-            value = snapshot(value)  # the value now, whatever the script does to the tensor later
+            last = self._last_snapshot
+            if last is not None and last[0] is value:
+                value = last[1]  # the backward loss is the loss module's output: one host copy, not two
+            else:
+                snap = snapshot(value)  # the value now, whatever the script does to the tensor later
+                self._last_snapshot, value = (value, snap), snap
             values = self._step_losses.get(name)
             if values is None:
                 self._step_losses[name] = [value]
