@@ -30,7 +30,8 @@ _REDUCTION_KEYS = ("reductions", "save_raw_tensor", "save_shape")
 _HOOK_KEYS = ("export_tensorboard", "tensorboard_dir", "save_all", "include_regex", "include_workers", "dry_run")
 _COLLECTION_KEYS = ("include_regex", "save_histogram")
 _TOP_KEYS = ("localpath", "hookparameters", "collectionconfigurations", "rules", "profilerconfig", "mlflow")
-_SAGEMAKER_KEYS = ("s3outputpath", "ruleconfigurations", "debugruleconfigurations")  # accepted, see _sagemaker
+_SAGEMAKER_KEYS = ("s3outputpath", "s3path", "ruleconfigurations", "debugruleconfigurations")  # see sagemaker_notes
+_ALIASES = {"collectionconfiguration": "collectionconfigurations"}  # the spelling of smdebug's older configs
 SAGEMAKER_CONFIG_PATH = "/opt/ml/input/config/debughookconfig.json"
 """Where SageMaker puts the hook config (read when no path, TRAINSPECT_CONFIG nor SMDEBUG_CONFIG_FILE_PATH is given)."""
 _MODES = tuple(m.name.lower() for m in ModeKeys)
@@ -102,7 +103,7 @@ def hook_kwargs_from_dict(doc: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: an unknown key or an invalid value, named in the message.
     """
-    top = _lower(doc, "config")
+    top = {_ALIASES.get(k, k): v for k, v in _lower(doc, "config").items()}
     unknown = sorted(set(top) - set(_TOP_KEYS) - set(_SAGEMAKER_KEYS))
     if unknown:
         raise ConfigError(f"config: unknown key(s) {', '.join(unknown)}; allowed: LocalPath, HookParameters, "
@@ -200,7 +201,8 @@ def load_json_config(path: str | os.PathLike[str] | None = None) -> dict[str, An
 def sagemaker_notes(doc: Mapping[str, Any]) -> dict[str, str]:
     """SageMaker-only settings of a config that trainspect keeps in the manifest but does not act on."""
     top = _lower(doc, "config")
-    return {"S3OutputPath": str(top["s3outputpath"])} if top.get("s3outputpath") else {}
+    names = {"s3outputpath": "S3OutputPath", "s3path": "S3Path"}
+    return {name: str(top[key]) for key, name in names.items() if top.get(key)}
 
 
 def hook_kwargs_from_json(path: str | os.PathLike[str] | None = None) -> dict[str, Any]:

@@ -14,17 +14,44 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainspect.collections import Collection
 from trainspect.hooks._guard import guarded
+from trainspect.hooks.save_plan import KNOWN_COLLECTIONS
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 from trainspect.hooks.torch_hook import Hook
+from trainspect.hooks.zcc import active_hook
 
 __all__ = ["SmdebugHook"]
 
 
+def _declared(item: Any) -> Any:
+    """A collection named in ``include_collections``: a built-in's name, or a new empty collection of that name."""
+    if isinstance(item, str) and item not in KNOWN_COLLECTIONS:
+        return Collection(item)
+    return item
+
+
 class SmdebugHook(Hook):
-    """trainspect's PyTorch hook with smdebug's subclass points (``smdebug.pytorch.Hook``)."""
+    """trainspect's PyTorch hook with smdebug's subclass points (``smdebug.pytorch.Hook``).
+
+    As smdebug does, ``include_collections`` may name a collection defined only later
+    (``hook.get_collection("relu").include("relu*")`` after the hook is built): it starts empty; and losses are
+    saved on the hook's save steps (trainspect's own hook, and this one under ``trainspect run``/``autolog()`` or
+    with rules, saves them at every step; ``hook.get_collection("losses").save_config`` sets it too).
+    """
 
     last_saved_step: int | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        included = kwargs.get("include_collections")
+        if included is not None:
+            kwargs["include_collections"] = [_declared(item) for item in included]
+        super().__init__(*args, **kwargs)
+        planner = self.collector.planner
+        job_hook = active_hook() is self  # under `trainspect run`/autolog: its rules want the loss at every step
+        if not job_hook and not kwargs.get("rules") and "losses" not in planner._user_configured:
+            # smdebug saves losses on the hook's save steps; trainspect's own hook saves them at every step
+            planner.manager.get("losses").save_config = None
 
     @property
     def step(self) -> int:
@@ -71,6 +98,27 @@ class SmdebugHook(Hook):
             return False
         step = collector.mode_steps.get(collector.mode, 0)
         return bool(collector.planner.save_config.modes[collector.mode].should_save(step))
+
+    def _on_backward(self, loss: torch.Tensor) -> None:
+        """Record the backpropagated loss once: smdebug records a registered loss module's output, not a copy."""
+        last = getattr(self, "_last_snapshot", None)
+        if last is not None and last[0] is loss:
+            return
+        super()._on_backward(loss)
+
+    def record_tensor_value(self, tensor_name: str, tensor_value: torch.Tensor) -> None:
+        """Record a tensor computed outside any module, such as a functional loss (``F.mse_loss``).
+
+        As in smdebug it is named ``<tensor_name>_output_0``; a name that says "loss" is recorded as a loss on every
+        step (the ``losses`` collection), anything else as an output on the steps the save configuration saves.
+        """
+        if not isinstance(tensor_value, torch.Tensor):
+            got = type(tensor_value).__name__
+            raise TypeError(f"record_tensor_value: tensor_value must be a torch.Tensor, got {got}")
+        if "loss" in tensor_name.lower():
+            self.record_loss(f"{tensor_name}_output_0", tensor_value)
+        else:
+            self._write_outputs(tensor_name, tensor_value)
 
     def _write_inputs(self, name: str, inputs: Any) -> None:
         self._write_module_tensors(name, "input", inputs)

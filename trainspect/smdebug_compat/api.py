@@ -90,7 +90,11 @@ def _job_hook_class(base: type, module: str, name: str) -> type:
         base.__init__(self, *args, **kwargs)  # type: ignore[misc]
         set_hook(self)
 
-    cls = type(name, (base,), {"__init__": __init__, "__module__": module})
+    def _cleanup(self: Any) -> None:
+        """Close the hook (smdebug's end-of-job call, which its tests and some scripts make)."""
+        self.close()
+
+    cls = type(name, (base,), {"__init__": __init__, "_cleanup": _cleanup, "__module__": module})
     cls.__qualname__ = name
     return cls
 
@@ -117,7 +121,20 @@ def create_trial(path: str | os.PathLike[str], name: str | None = None, **smdebu
 
     if smdebug_options:
         log.debug("trainspect: create_trial ignores smdebug options %s", sorted(smdebug_options))
+    _flush_job_hook()
     return ts_create_trial(os.fspath(path), name=name)
+
+
+def _flush_job_hook() -> None:
+    """Put the steps the job's hook has ended on disk before a trial in the same process reads them.
+
+    smdebug writes a step's file when the step ends, so its scripts read a run right after the training loop without
+    closing the hook; trainspect's writer works in the background, so the read waits for it (at most 10 s).
+    """
+    hook = _CURRENT[0] if _CURRENT else _autologged()
+    flush = getattr(hook, "flush", None)
+    if flush is not None and not getattr(hook, "disabled", False):
+        flush(timeout=10.0)
 
 
 class RuleEvaluationConditionMet(TrainspectError):

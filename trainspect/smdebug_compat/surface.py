@@ -45,7 +45,6 @@ _NOT_SUPPORTED = {
     "wrap_optimizer": "not needed: trainspect.keras.Hook reads gradients from the training step",
     "wrap_tape": "GradientTape loops are not instrumented; use Model.fit with KerasHook",
     "register_block": "MXNet is not supported",
-    "record_tensor_value": "use hook.save_tensor(name, value)",
     "reset_collections": "collections belong to the hook: hook.get_collections()",
     "load_collections": "read a run's collections with create_trial(path).collections()",
     "ProfilerTrial": "read profiler data with trainspect.profiler (see docs/profiler.md)",
@@ -101,6 +100,21 @@ def _framework(kind: str) -> dict[str, Any]:
     return out
 
 
+def _hook_module(kind: str) -> dict[str, Any]:
+    exports = _framework(kind)
+    return {k: exports[k] for k in ("Hook", "KerasHook") if k in exports}
+
+
+def _singletons(kind: str) -> dict[str, Any]:
+    exports = _framework(kind)
+    return {k: exports[k] for k in ("get_hook", "set_hook", "del_hook")}
+
+
+def _config_constants() -> dict[str, Any]:
+    return {"CONFIG_FILE_PATH_ENV_STR": "SMDEBUG_CONFIG_FILE_PATH",
+            "DEFAULT_CONFIG_FILE_PATH": "/opt/ml/input/config/debughookconfig.json"}  # fmt: skip
+
+
 def _rules() -> dict[str, Any]:
     from trainspect.smdebug_compat.api import invoke_rule
 
@@ -137,10 +151,17 @@ MODULES: dict[str, Callable[[], dict[str, Any]]] = {
     "smdebug.core": dict,
     "smdebug.core.modes": _modes,
     "smdebug.core.collection": _core_collection,
+    "smdebug.core.json_config": _config_constants,
+    "smdebug.core.config_constants": _config_constants,
     "smdebug.core.reduction_config": _picked("ReductionConfig"),
     "smdebug.core.save_config": _picked("SaveConfig", "SaveConfigMode"),
     "smdebug.pytorch": lambda: _framework("pytorch"),
+    "smdebug.pytorch.hook": lambda: _hook_module("pytorch"),
+    "smdebug.pytorch.collection": _core_collection,
+    "smdebug.pytorch.singleton_utils": lambda: _singletons("pytorch"),
     "smdebug.tensorflow": lambda: _framework("tensorflow"),
+    "smdebug.tensorflow.keras": lambda: _hook_module("tensorflow"),
+    "smdebug.tensorflow.singleton_utils": lambda: _singletons("tensorflow"),
     "smdebug.trials": _trials,
     "smdebug.rules": _rules,
     "smdebug.rules.rule_invoker": _rules,
