@@ -83,7 +83,26 @@ def get_collections() -> dict[str, Any]:
     return dict(_any_hook().get_collections())
 
 
-def _job_hook_class(base: type, module: str, name: str) -> type:
+def _wrap_optimizer(self: Any, optimizer: Any) -> Any:
+    """Return ``optimizer`` itself: trainspect's Keras hook reads gradients from the training step."""
+    return optimizer
+
+
+def _set_keras_mode(self: Any, mode: Any) -> None:
+    """Switch the mode of what is recorded next (``fit``/``evaluate``/``predict`` set it themselves)."""
+    self.collector.set_mode(mode)
+
+
+def _wrap_tape(self: Any, tape: Any) -> Any:
+    from trainspect.smdebug_compat import SmdebugNotSupported
+
+    raise SmdebugNotSupported(
+        "smdebug.tensorflow.KerasHook.wrap_tape is not supported by trainspect: GradientTape loops are not "
+        "instrumented; train with Model.fit(callbacks=[hook]) (the hook is a Keras callback)"
+    )
+
+
+def _job_hook_class(base: type, module: str, name: str, extra: dict[str, Any] | None = None) -> type:
     """A subclass of a trainspect hook that becomes the job's hook (``get_hook()``) when created, named as smdebug's."""
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -94,7 +113,8 @@ def _job_hook_class(base: type, module: str, name: str) -> type:
         """Close the hook (smdebug's end-of-job call, which its tests and some scripts make)."""
         self.close()
 
-    cls = type(name, (base,), {"__init__": __init__, "_cleanup": _cleanup, "__module__": module})
+    attrs = {"__init__": __init__, "_cleanup": _cleanup, "__module__": module, **(extra or {})}
+    cls = type(name, (base,), attrs)
     cls.__qualname__ = name
     return cls
 
@@ -112,7 +132,8 @@ def keras_hook_class() -> type:
     """``smdebug.tensorflow.KerasHook``: trainspect's Keras hook (a Keras callback), registered as the job's hook."""
     from trainspect.hooks.keras_hook import Hook
 
-    return _job_hook_class(Hook, "smdebug.tensorflow", "KerasHook")
+    extra = {"wrap_optimizer": _wrap_optimizer, "wrap_tape": _wrap_tape, "set_mode": _set_keras_mode}
+    return _job_hook_class(Hook, "smdebug.tensorflow", "KerasHook", extra)
 
 
 def create_trial(path: str | os.PathLike[str], name: str | None = None, **smdebug_options: Any) -> Any:
