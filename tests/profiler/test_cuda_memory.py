@@ -144,3 +144,18 @@ def test_a_neighbours_growth_is_not_blamed_on_the_job(tmp_path: Path) -> None:
     flat_job = _tables(tmp_path, [GIB] * 60)  # framework memory wins over NVML
     both = _rule().evaluate(data([without], [flat_job, steps(np.full(5, 0.1), worker="w1", start=T0)]))
     assert both.status is Status.NO_ISSUES_FOUND and list(both.details) == ["worker_0/gpu0"]
+
+
+def test_a_damaged_step_metrics_table_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    from trainspect.profiler import schema
+    from trainspect.profiler.writers import FrameFile
+
+    _record(tmp_path, FakeCuda([0]), [GIB, 2 * GIB])
+    folder = next((tmp_path / "profiler" / "framework").iterdir())
+    bad = FrameFile(folder / f"{int(T0 * 1000) + 1:013d}{schema.FRAMEWORK_SUFFIX}")
+    bad.write(schema.KIND_TABLE, schema.encode_table("step_metrics", {"global_step": np.array([5])}))  # no time
+    bad.close()
+    reader = FrameworkMetricsReader(tmp_path)
+    cols = reader.read_tables()["worker_0"].step_metrics
+    assert list(cols["gpu0_memory_allocated_bytes"]) == [GIB, 2 * GIB]
+    assert any("step_metrics" in p for p in reader.problems())

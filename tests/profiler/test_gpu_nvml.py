@@ -248,3 +248,17 @@ def test_monitor_keeps_training_when_the_gpu_is_lost(
     assert job is not None and np.nanmax(job) == GIB
     verdict = LowGPUUtilization().evaluate(load_profiler_data(tmp_path))
     assert verdict.status is Status.NO_DATA
+
+
+def test_monitor_warns_once_when_a_gpu_was_asked_for_but_nvml_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake = FakeNvml([], init_error=FakeNVMLError(LIBRARY_NOT_FOUND))  # CUDA libraries, no driver's NVML
+    monkeypatch.setitem(sys.modules, "pynvml", fake.module())
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    with caplog.at_level(logging.INFO, logger="trainspect"):
+        with SystemMonitor(tmp_path, node="n0", config=ProfilerConfig(system_monitor_interval_millis=100)):
+            time.sleep(0.3)
+    gpu_lines = [r for r in caplog.records if "GPU metrics are not recorded" in r.getMessage()]
+    assert [r.levelno for r in gpu_lines] == [logging.WARNING] and "NVML is not usable" in gpu_lines[0].getMessage()
+    assert SystemMetricsReader(tmp_path).read_arrays()["n0"].gpus == []
