@@ -262,3 +262,20 @@ def test_monitor_warns_once_when_a_gpu_was_asked_for_but_nvml_fails(
     gpu_lines = [r for r in caplog.records if "GPU metrics are not recorded" in r.getMessage()]
     assert [r.levelno for r in gpu_lines] == [logging.WARNING] and "NVML is not usable" in gpu_lines[0].getMessage()
     assert SystemMetricsReader(tmp_path).read_arrays()["n0"].gpus == []
+
+
+def test_a_hung_nvml_call_does_not_hang_close(caplog: pytest.LogCaptureFixture) -> None:
+    fake = FakeNvml([a100("0000:01:00.0", "GPU-1")])
+    sampler = GPUSampler(nvml=fake)
+    release = threading.Event()
+    fake.fail[("nvmlDeviceGetMemoryInfo", None)] = lambda: release.wait() and None  # blocks until released
+    thread = threading.Thread(target=sampler.collect)
+    thread.start()
+    while not any(name == "nvmlDeviceGetMemoryInfo" for name, _h in fake.calls):
+        threading.Event().wait(0.01)
+    with caplog.at_level(logging.WARNING, logger="trainspect"):
+        sampler._nv.close(wait_s=0.2)
+    release.set()
+    thread.join()
+    assert fake.shutdowns == 0 and "did not return" in caplog.messages[0]
+    assert fake.after_shutdown == [] and fake.calls[-1][0] == "nvmlDeviceGetMemoryInfo"  # nothing called after

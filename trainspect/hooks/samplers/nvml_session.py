@@ -9,11 +9,14 @@ process (PyTorch, another monitor) are not affected by this session's shutdown.
 from __future__ import annotations
 
 import enum
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["NvmlSession", "NvmlClosed", "ErrorKind", "classify", "FailureCounter"]
+
+logger = logging.getLogger(__name__)
 
 # NVML return codes (nvml.h); pynvml's NVMLError carries one as ``.value``.
 _UNINITIALIZED = 1
@@ -87,9 +90,17 @@ class NvmlSession:
         """A pynvml constant, or ``default`` when this pynvml lacks it."""
         return int(getattr(self.nvml, name, default))
 
-    def close(self) -> None:
-        """Shut NVML down once, after any call in progress returns (idempotent)."""
-        with self._lock:
+    def close(self, wait_s: float = 5.0) -> None:
+        """Shut NVML down once, after any call in progress returns (idempotent).
+
+        A call that has not returned after ``wait_s`` (a hung driver) is not waited for longer: no further call
+        is made, and NVML is left initialised rather than shut down under it.
+        """
+        if not self._lock.acquire(timeout=wait_s):
+            self._closed = True
+            logger.warning("trainspect: an NVML call did not return within %.0f s; NVML is left initialised", wait_s)
+            return
+        try:
             if self._closed:
                 return
             self._closed = True
@@ -97,6 +108,8 @@ class NvmlSession:
                 self.nvml.nvmlShutdown()
             except Exception:  # already shut down by someone else, or the driver went away
                 pass
+        finally:
+            self._lock.release()
 
 
 class FailureCounter:
