@@ -24,6 +24,7 @@ __all__ = [
     "TRAINSPECT_RUN_ACTIVE",
     "TRAINSPECT_MLFLOW",
     "CUDA_VISIBLE_DEVICES",
+    "CUDA_DEVICE_ORDER",
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
@@ -124,6 +125,9 @@ TRAINSPECT_MLFLOW: EnvVar[str | None] = EnvVar(
 )
 CUDA_VISIBLE_DEVICES: EnvVar[str | None] = EnvVar(
     "CUDA_VISIBLE_DEVICES", str, None, "GPUs visible to the job; the system monitor samples only these."
+)
+CUDA_DEVICE_ORDER: EnvVar[str | None] = EnvVar(
+    "CUDA_DEVICE_ORDER", str, None, "CUDA's device numbering: PCI_BUS_ID, or FASTEST_FIRST (the default)."
 )
 RANK: EnvVar[int] = EnvVar("RANK", int, 0, "Global rank (set by torchrun).")
 LOCAL_RANK: EnvVar[int] = EnvVar("LOCAL_RANK", int, 0, "Rank on this node (set by torchrun).")

@@ -1,4 +1,4 @@
-"""The framework-neutral recorder of framework metrics: steps, job phases, spans and dataloader waits.
+"""The framework-neutral recorder of framework metrics: steps, job phases, spans, dataloader waits, step metrics.
 
 Adapters (the PyTorch hook, :mod:`trainspect.hooks.torch_profiling`) translate framework events into calls
 on :class:`FrameworkRecorder`. Each call appends a tuple to a list; a background daemon thread writes the
@@ -15,6 +15,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -68,6 +69,8 @@ class FrameworkRecorder:
         self._lock = threading.Lock()
         self._steps: list[tuple[int, int, int, float, float]] = []
         self._spans: list[tuple[int, float, float, int, int]] = []
+        self._metrics: list[tuple[int, float, dict[str, float]]] = []
+        self._sources: dict[str, Callable[[], dict[str, float]]] = {}
         self._pending: tuple[int, int, int, float] | None = None
         self._workers = -1
         self._file: FrameFile | None = None
@@ -111,6 +114,26 @@ class FrameworkRecorder:
         self._pending = None
         with self._lock:
             self._steps.append((pending[0], pending[1], global_step, pending[3], time.time()))
+        if self._sources:
+            self._read_sources(global_step)
+
+    def add_step_source(self, source: Callable[[], dict[str, float]], name: str | None = None) -> None:
+        """Call ``source`` at every step end and record what it returns with :meth:`record_metrics`.
+
+        A source that raises is dropped with one warning naming it. Adding a source under a name already
+        registered replaces it (so a hook that restarts does not read twice).
+        """
+        self._sources[name or str(getattr(source, "name", repr(source)))] = source
+
+    def _read_sources(self, global_step: int) -> None:
+        values: dict[str, float] = {}
+        for name, source in list(self._sources.items()):
+            try:
+                values.update(source())
+            except Exception:  # never into the training loop
+                del self._sources[name]
+                logger.warning("trainspect: step metrics %r are no longer recorded after an error", name, exc_info=True)
+        self.record_metrics(global_step, values)
 
     def record_span(self, kind: str, start: float, end: float, global_step: int | None = None) -> None:
         """Record a timed span (``kind``: forward, backward, optimizer or dataloader; epoch seconds)."""
@@ -120,6 +143,16 @@ class FrameworkRecorder:
         workers = self._workers if code == 4 else -1
         with self._lock:
             self._spans.append((code, start, end, -1 if global_step is None else global_step, workers))
+
+    def record_metrics(self, global_step: int, values: dict[str, float]) -> None:
+        """Record per-step framework metrics (keys snake_case with a unit, e.g. ``gpu0_memory_allocated_bytes``).
+
+        Written as the ``step_metrics`` table (docs/profiler.md); a key missing from a row reads as NaN.
+        """
+        if values:
+            row = (int(global_step), time.time(), dict(values))
+            with self._lock:
+                self._metrics.append(row)
 
     def set_dataloader_workers(self, n: int) -> None:
         """The number of dataloader worker processes (recorded with each later dataloader span)."""
@@ -146,6 +179,7 @@ class FrameworkRecorder:
         with self._lock:
             steps, self._steps = self._steps, []
             spans, self._spans = self._spans, []
+            metrics, self._metrics = self._metrics, []
         if self._file is None:
             return
         if steps:
@@ -154,6 +188,8 @@ class FrameworkRecorder:
         if spans:
             cols = list(zip(*spans, strict=False))
             self._file.write(schema.KIND_TABLE, schema.encode_table("spans", _span_columns(cols)))
+        if metrics:
+            self._file.write(schema.KIND_TABLE, schema.encode_table("step_metrics", _metric_columns(metrics)))
 
     def close(self) -> None:
         """Write the rest and the close record (the end of finalization); idempotent."""
@@ -191,3 +227,14 @@ def _span_columns(cols: list[tuple[Any, ...]]) -> dict[str, np.ndarray]:
         "global_step": np.array(cols[3], dtype=np.int64),
         "workers": np.array(cols[4], dtype=np.int16),
     }
+
+
+def _metric_columns(rows: list[tuple[int, float, dict[str, float]]]) -> dict[str, np.ndarray]:
+    keys = sorted({k for _s, _t, values in rows for k in values})
+    cols: dict[str, np.ndarray] = {
+        "global_step": np.array([r[0] for r in rows], dtype=np.int64),
+        "time": np.array([r[1] for r in rows], dtype=np.float64),
+    }
+    for key in keys:
+        cols[key] = np.array([r[2].get(key, np.nan) for r in rows], dtype=np.float64)
+    return cols

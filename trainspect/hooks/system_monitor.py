@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import psutil
@@ -159,7 +159,8 @@ class SystemMonitor:
             logger.debug("node %s is sampled by another process", self.node)
             return False
         if self._samplers is None:
-            self._samplers = [*default_samplers(), ProcessTreeSampler(self.job_pids), *_gpu_samplers()]
+            tree = ProcessTreeSampler(self.job_pids)
+            self._samplers = [*default_samplers(), tree, *_gpu_samplers(tree.pids)]
         self.writer = SystemChunkWriter(self.directory, self.node, self.config.system_monitor_interval_millis)
         self._thread = threading.Thread(target=self._run, name="trainspect-system-monitor", daemon=True)
         self._thread.start()
@@ -249,9 +250,11 @@ class SystemMonitor:
         self.close()
 
 
-def _gpu_samplers() -> list[Sampler]:
+def _gpu_samplers(job_pids: Callable[[], list[int]]) -> list[Sampler]:
+    """The GPU sampler, or none with one line why (a warning when a GPU seemed to be there)."""
     try:
-        return [GPUSampler()]
+        return [GPUSampler(job_pids)]
     except GPUUnavailable as exc:
-        logger.info("trainspect: GPU metrics are not recorded: %s", exc)
+        level = logging.INFO if exc.expected else logging.WARNING
+        logger.log(level, "trainspect: GPU metrics are not recorded: %s", exc)
         return []

@@ -118,6 +118,7 @@ class FrameworkWorkerStore:
         self._tails: dict[Path, TailedFile] = {}
         self._steps: list[dict[str, np.ndarray]] = []
         self._spans: list[dict[str, np.ndarray]] = []
+        self._metrics: list[dict[str, np.ndarray]] = []
         self._events: list[dict[str, object]] = []
         self._tables: FrameworkTables | None = None
 
@@ -144,6 +145,10 @@ class FrameworkWorkerStore:
                 pid = next((int(e.get("pid", 0)) for e in self._events if e.get("event") == "start"), 0)  # type: ignore[call-overload]
                 cols.setdefault("pid", np.full(len(cols["start"]), pid, np.int64))
                 self._spans.append(cols)
+            elif name == "step_metrics":
+                if not {"time", "global_step"} <= cols.keys() or any(v.dtype.kind not in "iuf" for v in cols.values()):
+                    raise ValueError("step_metrics table without time/global_step or with non-numeric columns")
+                self._metrics.append(cols)
 
     def problems(self) -> list[str]:
         """What was skipped in the worker's files, one line each naming the file."""
@@ -163,6 +168,7 @@ class FrameworkWorkerStore:
         """Everything recorded by the worker."""
         if self._tables is None:
             self._tables = _build_tables(self.worker, self._steps, self._spans, self._events)
+            self._tables.step_metrics = _concat_metrics(self._metrics)
         return self._tables
 
 
@@ -171,6 +177,21 @@ def _concat(parts: list[dict[str, np.ndarray]], empty: dict[str, np.ndarray]) ->
         return empty
     out = {k: np.concatenate([p[k] for p in parts]) for k in empty if all(k in p for p in parts)}
     order = np.argsort(out["start"], kind="stable")
+    return {k: v[order] for k, v in out.items()}
+
+
+def _concat_metrics(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    """The ``step_metrics`` frames as one table: the union of their keys, NaN where a frame lacks one."""
+    keys = sorted({k for p in parts for k in p} - {"global_step", "time"})
+    out: dict[str, np.ndarray] = {
+        "global_step": np.concatenate([np.zeros(0, np.int64)] + [p["global_step"].astype(np.int64) for p in parts]),
+        "time": np.concatenate([np.zeros(0)] + [p["time"].astype(np.float64) for p in parts]),
+    }
+    for key in keys:
+        out[key] = np.concatenate(
+            [np.zeros(0)] + [p[key].astype(np.float64) if key in p else np.full(len(p["time"]), np.nan) for p in parts]
+        )
+    order = np.argsort(out["time"], kind="stable")
     return {k: v[order] for k, v in out.items()}
 
 

@@ -136,6 +136,10 @@ def _empty_spans() -> dict[str, np.ndarray]:
     }
 
 
+def _empty_step_metrics() -> dict[str, np.ndarray]:
+    return {"global_step": np.zeros(0, np.int64), "time": np.zeros(0)}
+
+
 @dataclass
 class FrameworkTables:
     """All framework records of one worker.
@@ -147,6 +151,9 @@ class FrameworkTables:
             (epoch s), sorted by ``start``.
         spans: columns ``kind`` (1 forward, 2 backward, 3 optimizer, 4 dataloader), ``start``, ``end``,
             ``global_step`` (-1 unknown), ``workers`` (dataloader worker processes, -1 unknown), ``pid``.
+        step_metrics: per-step framework metrics: ``global_step``, ``time`` (epoch s, when recorded) and one
+            float64 column per metric key (``gpu0_memory_allocated_bytes`` …; NaN where a row lacks it),
+            sorted by ``time``.
         process_start: epoch seconds the process started (start of initialization), when known.
         recorder_start: when the recorder started.
         close_time: when the recorder closed (end of finalization), when known.
@@ -158,6 +165,7 @@ class FrameworkTables:
     node: str = ""
     steps: dict[str, np.ndarray] = field(default_factory=_empty_steps)
     spans: dict[str, np.ndarray] = field(default_factory=_empty_spans)
+    step_metrics: dict[str, np.ndarray] = field(default_factory=_empty_step_metrics)
     process_start: float | None = None
     recorder_start: float | None = None
     close_time: float | None = None

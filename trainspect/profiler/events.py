@@ -68,6 +68,8 @@ _GPU_DIMS = {
     "memory_used_bytes": "GPUMemoryUsedBytes",
     "power_watts": "GPUPowerWatts",
     "temperature_celsius": "GPUTemperatureCelsius",
+    "process_memory_used_bytes": "GPUProcessMemoryUsedBytes",
+    "process_memory_used_percent": "GPUProcessMemoryUtilization",
 }
 _PLAIN = {
     "cpu_utilization_percent": ("cpu", "total", "TotalCPUUtilization"),

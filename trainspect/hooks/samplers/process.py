@@ -88,6 +88,10 @@ class ProcessTreeSampler(Sampler):
             }
         self._prev = (mono, wall, cpu)
 
+    def pids(self) -> list[int]:
+        """The pids of the tree at the last reading (the roots before the first one)."""
+        return list(self._procs) or list(self._roots())
+
     def aggregate(self) -> dict[str, float]:
         """The last period's figures (empty before the second reading)."""
         return dict(self._last)
