@@ -7,9 +7,6 @@ import {chart, clear, el, fetchJSON, fmtDuration, fmtNumber, fmtTime, fmtUnit, n
 
 const TIP = {trigger: 'axis', renderMode: 'richText', confine: true};
 const MIN_SAMPLES = 5; // fewer system samples are listed in words, not drawn over empty axes
-const SERIES_NAMES = {cpu_utilization_percent: 'CPU (all cores)', cpu_iowait_percent: 'I/O wait',
-  cpu_memory_used_percent: 'memory used', disk_read_bytes_per_second: 'read', disk_write_bytes_per_second: 'write',
-  network_sent_bytes_per_second: 'sent', network_received_bytes_per_second: 'received'};
 
 function card(title, ...body) {
   return el('section', {class: 'card'}, el('h3', {text: title}), ...body);
@@ -213,7 +210,7 @@ export class ProfilerView {
     const times = ts.times.map((t) => t * 1000);
     for (const group of ts.groups) {
       const box = el('div', {class: 'chart chart-short'});
-      this.series.append(el('div', {class: 'series-card'}, el('h4', {text: `${group.title} (${group.unit})`}), box));
+      this.series.append(el('div', {class: 'series-card'}, el('h4', {text: group.unit ? `${group.title} (${group.unit})` : group.title}), box));
       const fmt = (v) => fmtUnit(v, group.unit);
       // The axis spans the samples (fitted), not the requested range: a 1-second run is not drawn over two days.
       const first = times.length ? times[0] : ts.start * 1000;
@@ -226,7 +223,7 @@ export class ProfilerView {
         xAxis: {type: 'time', min: first, max: Math.max(last, first + 1000), splitNumber: 4, axisLabel: {hideOverlap: true}},
         yAxis: {type: 'value', axisLabel: {formatter: fmt, hideOverlap: true}, max: group.unit === '%' ? 100 : null},
         series: group.series.map((s) => ({
-          name: SERIES_NAMES[s.key] || s.key.replace(/_percent$|_bytes_per_second$/, '').replace(/_/g, ' '),
+          name: s.label || s.key, // from the metric catalogue (trainspect/profiler/metrics.py)
           type: 'line', showSymbol: times.length < 30, sampling: 'lttb',
           data: s.values.map((v, i) => [times[i], v]),
         })),

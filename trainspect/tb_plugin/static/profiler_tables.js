@@ -3,15 +3,6 @@
 
 import {BASE, clear, el, fmtDuration, fmtNumber, fmtUnit, table} from './util.js';
 
-const LABELS = {
-  process_cpu_utilization_percent: "CPU, training job's processes", process_memory_used_bytes: "Memory, training job's processes",
-  cpu_total_utilization_percent: 'CPU, whole host (mean of cores)', cpu_utilization_percent: 'CPU, whole host',
-  cpu_memory_used_percent: 'CPU memory, whole host', cpu_iowait_percent: 'I/O wait',
-  gpu_total_utilization_percent: 'GPU (mean of GPUs)', disk_read_bytes_per_second: 'Disk read',
-  disk_write_bytes_per_second: 'Disk write', network_sent_bytes_per_second: 'Network sent',
-  network_received_bytes_per_second: 'Network received',
-};
-
 export function drawPython(box, data) {
   clear(box);
   const rows = data.python || [];
@@ -31,14 +22,15 @@ export function drawPython(box, data) {
 
 export function drawUtilization(box, data, node) {
   clear(box);
-  const rows = (data.utilization || []).filter((r) => r.node === node && (LABELS[r.metric] || /^gpu\d/.test(r.metric)));
+  // Labels and units come from the metric catalogue (trainspect/profiler/metrics.py) through the JSON.
+  const rows = (data.utilization || []).filter((r) => r.node === node);
   if (!rows.length) {
     box.append(el('p', {class: 'muted', text: 'No system metrics were recorded for this node.'}));
     return;
   }
   const v = (key) => (r) => fmtUnit(r[key], r.unit);
   box.append(table([
-    {label: 'metric', value: (r) => LABELS[r.metric] || r.metric.replace(/_/g, ' ')},
+    {label: 'metric', value: (r) => r.label || r.metric},
     {label: 'min', value: v('min'), class: 'num'}, {label: 'p50', value: v('p50'), class: 'num'},
     {label: 'p95', value: v('p95'), class: 'num'}, {label: 'p99', value: v('p99'), class: 'num'},
     {label: 'max', value: v('max'), class: 'num'}, {label: 'samples', value: (r) => fmtUnit(r.samples, 'count'), class: 'num'},
