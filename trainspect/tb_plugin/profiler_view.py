@@ -20,7 +20,7 @@ from trainspect.profiler.metrics import CATALOGUE, unit_symbol
 from trainspect.rules.verdict import Status, Verdict
 from trainspect.tb_plugin.downsample import bucket_means, rows_json
 
-__all__ = ["overview", "heatmap_view", "timeseries_view", "MAX_COLUMNS", "MAX_POINTS"]
+__all__ = ["overview", "heatmap_view", "timeseries_view", "utilization_rows", "records", "MAX_COLUMNS", "MAX_POINTS"]
 
 MAX_COLUMNS = 1000
 """The most heatmap time buckets one response holds (72 rows x 1000 buckets is about 0.4 MB of JSON)."""
@@ -42,7 +42,8 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of a DataFrame as JSON-ready dicts (NaN as ``None``)."""
     return [_clean(r) for r in frame.to_dict("records")]
 
 
@@ -87,17 +88,22 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
         "nodes": nodes,
         "workers": workers,
         "job": _clean(analysis.job_statistics(data)),
-        "steps": _records(analysis.step_statistics(data)),
+        "steps": records(analysis.step_statistics(data)),
         "histogram": histogram,
         "phases": _clean(analysis.phase_ratios(data)),
-        "operators": _records(analysis.top_operators(data, n=20)),
-        "python": _records(analysis.python_hotspots(data, n=15)),
+        "operators": records(analysis.top_operators(data, n=20)),
+        "python": records(analysis.python_hotspots(data, n=15)),
         "utilization": _utilization(data),
-        "dataloader": _records(analysis.dataloader_statistics(data)),
+        "dataloader": records(analysis.dataloader_statistics(data)),
         "profiler_rules": len(rec),
         "recommendations": [_recommendation(v) for v in rec if v.status is Status.ISSUES_FOUND],
         "problems": list(problems),
     }
+
+
+def utilization_rows(data: ProfilerData, node: str | None = None) -> list[dict[str, Any]]:
+    """The utilisation-statistics rows of ``node`` (every node's when ``None``); see :func:`_utilization`."""
+    return [r for r in _utilization(data) if node is None or r["node"] == node]
 
 
 def _utilization(data: ProfilerData) -> list[dict[str, Any]]:
@@ -111,7 +117,7 @@ def _utilization(data: ProfilerData) -> list[dict[str, Any]]:
     stats = analysis.utilization_statistics(data)
     cols = ["node", "metric", "unit", "min", "max", "p50", "p95", "p99", "samples"]
     rows = []
-    for row in _records(stats[[c for c in cols if c in stats.columns]]):
+    for row in records(stats[[c for c in cols if c in stats.columns]]):
         metric = CATALOGUE.describe(row["metric"])
         if metric.table:
             rows.append({**row, "label": metric.display_label})
