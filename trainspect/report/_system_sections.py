@@ -60,6 +60,7 @@ class JobSummarySection(Section):
     """Training job summary: start, end, phases and their pie chart (SageMaker report part 2)."""
 
     id = "job-summary"
+    order = 10
     title = "Training job summary"
     requires = ("profiler",)
 
@@ -161,6 +162,7 @@ class SystemUsageSection(Section):
     """System usage per node: percentiles table, advice and time series (SageMaker report part 3)."""
 
     id = "system-usage"
+    order = 40
     title = "System usage statistics"
     requires = ("system",)
 
@@ -198,6 +200,7 @@ class HeatmapSection(Section):
     """The utilisation heatmap: CPU cores and GPUs over time, with step boundaries."""
 
     id = "heatmap"
+    order = 50
     title = "Utilisation heatmap"
     requires = ("system",)
 
@@ -223,6 +226,7 @@ class CostSection(Section):
     """What the run cost at the given hourly price, and what a smaller instance might save."""
 
     id = "cost"
+    order = 120
     title = "Cost"
     requires = ("price",)
 
