@@ -165,6 +165,17 @@ class MetricCatalogue:
             raise ValueError(f"group {group.id!r}: unit={group.unit!r}; allowed: {', '.join(UNITS)}")
         self._groups[group.id] = group
 
+    def remove_group(self, group_id: str) -> None:
+        """Remove a time-series group (remove the metrics drawn in it first).
+
+        Raises:
+            ValueError: a declared metric still names the group.
+        """
+        users = [m.key for m in self._metrics.values() if m.group == group_id]
+        if users:
+            raise ValueError(f"group {group_id!r} is used by {users}")
+        del self._groups[group_id]
+
     def groups(self) -> list[Group]:
         """The time-series groups in order."""
         return list(self._groups.values())
