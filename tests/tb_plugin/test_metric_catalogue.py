@@ -40,8 +40,16 @@ def write_run(run: Path, seconds: int = 20) -> None:
     synth.write_manifest(run)
     writer = SystemChunkWriter(RunLayout(run).system_dir("node-a"), "node-a", 100)
     for i in range(seconds * 10):
-        writer.append(synth.T0 + i / 10, {"cpu_utilization_percent": 40.0, "widget0_spin_count": 12.0,
-                                          "widget1_spin_count": float(3 + i % 2), UNKNOWN: 250.0, HOSTILE: 5.0})
+        writer.append(
+            synth.T0 + i / 10,
+            {
+                "cpu_utilization_percent": 40.0,
+                "widget0_spin_count": 12.0,
+                "widget1_spin_count": float(3 + i % 2),
+                UNKNOWN: 250.0,
+                HOSTILE: 5.0,
+            },
+        )
         if i % 10 == 9:
             writer.flush()
     writer.close()
@@ -103,8 +111,15 @@ def test_existing_names_are_unchanged() -> None:
         "system/disk_read_bytes_per_second"]  # fmt: skip
     assert system_key("cpu_memory_used_bytes") == ("system/system_memory_usage_megabytes", 1e-6)
     assert system_key("gpu0_memory_used_bytes") == ("system/gpu_0_memory_usage_megabytes", 1e-6)
-    for key in ("cpu3_utilization_percent", "cpu_utilization_percent", "cpu_iowait_percent", "cpu_memory_used_bytes",
-                "network_received_bytes_per_second", "gpu1_temperature_celsius", "gpu1_memory_used_percent"):
+    for key in (
+        "cpu3_utilization_percent",
+        "cpu_utilization_percent",
+        "cpu_iowait_percent",
+        "cpu_memory_used_bytes",
+        "network_received_bytes_per_second",
+        "gpu1_temperature_celsius",
+        "gpu1_memory_used_percent",
+    ):
         assert key_for(*smdebug_names(key)) == key
     assert smdebug_names("cpu_iowait_percent") == ("cpu", "total", "I/OWaitPercentage")
     assert key_for("cpu", "anything", "I/OWaitPercentage") == "cpu_iowait_percent"
@@ -134,3 +149,33 @@ def test_every_builtin_key_a_sampler_writes_is_declared() -> None:
     assert [k for k in keys if not CATALOGUE.known(k)] == []
     assert np.unique([CATALOGUE.describe(k).unit for k in keys]).tolist() == ["W", "bytes", "bytes/s", "count",
                                                                             "percent", "°C"]  # fmt: skip
+
+
+def test_a_peak_metric_is_logged_to_mlflow_as_its_maximum(tmp_path: Path) -> None:
+    """A per-device peak (as CUDA's peak memory will be) declared with ``aggregate="max"``: one declaration."""
+    from trainspect.mlflow_plugin.sync import system_history
+    from trainspect.mlflow_plugin.system_tail import SystemTail
+    from trainspect.profiler import load_profiler_data
+
+    peak = Metric("gpu{i}_test_peak_bytes", "bytes", "GPU {i} test peak", aggregate="max",
+                  mlflow="gpu_{i}_test_peak_megabytes", mlflow_factor=1e-6)  # fmt: skip
+    CATALOGUE.declare(peak)
+    try:
+        run = tmp_path / "r"
+        synth.write_manifest(run)
+        writer = SystemChunkWriter(RunLayout(run).system_dir("node-a"), "node-a", 100)
+        for i in range(30):  # 3 s at 100 ms: the peak rises within each second, the load does not
+            row = {"gpu0_test_peak_bytes": 1e6 * (i % 10), "cpu_utilization_percent": 10.0 * (i % 10)}
+            writer.append(synth.T0 + i / 10, row)
+        writer.close()
+        ((_last, polled),) = SystemTail(run).poll().values()
+        assert polled == {"gpu0_test_peak_bytes": 9e6, "cpu_utilization_percent": pytest.approx(45.0)}
+        history = system_history(load_profiler_data(run).system, interval_s=1.0)
+        by_key: dict[str, list[float]] = {}
+        for m in history:
+            by_key.setdefault(m.key, []).append(m.value)
+        assert by_key["system/gpu_0_test_peak_megabytes"] == [9.0, 9.0, 9.0]  # the peak of each second, in MB
+        assert by_key["system/cpu_utilization_percentage"] == pytest.approx([45.0, 45.0, 45.0])  # the mean
+        assert "GPU 0 test peak" in render_report(run)
+    finally:
+        CATALOGUE.remove(peak.key)

@@ -22,6 +22,7 @@ NONFINITE_METRIC = "trainspect/first_nonfinite_step/"
 MAX_NONFINITE_TAGS = 20
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /:]")
 
+
 def safe_key(name: str) -> str:
     """An MLflow-valid metric key (allowed characters only, at most 250 characters).
 

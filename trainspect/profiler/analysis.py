@@ -41,7 +41,6 @@ _OWN_BUILTINS = re.compile(r"_lsprof|profiler|kineto|_itt|torch\._C\._autograd\.
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
 
 
-
 def job_statistics(data: ProfilerData) -> dict[str, Any]:
     """Job start, end and phases over every worker.
 

@@ -30,6 +30,7 @@ MAX_POINTS = 2000
 
 _HOST_CPU = "cpu_utilization_percent"
 
+
 def _clean(value: Any) -> Any:
     if isinstance(value, (float, np.floating)):
         return None if not math.isfinite(float(value)) else float(value)
