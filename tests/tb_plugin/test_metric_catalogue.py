@@ -132,6 +132,8 @@ def test_declarations_are_checked() -> None:
         CATALOGUE.declare(Metric("x_furlongs", "furlongs"))
     with pytest.raises(ValueError, match="group='nope'"):
         CATALOGUE.declare(Metric("x_percent", "percent", group="nope"))
+    with pytest.raises(ValueError, match="unit 'bytes' differs from its group's"):
+        CATALOGUE.declare(Metric("gpu{i}_x_bytes", "bytes", group="gpu_memory"))
     with pytest.raises(ValueError, match="aggregate='median'"):
         CATALOGUE.declare(Metric("x_percent", "percent", aggregate="median"))
     with pytest.raises(ValueError, match="used by"):

@@ -135,7 +135,7 @@ class MetricCatalogue:
         """Add a metric.
 
         Raises:
-            ValueError: the key is taken, or the unit, group or aggregation is unknown.
+            ValueError: the key is taken, the unit, group or aggregation is unknown, or the group has another unit.
         """
         if metric.key in self._metrics:
             raise ValueError(f"metric {metric.key!r} is already declared")
@@ -145,6 +145,9 @@ class MetricCatalogue:
             raise ValueError(f"metric {metric.key!r}: aggregate={metric.aggregate!r}; allowed: {', '.join(AGGREGATES)}")
         if metric.group and metric.group not in self._groups:
             raise ValueError(f"metric {metric.key!r}: group={metric.group!r}; declared: {', '.join(self._groups)}")
+        if metric.group and self._groups[metric.group].unit != metric.unit:
+            raise ValueError(f"metric {metric.key!r}: unit {metric.unit!r} differs from its group's "
+                             f"({self._groups[metric.group].unit!r}); declare a group per unit")  # fmt: skip
         self._metrics[metric.key] = metric
         if metric.per_device:
             pattern = re.compile("^" + re.escape(metric.key).replace(r"\{i\}", r"(\d+)") + "$")
