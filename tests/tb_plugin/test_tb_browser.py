@@ -211,6 +211,27 @@ def test_profiler_view_has_python_hotspots_statistics_and_the_trace(page) -> Non
     assert problems == []
 
 
+def test_units_come_from_the_catalogue_and_a_count_reads_as_a_count(page) -> None:  # noqa: ANN001
+    pg, problems = page
+    f = frame(pg)
+    f.get_by_role("button", name="Profiler").click()
+    f.locator("select[aria-label=run]").select_option("torch_run")
+    stats = f.locator("section.card[data-card=utilization]")
+    row = stats.locator("tr", has_text="Processes of the training job")  # process_count, unit "count"
+    row.wait_for()
+    cells = row.locator("td").all_inner_texts()
+    assert cells[0] == "Processes of the training job" and all(c.strip().isdigit() for c in cells[1:]), cells
+    memory = stats.locator("tr", has_text="Memory, training job's processes").locator("td").all_inner_texts()
+    assert all(c.endswith(" MB") or c.endswith(" GB") for c in memory[1:-1]), memory
+    formatted = plugin_frame(pg).evaluate("""async () => {
+        const u = await import('/data/plugin/trainspect/static/util.js');
+        return [[12, 'count'], [1234, 'count'], [2.5, 'count'], [12, 'percent'], [12, '%'], [2048, 'bytes'],
+                [1500, 'bytes/s'], [250, 'W'], [41.5, '°C'], [0.25, 's'], [7, '']].map(([v, unit]) => u.fmtUnit(v, unit));
+    }""")
+    assert formatted == ["12", "1,234", "2.5", "12 %", "12 %", "2.05 KB", "1.5 KB/s", "250 W", "41.5 °C", "250 ms", "7"]
+    assert problems == []
+
+
 def test_a_rules_tensor_link_opens_the_tensor_in_tensorboard(page, tb_url: str) -> None:  # noqa: ANN001
     pg, problems = page
     f = frame(pg)

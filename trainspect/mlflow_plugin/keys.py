@@ -7,6 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from trainspect.profiler.metrics import CATALOGUE
 from trainspect.step import StepRecord
 
 __all__ = ["system_key", "system_metrics", "step_metrics", "step_values", "safe_key", "issues_tags", "verdict_tags",
@@ -20,22 +21,6 @@ NONFINITE_TAG = "trainspect.nonfinite"
 NONFINITE_METRIC = "trainspect/first_nonfinite_step/"
 MAX_NONFINITE_TAGS = 20
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /:]")
-
-# trainspect key -> (MLflow key without "system/", factor)
-_FIXED = {
-    "cpu_utilization_percent": ("cpu_utilization_percentage", 1.0),
-    "cpu_memory_used_percent": ("system_memory_usage_percentage", 1.0),
-    "cpu_memory_used_bytes": ("system_memory_usage_megabytes", 1e-6),
-    "cpu_iowait_percent": ("cpu_iowait_percentage", 1.0),
-}
-_PATTERNS = (
-    (re.compile(r"^cpu(\d+)_utilization_percent$"), "cpu_{}_utilization_percentage", 1.0),
-    (re.compile(r"^gpu(\d+)_utilization_percent$"), "gpu_{}_utilization_percentage", 1.0),
-    (re.compile(r"^gpu(\d+)_memory_used_percent$"), "gpu_{}_memory_usage_percentage", 1.0),
-    (re.compile(r"^gpu(\d+)_memory_used_bytes$"), "gpu_{}_memory_usage_megabytes", 1e-6),
-    (re.compile(r"^gpu(\d+)_power_watts$"), "gpu_{}_power_usage_watts", 1.0),
-    (re.compile(r"^gpu(\d+)_temperature_celsius$"), "gpu_{}_temperature_celsius", 1.0),
-)
 
 
 def safe_key(name: str) -> str:
@@ -52,8 +37,9 @@ def safe_key(name: str) -> str:
 def system_key(key: str, node: str | None = None) -> tuple[str, float]:
     """The MLflow key of a trainspect system metric and the factor applied to its value.
 
-    MLflow's own names where one exists (``system/cpu_utilization_percentage``, ``system/gpu_0_utilization_percentage``
-    …), else ours in the same namespace; ``node`` adds ``system/<node>/`` as MLflow does for multi-node jobs.
+    MLflow's own names where the metric catalogue (:mod:`trainspect.profiler.metrics`) declares one
+    (``system/cpu_utilization_percentage``, ``system/gpu_0_utilization_percentage`` …), else ours in the same
+    namespace; ``node`` adds ``system/<node>/`` as MLflow does for multi-node jobs.
 
     Example:
         >>> system_key("gpu0_utilization_percent")
@@ -62,14 +48,10 @@ def system_key(key: str, node: str | None = None) -> tuple[str, float]:
         ('system/algo-2/cpu_3_utilization_percentage', 1.0)
     """
     prefix = f"system/{safe_key(node)}/" if node else "system/"
-    if key in _FIXED:
-        name, factor = _FIXED[key]
-        return prefix + name, factor
-    for pattern, template, factor in _PATTERNS:
-        m = pattern.match(key)
-        if m:
-            return prefix + template.format(m.group(1)), factor
-    return prefix + safe_key(key), 1.0
+    metric = CATALOGUE.describe(key)
+    if metric.mlflow is None:
+        return prefix + safe_key(key), 1.0
+    return prefix + metric.mlflow, metric.mlflow_factor
 
 
 def system_metrics(means: Mapping[str, float], node: str | None = None) -> dict[str, float]:

@@ -25,7 +25,8 @@ from trainspect.mlflow_plugin.session import per_worker_steps
 from trainspect.mlflow_plugin.sink import MlflowSink
 from trainspect.mlflow_plugin.unsent import read_unsent, unsent_files
 from trainspect.modes import ModeKeys
-from trainspect.profiler.arrays import SystemArrays
+from trainspect.profiler.arrays import SystemArrays, aggregate_buckets
+from trainspect.profiler.metrics import CATALOGUE
 from trainspect.report.summary import summarize
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import write_json_atomic
@@ -36,7 +37,10 @@ log = logging.getLogger(__name__)
 
 
 def system_history(arrays: dict[str, SystemArrays], interval_s: float = 1.0) -> list[Metric]:
-    """Every node's samples as MLflow system metrics, one point per ``interval_s`` (bucket means)."""
+    """Every node's samples as MLflow system metrics, one point per ``interval_s``.
+
+    Each bucket holds the mean of a metric's samples, or what the metric catalogue declares as its aggregation.
+    """
     out: list[Metric] = []
     multi = len(arrays) > 1
     for node, arr in arrays.items():
@@ -44,12 +48,7 @@ def system_history(arrays: dict[str, SystemArrays], interval_s: float = 1.0) -> 
             continue
         bucket = ((arr.timestamps - arr.timestamps[0]) // interval_s).astype(np.int64)
         starts = np.flatnonzero(np.r_[True, bucket[1:] != bucket[:-1]])
-        vals = arr.values.astype(np.float64)
-        ok = np.isfinite(vals)
-        sums = np.add.reduceat(np.where(ok, vals, 0.0), starts, axis=0)
-        counts = np.add.reduceat(ok.astype(np.int64), starts, axis=0)
-        with np.errstate(all="ignore"):
-            means = sums / counts
+        means = aggregate_buckets(arr.values, starts, [CATALOGUE.describe(k).aggregate for k in arr.keys])
         ends = np.r_[starts[1:], len(arr)] - 1
         for step, (row, last) in enumerate(zip(means, ends, strict=True)):
             ts = int(arr.timestamps[last] * 1000)

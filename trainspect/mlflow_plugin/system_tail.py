@@ -7,6 +7,7 @@ so a logger polling once a second stays cheap however long the job runs.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import numpy as np
 
 from trainspect.profiler import schema
 from trainspect.profiler._files import TailedFile
+from trainspect.profiler.arrays import aggregate_buckets
+from trainspect.profiler.metrics import CATALOGUE
 from trainspect.store.layout import RunLayout
 
 __all__ = ["SystemTail"]
@@ -62,26 +65,31 @@ class SystemTail:
         self._files: dict[Path, _File] = {}
 
     def poll(self) -> dict[str, tuple[float, dict[str, float]]]:
-        """Per node with new samples: (time of the newest sample, mean of each metric over the new samples)."""
+        """Per node with new samples: (time of the newest sample, each metric over the new samples).
+
+        A metric's new samples are averaged, or combined as the metric catalogue declares (``Metric.aggregate``).
+        """
         if not self.system_dir.is_dir():
             return {}
         out: dict[str, tuple[float, dict[str, float]]] = {}
         for node_dir in sorted(d for d in self.system_dir.iterdir() if d.is_dir()):
             if self.nodes is not None and node_dir.name not in self.nodes:
                 continue
-            sums: dict[str, float] = {}
-            counts: dict[str, int] = {}
+            chunks: dict[str, list[np.ndarray]] = {}
             last = -1.0
             for path in sorted(node_dir.glob(f"*{schema.SYSTEM_SUFFIX}")):
                 for times, values, keys in self._files.setdefault(path, _File(path)).new_rows():
-                    ok = np.isfinite(values)
-                    col_sums = np.where(ok, values, 0.0).sum(axis=0, dtype=np.float64)
-                    col_counts = ok.sum(axis=0)
-                    for key, s, c in zip(keys, col_sums, col_counts, strict=True):
-                        if c:
-                            sums[key] = sums.get(key, 0.0) + float(s)
-                            counts[key] = counts.get(key, 0) + int(c)
+                    for j, key in enumerate(keys):
+                        chunks.setdefault(key, []).append(values[:, j])
                     last = max(last, float(times[-1]) / 1000.0) if len(times) else last
-            if counts:
-                out[node_dir.name] = (last, {k: sums[k] / counts[k] for k in counts})
+            combined = {k: _aggregate(k, np.concatenate(c)) for k, c in chunks.items()}
+            combined = {k: v for k, v in combined.items() if math.isfinite(v)}
+            if combined:
+                out[node_dir.name] = (last, combined)
         return out
+
+
+def _aggregate(key: str, values: np.ndarray) -> float:
+    """One metric's new samples combined as the catalogue says (NaN when none is finite)."""
+    how = CATALOGUE.describe(key).aggregate
+    return float(aggregate_buckets(values[:, None], np.zeros(1, dtype=np.int64), [how])[0, 0])

@@ -18,6 +18,7 @@ import pandas as pd
 from trainspect.modes import ModeKeys
 from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.detailed import PYTHON_COLUMNS
+from trainspect.profiler.metrics import CATALOGUE
 
 __all__ = [
     "job_statistics",
@@ -38,9 +39,6 @@ _OWN_FILES = re.compile(
 )
 _OWN_BUILTINS = re.compile(r"_lsprof|profiler|kineto|_itt|torch\._C\._autograd\.", re.IGNORECASE)
 _PACKAGE_DIR = str(Path(__file__).resolve().parent.parent)
-
-_UNITS = (("_percent", "percent"), ("_bytes_per_second", "bytes/s"), ("_bytes", "bytes"), ("_watts", "W"),
-          ("_celsius", "°C"))  # fmt: skip
 
 
 def job_statistics(data: ProfilerData) -> dict[str, Any]:
@@ -74,15 +72,12 @@ def job_statistics(data: ProfilerData) -> dict[str, Any]:
     return out
 
 
-def _unit(key: str) -> str:
-    return next((unit for suffix, unit in _UNITS if key.endswith(suffix)), "")
-
-
 def utilization_statistics(data: ProfilerData) -> pd.DataFrame:
     """Per node and metric: ``node, metric, unit, min, max, mean, p50, p90, p95, p99, samples``.
 
     ``metric`` is the metric key (``cpu0_utilization_percent``…) plus ``cpu_total_utilization_percent``
-    (mean over cores) and ``gpu_total_utilization_percent`` (mean over GPUs) per row.
+    (mean over cores) and ``gpu_total_utilization_percent`` (mean over GPUs) per row; ``unit`` is the one the
+    metric catalogue declares (:mod:`trainspect.profiler.metrics`), read from the key's suffix for other keys.
     """
     rows = []
     for node, arr in data.system.items():
@@ -97,8 +92,8 @@ def utilization_statistics(data: ProfilerData) -> pd.DataFrame:
             if not len(v):
                 continue
             p50, p90, p95, p99 = (float(x) for x in np.percentile(v, [50, 90, 95, 99]))
-            rows.append([node, key, _unit(key), float(v.min()), float(v.max()), float(v.mean()), p50, p90, p95, p99,
-                         len(v)])  # fmt: skip
+            rows.append([node, key, CATALOGUE.describe(key).unit, float(v.min()), float(v.max()), float(v.mean()),
+                         p50, p90, p95, p99, len(v)])  # fmt: skip
     cols = ["node", "metric", "unit", "min", "max", "mean", "p50", "p90", "p95", "p99", "samples"]
     return pd.DataFrame(rows, columns=cols)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,7 +13,7 @@ import pandas as pd
 
 from trainspect.modes import ModeKeys
 
-__all__ = ["SystemArrays", "FrameworkTables", "SPAN_NAMES", "merge_system"]
+__all__ = ["SystemArrays", "FrameworkTables", "SPAN_NAMES", "merge_system", "aggregate_buckets"]
 
 SPAN_NAMES = {1: "forward", 2: "backward", 3: "optimizer", 4: "dataloader"}
 _CORE = re.compile(r"^cpu(\d+)_utilization_percent$")
@@ -236,3 +237,38 @@ def _names(codes: np.ndarray, names: dict[int, str]) -> np.ndarray:
         return np.array([names.get(int(c), str(int(c))) for c in codes], dtype=object)
     lookup = np.array([names.get(i, str(i)) for i in range(lo, hi + 1)], dtype=object)
     return lookup[codes - lo]
+
+
+def aggregate_buckets(values: np.ndarray, starts: np.ndarray, hows: Sequence[str]) -> np.ndarray:
+    """Each column's aggregate over its finite values in each bucket of rows (``Metric.aggregate`` of the catalogue).
+
+    Args:
+        values: samples, rows x columns (NaN: not sampled).
+        starts: the first row of each bucket, ascending, starting at 0.
+        hows: each column's aggregation (``mean``, ``max``, ``min``, ``last``).
+
+    Returns:
+        buckets x columns; NaN where a bucket holds no finite value of the column.
+
+    Example:
+        >>> v = np.array([[1.0, 1.0], [3.0, np.nan], [5.0, 4.0]])
+        >>> aggregate_buckets(v, np.array([0, 2]), ["mean", "max"]).tolist()
+        [[2.0, 1.0], [5.0, 4.0]]
+    """
+    vals = np.asarray(values, dtype=np.float64)
+    ok = np.isfinite(vals)
+    with np.errstate(all="ignore"):
+        out = np.add.reduceat(np.where(ok, vals, 0.0), starts, axis=0) / np.add.reduceat(ok, starts, axis=0)
+    for how, ufunc in (("max", np.fmax), ("min", np.fmin)):
+        cols = [j for j, h in enumerate(hows) if h == how]
+        if cols:
+            out[:, cols] = ufunc.reduceat(np.where(ok[:, cols], vals[:, cols], np.nan), starts, axis=0)
+    cols = [j for j, h in enumerate(hows) if h == "last"]
+    if cols:
+        rows = np.arange(len(vals))[:, None]
+        seen = np.maximum.accumulate(np.where(ok[:, cols], rows, -1), axis=0)  # the last finite row so far
+        ends = np.r_[starts[1:], len(vals)] - 1
+        pick = seen[ends]
+        taken = vals[:, cols][np.clip(pick, 0, None), np.arange(len(cols))]
+        out[:, cols] = np.where(pick >= starts[:, None], taken, np.nan)
+    return out

@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainspect.profiler.metrics import CATALOGUE
+
 __all__ = ["SystemEvent", "TraceEvent", "UNITS", "unit_factor", "smdebug_names", "key_for"]
 
 UNITS = {"s": 1.0, "seconds": 1.0, "ms": 1e3, "milliseconds": 1e3, "us": 1e6, "microseconds": 1e6, "ns": 1e9}
@@ -61,46 +63,17 @@ class TraceEvent:
         return self.end_time - self.start_time
 
 
-_INDEXED = re.compile(r"^(cpu|gpu)(\d+)_(.+)$")
-_GPU_DIMS = {
-    "utilization_percent": "GPUUtilization",
-    "memory_used_percent": "GPUMemoryUtilization",
-    "memory_used_bytes": "GPUMemoryUsedBytes",
-    "power_watts": "GPUPowerWatts",
-    "temperature_celsius": "GPUTemperatureCelsius",
-    "process_memory_used_bytes": "GPUProcessMemoryUsedBytes",
-    "process_memory_used_percent": "GPUProcessMemoryUtilization",
-}
-_PLAIN = {
-    "cpu_utilization_percent": ("cpu", "total", "TotalCPUUtilization"),
-    "cpu_iowait_percent": ("cpu", "total", "I/OWaitPercentage"),
-    "cpu_memory_used_percent": ("cpu", "MemoryUsedPercent", "Memory"),
-    "cpu_memory_used_bytes": ("cpu", "MemoryUsedBytes", "Memory"),
-    "disk_read_bytes_per_second": ("io", "DiskReadBytesPerSecond", "Disk"),
-    "disk_write_bytes_per_second": ("io", "DiskWriteBytesPerSecond", "Disk"),
-    "network_sent_bytes_per_second": ("network", "NetworkSentBytesPerSecond", "Algorithm"),
-    "network_received_bytes_per_second": ("network", "NetworkReceivedBytesPerSecond", "Algorithm"),
-}
-_PLAIN_BACK = {(name, dim): key for key, (_t, name, dim) in _PLAIN.items()}
-
-
 def smdebug_names(key: str) -> tuple[str, str, str]:
-    """(type, name, dimension) of a metric key.
+    """(type, name, dimension) of a metric key (declared in :mod:`trainspect.profiler.metrics`).
 
     Example:
         >>> smdebug_names("gpu1_memory_used_percent")
         ('gpu', 'gpu1', 'GPUMemoryUtilization')
+        >>> smdebug_names("my_metric")
+        ('other', 'my_metric', 'my_metric')
     """
-    if key in _PLAIN:
-        return _PLAIN[key]
-    match = _INDEXED.match(key)
-    if match:
-        kind, idx, rest = match.groups()
-        if kind == "cpu" and rest == "utilization_percent":
-            return "cpu", f"cpu{idx}", "CPUUtilization"
-        if kind == "gpu" and rest in _GPU_DIMS:
-            return "gpu", f"gpu{idx}", _GPU_DIMS[rest]
-    return "other", key, key
+    names = CATALOGUE.describe(key).smdebug
+    return names if names is not None else ("other", key, key)
 
 
 def key_for(type_: str, name: str, dimension: str) -> str:
@@ -109,19 +82,14 @@ def key_for(type_: str, name: str, dimension: str) -> str:
     Example:
         >>> key_for("cpu", "cpu2", "CPUUtilization")
         'cpu2_utilization_percent'
+        >>> key_for("io", "Lustre", "Read MB")
+        'io_lustre_read_mb'
     """
-    m = re.match(r"^(cpu|gpu)(\d+)$", name or "")
-    if dimension == "CPUUtilization" and m:
-        return f"cpu{m.group(2)}_utilization_percent"
-    if m and m.group(1) == "gpu":
-        for rest, dim in _GPU_DIMS.items():
-            if dim == dimension:
-                return f"gpu{m.group(2)}_{rest}"
+    key = CATALOGUE.key_for_smdebug(type_, name, dimension)
+    if key is not None:
+        return key
     if dimension == "I/OWaitPercentage":
         return "cpu_iowait_percent"
-    if (name, dimension) in _PLAIN_BACK:
-        return _PLAIN_BACK[(name, dimension)]
     if name == "MemoryUsedPercent":
         return "cpu_memory_used_percent"
-    snake = re.sub(r"[^0-9a-zA-Z]+", "_", f"{type_}_{name}_{dimension}").strip("_").lower()
-    return snake
+    return re.sub(r"[^0-9a-zA-Z]+", "_", f"{type_}_{name}_{dimension}").strip("_").lower()

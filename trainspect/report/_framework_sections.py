@@ -23,6 +23,7 @@ class PhaseRatioSection(Section):
     """Train/eval/other and forward/backward ratios (SageMaker report part 4)."""
 
     id = "framework-ratios"
+    order = 60
     title = "Framework metrics: where the time went"
     requires = ("steps",)
 
@@ -48,6 +49,7 @@ class StepDurationSection(Section):
     """Step-duration statistics, histogram and timeline per worker and mode (SageMaker report part 7)."""
 
     id = "step-durations"
+    order = 70
     title = "Step durations"
     requires = ("steps",)
 
@@ -77,6 +79,7 @@ class OperatorSection(Section):
     """The most expensive CPU and GPU operators of the detailed-profiling window."""
 
     id = "operators"
+    order = 80
     title = "Top CPU and GPU operators"
     requires = ("operators",)
 
@@ -104,6 +107,7 @@ class PythonSection(Section):
     """Functions with the most own time in the Python-profiled steps."""
 
     id = "python"
+    order = 90
     title = "Python hotspots"
     requires = ("python",)
 
@@ -118,6 +122,7 @@ class DataloaderSection(Section):
     """Dataloader waits and worker count (SageMaker report part 10)."""
 
     id = "dataloader"
+    order = 100
     title = "Dataloader analysis"
     requires = ("dataloader",)
 

@@ -41,6 +41,7 @@ class RulesSummarySection(Section):
     """All rules, sorted by triggers, with parameters and recommendations (SageMaker report part 5)."""
 
     id = "rules-summary"
+    order = 110
     title = "Rules summary"
     requires = ("verdicts",)
 
@@ -66,6 +67,7 @@ class TriggeredRulesSection(Section):
     """One part per rule that triggered: its message, recommendation, what it saw and its chart."""
 
     id = "triggered-rules"
+    order = 20
     title = "Rules that found issues"
     requires = ("verdicts", "triggered")
 
@@ -136,6 +138,7 @@ class TensorSection(Section):
     """The tensor side: loss curves per mode and tensor-rule verdicts with the steps and tensors involved."""
 
     id = "tensors"
+    order = 30
     title = "Tensors and losses"
     requires = ("tensors",)
 

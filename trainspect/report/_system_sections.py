@@ -11,6 +11,7 @@ import pandas as pd
 from trainspect.profiler.analysis import job_statistics, utilization_statistics
 from trainspect.profiler.arrays import SystemArrays
 from trainspect.profiler.heatmap import heatmap
+from trainspect.profiler.metrics import CATALOGUE
 from trainspect.report import charts
 from trainspect.report.context import ReportContext
 from trainspect.report.sections import Page, Section, sig
@@ -21,30 +22,17 @@ __all__ = ["JobSummarySection", "SystemUsageSection", "HeatmapSection", "CostSec
 _JOB_CPU = "process_cpu_utilization_percent"
 MIN_SAMPLES = 5
 """A node with fewer system samples gets its figures in words, not time series over empty axes."""
-_TABLE_METRICS = {
-    _JOB_CPU: "CPU, training job's processes (% of all cores)",
-    "process_memory_used_bytes": "Memory, training job's processes",
-    "cpu_total_utilization_percent": "CPU, whole host (mean of cores)",
-    "cpu_utilization_percent": "CPU, whole host (all cores)",
-    "cpu_memory_used_percent": "CPU memory, whole host",
-    "cpu_iowait_percent": "I/O wait",
-    "gpu_total_utilization_percent": "GPU (mean of GPUs)",
-    "disk_read_bytes_per_second": "Disk read",
-    "disk_write_bytes_per_second": "Disk write",
-    "network_sent_bytes_per_second": "Network sent",
-    "network_received_bytes_per_second": "Network received",
-}
-
-
 _COLS = ["min", "max", "p50", "p90", "p95", "p99"]
 
 
 def human(value: Any, unit: str) -> str:
-    """A statistic with its unit, in the unit's human scale: ``74.7 KB/s``, ``641 MB``, ``28.3 %``.
+    """A statistic with its unit, in the unit's human scale: ``74.7 KB/s``, ``641 MB``, ``28.3 %``, ``12``.
 
     Example:
         >>> human(74666.0, "bytes/s"), human(641802240, "bytes"), human(28.31, "percent"), human(None, "x")
         ('74.7 KB/s', '642 MB', '28.3 %', '–')
+        >>> human(12.0, "count"), human(41.5, "°C"), human(0.25, "s")
+        ('12', '41.5 °C', '0.25 s')
     """
     if value is None or value != value:
         return "–"
@@ -57,6 +45,8 @@ def human(value: Any, unit: str) -> str:
             v /= 1000
     if unit == "percent":
         return f"{sig(v)} %"
+    if unit == "count":
+        return sig(v)
     return f"{sig(v)} {unit}".strip()
 
 
@@ -70,6 +60,7 @@ class JobSummarySection(Section):
     """Training job summary: start, end, phases and their pie chart (SageMaker report part 2)."""
 
     id = "job-summary"
+    order = 10
     title = "Training job summary"
     requires = ("profiler",)
 
@@ -138,6 +129,13 @@ def _cpu_p95(stats: pd.DataFrame, node: str, page: Page) -> float | None:
     return job
 
 
+def _rate_keys(arr: SystemArrays) -> list[str]:
+    """The node's byte-rate metrics (disk, network…): declared ones in catalogue order, then the others."""
+    rates = [k for k in arr.keys if CATALOGUE.describe(k).unit == "bytes/s"]
+    order = {m.key: i for i, m in enumerate(CATALOGUE.metrics())}
+    return sorted(rates, key=lambda k: order.get(CATALOGUE.describe(k).key, len(order)))
+
+
 def _series(arr: SystemArrays) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     job = arr.column(_JOB_CPU)
@@ -164,6 +162,7 @@ class SystemUsageSection(Section):
     """System usage per node: percentiles table, advice and time series (SageMaker report part 3)."""
 
     id = "system-usage"
+    order = 40
     title = "System usage statistics"
     requires = ("system",)
 
@@ -179,11 +178,9 @@ class SystemUsageSection(Section):
             sel = stats[stats["node"] == node]
             rows = []
             for _, r in sel.iterrows():
-                label = _TABLE_METRICS.get(r["metric"])
-                if label is None and not r["metric"].startswith("gpu"):
-                    continue
-                unit = str(r["unit"])
-                rows.append([label or r["metric"]] + [human(r[c], unit) for c in _COLS])
+                metric = CATALOGUE.describe(r["metric"])
+                if metric.table:  # undeclared metrics too: shown under their key, never dropped
+                    rows.append([metric.display_label] + [human(r[c], str(r["unit"])) for c in _COLS])
             page.table(["metric", *_COLS], rows, num=[False] + [True] * len(_COLS))
             if len(arr) < MIN_SAMPLES:
                 page.note(f"Only {len(arr)} system sample(s) were recorded on {node} (every {arr.interval_ms or '?'} "
@@ -192,11 +189,8 @@ class SystemUsageSection(Section):
                 continue
             page.chart(charts.line_chart(_series(arr), f"Utilisation over time ({node})", y_name="utilisation",
                                          y_unit="%"), height=340)  # fmt: skip
-            io: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-            for key, label in _TABLE_METRICS.items():
-                col = arr.column(key)
-                if key.endswith("_per_second") and col is not None:
-                    io[label] = (arr.timestamps, col)
+            io = {CATALOGUE.describe(k).display_label: (arr.timestamps, arr.values[:, arr.keys.index(k)])
+                  for k in _rate_keys(arr)}  # fmt: skip
             if io:
                 page.chart(charts.line_chart(io, f"Disk and network ({node})", y_name="rate", y_unit="B/s", log=False),
                            height=260)  # fmt: skip
@@ -206,6 +200,7 @@ class HeatmapSection(Section):
     """The utilisation heatmap: CPU cores and GPUs over time, with step boundaries."""
 
     id = "heatmap"
+    order = 50
     title = "Utilisation heatmap"
     requires = ("system",)
 
@@ -231,6 +226,7 @@ class CostSection(Section):
     """What the run cost at the given hourly price, and what a smaller instance might save."""
 
     id = "cost"
+    order = 120
     title = "Cost"
     requires = ("price",)
 

@@ -55,6 +55,7 @@ class VerdictSection(Section):
     """Verdict first: the rules with issues (first step, tensors, recommendation), then the job in one line."""
 
     id = "verdict"
+    order = 0
     title = "Verdict"
 
     def build(self, ctx: ReportContext, page: Page) -> None:

@@ -12,18 +12,9 @@ from typing import Any
 
 import jinja2
 
-from trainspect.report._framework_sections import (
-    DataloaderSection,
-    OperatorSection,
-    PhaseRatioSection,
-    PythonSection,
-    StepDurationSection,
-)
-from trainspect.report._rule_sections import RulesSummarySection, TensorSection, TriggeredRulesSection
-from trainspect.report._system_sections import CostSection, HeatmapSection, JobSummarySection, SystemUsageSection
-from trainspect.report._verdict_section import VerdictSection
+from trainspect.report import _framework_sections, _rule_sections, _system_sections, _verdict_section
 from trainspect.report.context import REQUIREMENT_HINTS, ReportContext
-from trainspect.report.sections import Page, SectionRegistry
+from trainspect.report.sections import Page, Section, SectionRegistry
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import write_text_atomic
 
@@ -34,13 +25,21 @@ log = logging.getLogger(__name__)
 _VENDOR = Path(__file__).resolve().parent.parent / "_vendor" / "echarts.min.js"
 
 
+_SECTION_MODULES = (_verdict_section, _system_sections, _rule_sections, _framework_sections)
+"""The built-in sections are the ``Section`` classes these modules export (``__all__``)."""
+
+
+def builtin_sections() -> list[Section]:
+    """One instance of each built-in section, by ``order``: the verdict first, then SageMaker's order."""
+    found = [getattr(m, name) for m in _SECTION_MODULES for name in m.__all__]
+    classes = [c for c in found if isinstance(c, type) and issubclass(c, Section) and c.id]
+    return [c() for c in sorted(classes, key=lambda c: c.order)]
+
+
 def default_registry(plugins: bool = True) -> SectionRegistry:
-    """The built-in sections, verdict first (then SageMaker's order), then the entry-point plugins."""
+    """The built-in sections (:func:`builtin_sections`), then the entry-point plugins."""
     reg = SectionRegistry()
-    for section in (VerdictSection(), JobSummarySection(), TriggeredRulesSection(), TensorSection(),
-                    SystemUsageSection(), HeatmapSection(), PhaseRatioSection(), StepDurationSection(),
-                    OperatorSection(), PythonSection(), DataloaderSection(), RulesSummarySection(),
-                    CostSection()):  # fmt: skip
+    for section in builtin_sections():
         reg.register(section)
     if plugins:
         reg.load_entry_points()

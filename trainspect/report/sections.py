@@ -133,6 +133,8 @@ class Section:
 
     id: ClassVar[str] = ""
     title: ClassVar[str] = ""
+    order: ClassVar[float] = 1000.0
+    """Place among the built-in sections (ascending); plugins' sections follow the built-in ones."""
     requires: ClassVar[tuple[str, ...]] = ()
     """Data the section needs; any missing one skips it with its hint."""
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 import threading
 import time
@@ -23,7 +22,8 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from trainspect.tb_plugin import metadata
-from trainspect.tb_plugin.profiler_view import MAX_COLUMNS, MAX_POINTS, heatmap_view, overview, timeseries_view
+from trainspect.tb_plugin.cards import Card, CardRegistry, default_cards
+from trainspect.tb_plugin.profiler_view import overview
 from trainspect.tb_plugin.rules_view import verdict_detail, verdict_rows
 from trainspect.tb_plugin.run_data import RunData
 from trainspect.tb_plugin.runs import RunIndex, RunInfo
@@ -46,17 +46,20 @@ class TrainspectPlugin(base_plugin.TBPlugin):
 
     Args:
         context: TensorBoard's ``TBContext`` (``logdir`` and ``data_provider`` are used).
+        cards: the Profiler tab's cards, each served at ``/<id>`` (default: :func:`~trainspect.tb_plugin.cards.
+            default_cards`, the built-in ones and the ``trainspect.tb_cards`` plugins).
 
     Example:
         >>> import tempfile
         >>> plugin = TrainspectPlugin(base_plugin.TBContext(logdir=tempfile.mkdtemp()))
-        >>> plugin.is_active(), sorted(plugin.get_plugin_apps())[:2]
-        (False, ['/heatmap', '/index.js'])
+        >>> plugin.is_active(), sorted(plugin.get_plugin_apps())[:3]
+        (False, ['/cards', '/dataloader', '/heatmap'])
     """
 
     plugin_name = metadata.PLUGIN_NAME
 
-    def __init__(self, context: base_plugin.TBContext) -> None:
+    def __init__(self, context: base_plugin.TBContext, cards: CardRegistry | None = None) -> None:
+        self._cards = default_cards() if cards is None else cards
         self._provider = context.data_provider
         self._index = RunIndex(context.logdir or "")
         self._data: dict[str, RunData] = {}
@@ -75,12 +78,13 @@ class TrainspectPlugin(base_plugin.TBPlugin):
             "/vendor/echarts.min.js": self._serve_echarts,
             "/runs": self._serve_runs,
             "/profiler": self._serve_profiler,
-            "/heatmap": self._serve_heatmap,
-            "/timeseries": self._serve_timeseries,
             "/rules": self._serve_rules,
             "/rule": self._serve_rule,
             "/trace": self._serve_trace,
+            "/cards": self._serve_cards,
         }
+        for card in self._cards.cards():
+            routes["/" + card.id] = self._card_handler(card)
         return {route: _wsgi(handler) for route, handler in routes.items()}
 
     def is_active(self) -> bool:
@@ -121,25 +125,20 @@ class TrainspectPlugin(base_plugin.TBPlugin):
     def _serve_profiler(self, request: wrappers.Request) -> wrappers.Response:
         return _json(request, lambda: self._profiler_impl(request.args.get("run")))
 
-    def _serve_heatmap(self, request: wrappers.Request) -> wrappers.Response:
-        def impl() -> dict[str, Any]:
-            a = request.args
-            columns = _int_arg(a, "columns", 400, 1, MAX_COLUMNS)
-            return self._heatmap_impl(
-                a.get("run"), a.get("node"), _float_arg(a, "start"), _float_arg(a, "end"), columns
-            )
+    def _serve_cards(self, request: wrappers.Request) -> wrappers.Response:
+        return _json(request, lambda: {"cards": [c.to_json() for c in self._cards.cards()]})
 
-        return _json(request, impl)
+    def _card_handler(self, card: Card) -> _Handler:
+        """The route of one card: typed arguments parsed (400 on a bad one), then the run looked up (404)."""
 
-    def _serve_timeseries(self, request: wrappers.Request) -> wrappers.Response:
-        def impl() -> dict[str, Any]:
-            a = request.args
-            points = _int_arg(a, "points", 500, 1, MAX_POINTS)
-            return self._timeseries_impl(
-                a.get("run"), a.get("node"), _float_arg(a, "start"), _float_arg(a, "end"), points
-            )
+        def serve(request: wrappers.Request) -> wrappers.Response:
+            def impl() -> Any:
+                args = card.parse(request.args)
+                return card.serve(self._run_data(self._lookup(request.args.get("run"))).profiler(), args)
 
-        return _json(request, impl)
+            return _json(request, impl)
+
+        return serve
 
     def _serve_rules(self, request: wrappers.Request) -> wrappers.Response:
         return _json(request, self._rules_impl)
@@ -212,18 +211,6 @@ class TrainspectPlugin(base_plugin.TBPlugin):
         self._overviews[info.name] = (key, out)
         return out
 
-    def _heatmap_impl(
-        self, run: str | None, node: str | None, start: float | None, end: float | None, columns: int
-    ) -> dict[str, Any]:
-        data = self._run_data(self._lookup(run))
-        return heatmap_view(data.profiler(), node, start, end, columns)
-
-    def _timeseries_impl(
-        self, run: str | None, node: str | None, start: float | None, end: float | None, points: int
-    ) -> dict[str, Any]:
-        data = self._run_data(self._lookup(run))
-        return timeseries_view(data.profiler(), node, start, end, points)
-
     def _rules_impl(self) -> dict[str, Any]:
         rows: list[dict[str, Any]] = []
         problems = []
@@ -256,7 +243,7 @@ def _error(request: wrappers.Request, exc: errors.PublicError) -> wrappers.Respo
     return http_util.Respond(request, {"error": str(exc)}, _JSON, code=exc.http_code)
 
 
-def _json(request: wrappers.Request, impl: Callable[[], dict[str, Any]]) -> wrappers.Response:
+def _json(request: wrappers.Request, impl: Callable[[], Any]) -> wrappers.Response:
     try:
         body = impl()
     except errors.PublicError as exc:
@@ -270,29 +257,3 @@ def _json(request: wrappers.Request, impl: Callable[[], dict[str, Any]]) -> wrap
     except ValueError:
         return http_util.Respond(request, body, _JSON)
     return http_util.Respond(request, text, _JSON)
-
-
-def _float_arg(args: Any, name: str) -> float | None:
-    raw = args.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"{name}={raw!r} is not a number") from None
-    if not math.isfinite(value):
-        raise errors.InvalidArgumentError(f"{name}={raw!r} is not a finite number")
-    return value
-
-
-def _int_arg(args: Any, name: str, default: int, lo: int, hi: int) -> int:
-    raw = args.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise errors.InvalidArgumentError(f"{name}={raw!r} is not an integer") from None
-    if not lo <= value <= hi:
-        raise errors.InvalidArgumentError(f"{name}={value} is outside {lo}..{hi}")
-    return value

@@ -16,10 +16,11 @@ from tensorboard import errors
 from trainspect.profiler import analysis
 from trainspect.profiler.arrays import SystemArrays
 from trainspect.profiler.data import ProfilerData
+from trainspect.profiler.metrics import CATALOGUE, unit_symbol
 from trainspect.rules.verdict import Status, Verdict
 from trainspect.tb_plugin.downsample import bucket_means, rows_json
 
-__all__ = ["overview", "heatmap_view", "timeseries_view", "MAX_COLUMNS", "MAX_POINTS"]
+__all__ = ["overview", "heatmap_view", "timeseries_view", "utilization_rows", "records", "MAX_COLUMNS", "MAX_POINTS"]
 
 MAX_COLUMNS = 1000
 """The most heatmap time buckets one response holds (72 rows x 1000 buckets is about 0.4 MB of JSON)."""
@@ -27,13 +28,7 @@ MAX_COLUMNS = 1000
 MAX_POINTS = 2000
 """The most points per time series in one response."""
 
-_GROUPS = (
-    ("cpu", "CPU (all cores) and I/O wait", "%", ("cpu_total", "cpu_iowait_percent")),
-    ("memory", "Memory used", "%", ("cpu_memory_used_percent",)),
-    ("gpu_memory", "GPU memory used", "%", ("gpu*_memory_used_percent",)),
-    ("io", "Disk I/O", "B/s", ("disk_read_bytes_per_second", "disk_write_bytes_per_second")),
-    ("network", "Network", "B/s", ("network_sent_bytes_per_second", "network_received_bytes_per_second")),
-)
+_HOST_CPU = "cpu_utilization_percent"
 
 
 def _clean(value: Any) -> Any:
@@ -48,7 +43,8 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The rows of a DataFrame as JSON-ready dicts (NaN as ``None``)."""
     return [_clean(r) for r in frame.to_dict("records")]
 
 
@@ -93,27 +89,40 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
         "nodes": nodes,
         "workers": workers,
         "job": _clean(analysis.job_statistics(data)),
-        "steps": _records(analysis.step_statistics(data)),
+        "steps": records(analysis.step_statistics(data)),
         "histogram": histogram,
         "phases": _clean(analysis.phase_ratios(data)),
-        "operators": _records(analysis.top_operators(data, n=20)),
-        "python": _records(analysis.python_hotspots(data, n=15)),
+        "operators": records(analysis.top_operators(data, n=20)),
+        "python": records(analysis.python_hotspots(data, n=15)),
         "utilization": _utilization(data),
-        "dataloader": _records(analysis.dataloader_statistics(data)),
+        "dataloader": records(analysis.dataloader_statistics(data)),
         "profiler_rules": len(rec),
         "recommendations": [_recommendation(v) for v in rec if v.status is Status.ISSUES_FOUND],
         "problems": list(problems),
     }
 
 
+def utilization_rows(data: ProfilerData, node: str | None = None) -> list[dict[str, Any]]:
+    """The utilisation-statistics rows of ``node`` (every node's when ``None``); see :func:`_utilization`."""
+    return [r for r in _utilization(data) if node is None or r["node"] == node]
+
+
 def _utilization(data: ProfilerData) -> list[dict[str, Any]]:
-    """The percentile table of the report (per node; per-core rows left out: the heatmap shows them)."""
+    """The percentile table of the report, per node, with each metric's ``label`` from the metric catalogue.
+
+    Rows of metrics the catalogue keeps out of tables (per-core rows: the heatmap shows them) are left out;
+    undeclared metrics are kept, labelled with their key.
+    """
     if not data.system:
         return []
     stats = analysis.utilization_statistics(data)
-    keep = ~stats["metric"].str.match(r"cpu\d+_")
     cols = ["node", "metric", "unit", "min", "max", "p50", "p95", "p99", "samples"]
-    return _records(stats.loc[keep, [c for c in cols if c in stats.columns]])
+    rows = []
+    for row in records(stats[[c for c in cols if c in stats.columns]]):
+        metric = CATALOGUE.describe(row["metric"])
+        if metric.table:
+            rows.append({**row, "label": metric.display_label})
+    return rows
 
 
 def _recommendation(v: Verdict) -> dict[str, Any]:
@@ -189,17 +198,17 @@ def heatmap_view(
     }
 
 
-def _group_columns(arr: SystemArrays, patterns: tuple[str, ...]) -> list[tuple[str, np.ndarray]]:
+def _group_columns(arr: SystemArrays, group: str) -> list[tuple[str, np.ndarray]]:
+    """The node's columns of the catalogue's metrics in ``group``, in declaration order."""
     out: list[tuple[str, np.ndarray]] = []
-    for pat in patterns:
-        if pat == "cpu_total":
-            if arr.cpu_cores or "cpu_utilization_percent" in arr.keys:
-                out.append(("cpu_utilization_percent", arr.cpu_total().astype(np.float32)))
-        elif "*" in pat:
-            head, tail = pat.split("*")
-            out += [(k, arr.values[:, i]) for i, k in enumerate(arr.keys) if k.startswith(head) and k.endswith(tail)]
-        elif pat in arr.keys:
-            out.append((pat, arr.values[:, arr.keys.index(pat)]))
+    for metric in CATALOGUE.metrics():
+        if metric.group != group:
+            continue
+        if metric.key == _HOST_CPU:  # the mean of the cores where they were sampled (as the report draws it)
+            if arr.cpu_cores or _HOST_CPU in arr.keys:
+                out.append((_HOST_CPU, arr.cpu_total().astype(np.float32)))
+            continue
+        out += [(k, arr.values[:, arr.keys.index(k)]) for k in CATALOGUE.instances(metric, arr.keys)]
     return out
 
 
@@ -210,21 +219,23 @@ def timeseries_view(
 
     Returns:
         ``node``, ``start``, ``end``, ``bucket_s``, ``times`` (bucket starts) and ``groups``: ``[{"id", "title",
-        "unit", "series": [{"key", "values"}]}]``; groups whose metrics were not recorded are left out.
+        "unit", "series": [{"key", "label", "values"}]}]``, the metric catalogue's groups (``unit`` its symbol:
+        ``%``, ``B/s``…); groups whose metrics were not recorded are left out.
     """
     arr = _node(data, node)
     lo, hi = _range(arr, start, end)
     groups = []
     times: list[float] = []
     width = 0.0
-    for gid, title, unit, patterns in _GROUPS:
-        cols = _group_columns(arr, patterns)
+    for group in CATALOGUE.groups():
+        cols = _group_columns(arr, group.id)
         if not cols:
             continue
         mat = np.stack([c for _k, c in cols], axis=1)
         t, width, means = bucket_means(arr.timestamps, mat, lo, hi, min(points, MAX_POINTS))
         times = np.round(t, 3).tolist()
-        values = rows_json(means, 1 if unit == "%" else 0)
-        series = [{"key": k, "values": v} for (k, _c), v in zip(cols, values, strict=True)]
-        groups.append({"id": gid, "title": title, "unit": unit, "series": series})
+        values = rows_json(means, 1 if group.unit == "percent" else 0)
+        series = [{"key": k, "label": CATALOGUE.describe(k).display_short, "values": v}
+                  for (k, _c), v in zip(cols, values, strict=True)]  # fmt: skip
+        groups.append({"id": group.id, "title": group.title, "unit": unit_symbol(group.unit), "series": series})
     return {"node": arr.node, "start": lo, "end": hi, "bucket_s": width, "times": times, "groups": groups}

@@ -2,14 +2,12 @@
 // histogram, phase breakdown, top operators and the recommendations of triggered profiler rules.
 
 import {Heatmap} from './heatmap.js';
-import {drawOperators, drawPython, drawTraces, drawUtilization} from './profiler_tables.js';
+import {tableCards} from './cards.js';
+import {drawOperators, drawTraces} from './profiler_tables.js';
 import {chart, clear, el, fetchJSON, fmtDuration, fmtNumber, fmtTime, fmtUnit, notice, table} from './util.js';
 
 const TIP = {trigger: 'axis', renderMode: 'richText', confine: true};
 const MIN_SAMPLES = 5; // fewer system samples are listed in words, not drawn over empty axes
-const SERIES_NAMES = {cpu_utilization_percent: 'CPU (all cores)', cpu_iowait_percent: 'I/O wait',
-  cpu_memory_used_percent: 'memory used', disk_read_bytes_per_second: 'read', disk_write_bytes_per_second: 'write',
-  network_sent_bytes_per_second: 'sent', network_received_bytes_per_second: 'received'};
 
 function card(title, ...body) {
   return el('section', {class: 'card'}, el('h3', {text: title}), ...body);
@@ -29,7 +27,7 @@ export class ProfilerView {
     this.nodeSelect = el('select', {'aria-label': 'node', onchange: () => {
       this.node = this.nodeSelect.value;
       this.range = null;
-      if (this.overview) drawUtilization(this.utilization, this.overview, this.node);
+      if (this.overview) this.refreshCards();
       this.loadCharts();
     }});
     this.rangeText = el('span', {class: 'muted'});
@@ -43,9 +41,8 @@ export class ProfilerView {
     this.jobText = el('p', {class: 'muted'});
     this.operators = el('div', {class: 'scroll'});
     this.traces = el('div', {class: 'traces'});
-    this.python = el('div', {class: 'scroll'});
-    this.utilization = el('div', {class: 'scroll'});
-    this.dataloader = el('div');
+    this.generic = el('div', {class: 'generic-cards'}); // the registry's table cards (cards.js)
+    this.cards = null;
     this.recs = el('div', {class: 'recs'});
     const controls = el('div', {class: 'controls'},
       el('label', {}, 'Run ', this.runSelect), el('label', {}, 'Node ', this.nodeSelect),
@@ -55,13 +52,11 @@ export class ProfilerView {
       card('CPU cores and GPUs — utilisation over time (drag to zoom)', this.heatNote = el('p', {class: 'muted', hidden: true}),
         this.heatmap.root),
       card('Memory, GPU memory, I/O and network', this.series),
-      card('Utilisation statistics', this.utilization),
+      this.generic,
       card('Step durations', this.histLabel = el('label', {}, 'Worker / mode ', this.histSelect), this.histChart,
         this.stepTable),
       card('Where the time went', this.jobText, this.phaseChart),
-      card('Top operators of the profiled window', this.traces, this.operators),
-      card('Python hotspots (own time in the Python-profiled steps)', this.python),
-      card('Dataloader', this.dataloader));
+      card('Top operators of the profiled window', this.traces, this.operators));
     const aside = el('aside', {class: 'side'}, card('Recommendations', this.recs));
     root.append(controls, this.messages, el('div', {class: 'layout'}, main, aside));
   }
@@ -117,13 +112,27 @@ export class ProfilerView {
     this.drawSteps(data);
     this.drawPhases(data);
     drawTraces(this.traces, data, this.run);
-    drawOperators(this.operators, this.dataloader, data);
-    drawPython(this.python, data);
-    drawUtilization(this.utilization, data, this.node);
+    drawOperators(this.operators, data);
+    await this.refreshCards();
+    if (token !== this.token) return;
     const result = await charts;
     if (token !== this.token) return;
     if (result instanceof Error || result[0].node !== this.node) await this.loadCharts();
     else this.drawCharts(result[0], result[1]);
+  }
+
+  async refreshCards() {
+    if (this.cards === null) {
+      try {
+        this.cards = await tableCards();
+      } catch (err) {
+        this.messages.append(notice('error', `Could not load the card list: ${err.message}`));
+        this.cards = [];
+      }
+      this.generic.append(...this.cards.map((c) => c.root));
+    }
+    const params = {run: this.run, node: this.node === null ? undefined : this.node};
+    await Promise.all(this.cards.map((c) => c.refresh(params)));
   }
 
   showStatus(data) {
@@ -213,7 +222,7 @@ export class ProfilerView {
     const times = ts.times.map((t) => t * 1000);
     for (const group of ts.groups) {
       const box = el('div', {class: 'chart chart-short'});
-      this.series.append(el('div', {class: 'series-card'}, el('h4', {text: `${group.title} (${group.unit})`}), box));
+      this.series.append(el('div', {class: 'series-card'}, el('h4', {text: group.unit ? `${group.title} (${group.unit})` : group.title}), box));
       const fmt = (v) => fmtUnit(v, group.unit);
       // The axis spans the samples (fitted), not the requested range: a 1-second run is not drawn over two days.
       const first = times.length ? times[0] : ts.start * 1000;
@@ -226,7 +235,7 @@ export class ProfilerView {
         xAxis: {type: 'time', min: first, max: Math.max(last, first + 1000), splitNumber: 4, axisLabel: {hideOverlap: true}},
         yAxis: {type: 'value', axisLabel: {formatter: fmt, hideOverlap: true}, max: group.unit === '%' ? 100 : null},
         series: group.series.map((s) => ({
-          name: SERIES_NAMES[s.key] || s.key.replace(/_percent$|_bytes_per_second$/, '').replace(/_/g, ' '),
+          name: s.label || s.key, // from the metric catalogue (trainspect/profiler/metrics.py)
           type: 'line', showSymbol: times.length < 30, sampling: 'lttb',
           data: s.values.map((v, i) => [times[i], v]),
         })),

@@ -1,49 +1,8 @@
-// The Profiler view's tables: utilisation statistics, top operators with the Chrome trace download, Python
-// hotspots and dataloader waits. Every name from a run goes through textContent (util.el / util.table).
+// The Profiler view's own tables: top operators with the Chrome trace download (the utilisation statistics,
+// Python hotspots and dataloader waits are generic cards: cards.js). Every name from a run goes through
+// textContent (util.el / util.table).
 
 import {BASE, clear, el, fmtDuration, fmtNumber, fmtUnit, table} from './util.js';
-
-const LABELS = {
-  process_cpu_utilization_percent: "CPU, training job's processes", process_memory_used_bytes: "Memory, training job's processes",
-  cpu_total_utilization_percent: 'CPU, whole host (mean of cores)', cpu_utilization_percent: 'CPU, whole host',
-  cpu_memory_used_percent: 'CPU memory, whole host', cpu_iowait_percent: 'I/O wait',
-  gpu_total_utilization_percent: 'GPU (mean of GPUs)', disk_read_bytes_per_second: 'Disk read',
-  disk_write_bytes_per_second: 'Disk write', network_sent_bytes_per_second: 'Network sent',
-  network_received_bytes_per_second: 'Network received',
-};
-
-export function drawPython(box, data) {
-  clear(box);
-  const rows = data.python || [];
-  if (!rows.length) {
-    box.append(el('p', {class: 'muted', text: 'No Python profile: set framework_profile_params=' +
-      'ts.profiler.FrameworkProfile() to run cProfile over a few steps.'}));
-    return;
-  }
-  box.append(table([
-    {label: 'worker', value: (r) => r.worker}, {label: 'function', value: (r) => r.function, class: 'name'},
-    {label: 'file', value: (r) => `${String(r.filename).split('/').slice(-2).join('/')}:${r.line}`, class: 'name'},
-    {label: 'calls', value: (r) => fmtUnit(r.calls, 'count'), class: 'num'},
-    {label: 'own time', value: (r) => fmtDuration(r.total_time_s), class: 'num'},
-    {label: 'cumulative', value: (r) => fmtDuration(r.cumulative_time_s), class: 'num'},
-  ], rows));
-}
-
-export function drawUtilization(box, data, node) {
-  clear(box);
-  const rows = (data.utilization || []).filter((r) => r.node === node && (LABELS[r.metric] || /^gpu\d/.test(r.metric)));
-  if (!rows.length) {
-    box.append(el('p', {class: 'muted', text: 'No system metrics were recorded for this node.'}));
-    return;
-  }
-  const v = (key) => (r) => fmtUnit(r[key], r.unit);
-  box.append(table([
-    {label: 'metric', value: (r) => LABELS[r.metric] || r.metric.replace(/_/g, ' ')},
-    {label: 'min', value: v('min'), class: 'num'}, {label: 'p50', value: v('p50'), class: 'num'},
-    {label: 'p95', value: v('p95'), class: 'num'}, {label: 'p99', value: v('p99'), class: 'num'},
-    {label: 'max', value: v('max'), class: 'num'}, {label: 'samples', value: (r) => fmtUnit(r.samples, 'count'), class: 'num'},
-  ], rows));
-}
 
 export function drawTraces(box, data, run) {
   clear(box);
@@ -58,7 +17,7 @@ export function drawTraces(box, data, run) {
   }
 }
 
-export function drawOperators(box, loaderBox, data) {
+export function drawOperators(box, data) {
   clear(box);
   if (!data.operators.length) {
     box.append(el('p', {class: 'muted', text: 'No detailed profile: set framework_profile_params=' +
@@ -72,15 +31,4 @@ export function drawOperators(box, loaderBox, data) {
       {label: 'self %', value: (r) => fmtNumber(r.percent), class: 'num'},
     ], data.operators));
   }
-  clear(loaderBox);
-  if (!data.dataloader.length) {
-    loaderBox.append(el('p', {class: 'muted', text: 'No dataloader waits recorded.'}));
-    return;
-  }
-  loaderBox.append(table([
-    {label: 'worker', value: (r) => r.worker}, {label: 'loader workers', value: (r) => fmtNumber(r.num_workers)},
-    {label: 'waits', value: (r) => r.count, class: 'num'}, {label: 'mean', value: (r) => fmtDuration(r.mean_s), class: 'num'},
-    {label: 'p95', value: (r) => fmtDuration(r.p95_s), class: 'num'},
-    {label: '% of loop', value: (r) => fmtNumber(r.loop_percent), class: 'num'},
-  ], data.dataloader));
 }

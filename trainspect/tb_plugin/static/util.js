@@ -121,8 +121,9 @@ function scaled(value, units, base = 1000) {
   return `${fmtNumber(v)} ${units[i]}`;
 }
 
-// A value with its unit, for axis ticks, tooltips and tables: '%', 'B', 'B/s', 's', 'count', or a plain number.
-// (Before, every unit other than B/s was shown as '%'.)
+// A value with its unit, for axis ticks, tooltips and tables. The units are those of the metric catalogue
+// (trainspect/profiler/metrics.py), sent in the plugin's JSON: 'percent' or '%', 'bytes' or 'B', 'bytes/s' or 'B/s',
+// 's', 'count' (a plain number: 12 threads read "12"), 'W', '°C'; any other unit is written after the number.
 export function fmtUnit(value, unit) {
   if (value === null || value === undefined || typeof value !== 'number' || !isFinite(value)) return fmtNumber(value);
   switch (unit) {
@@ -130,7 +131,7 @@ export function fmtUnit(value, unit) {
     case 'B': case 'bytes': return scaled(value, ['B', 'KB', 'MB', 'GB', 'TB']);
     case 'B/s': case 'bytes/s': return scaled(value, ['B/s', 'KB/s', 'MB/s', 'GB/s']);
     case 's': return fmtDuration(value);
-    case 'count': case 'step': return Math.round(value).toLocaleString('en-US');
+    case 'count': case 'step': return Number.isInteger(value) ? value.toLocaleString('en-US') : fmtNumber(value);
     default: return unit ? `${fmtNumber(value)} ${unit}` : fmtNumber(value);
   }
 }
