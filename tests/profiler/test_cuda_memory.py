@@ -159,3 +159,30 @@ def test_a_damaged_step_metrics_table_is_skipped_with_a_warning(tmp_path: Path) 
     cols = reader.read_tables()["worker_0"].step_metrics
     assert list(cols["gpu0_memory_allocated_bytes"]) == [GIB, 2 * GIB]
     assert any("step_metrics" in p for p in reader.problems())
+
+
+def test_the_report_and_the_profiler_tab_show_the_jobs_gpu_memory(tmp_path: Path) -> None:
+    from trainspect.profiler import load_profiler_data
+    from trainspect.report import render_report
+    from trainspect.tb_plugin.cards import default_cards
+
+    _record(tmp_path, FakeCuda([0]), [GIB, 3 * GIB, 2 * GIB])
+    html = render_report(tmp_path)
+    assert 'id="cuda-memory"' in html and "GPU memory of the training job" in html
+    section = html.split('id="cuda-memory"', 1)[1].split("</section>", 1)[0]
+    # first 1024 MiB, last 2048, max 3072, reserved max 4096 (allocated + 1 GiB), peak 3072, growth +1024
+    for cell in ("1,024.0", "2,048.0", "3,072.0", "4,096.0"):
+        assert f">{cell}<" in section, cell
+    card = {c.id: c for c in default_cards(plugins=False).cards()}["cuda_memory"]
+    rows = card.serve(load_profiler_data(tmp_path), card.parse({}))["rows"]
+    assert [(r["device"], r["steps"], r["allocated_last_bytes"], r["peak_bytes"], r["growth_bytes"]) for r in rows] == [
+        ("gpu0", 3, 2 * GIB, 3 * GIB, GIB)
+    ]
+    empty = tmp_path / "cpu"
+    rec = FrameworkRecorder(empty, "worker_0", ProfilerConfig())
+    rec.start()
+    rec.on_step_start(ModeKeys.TRAIN, 0, 0)
+    rec.on_step_end(ModeKeys.TRAIN, 0, 0)
+    rec.close()
+    assert '<li id="cuda-memory" data-section="cuda-memory" data-empty="1">' in render_report(empty)  # CPU: why
+    assert '<li id="cuda-memory"' not in html

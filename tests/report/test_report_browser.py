@@ -87,7 +87,8 @@ def test_report_in_chromium(browser: Any, synthetic_run: Path, tmp_path: Path) -
     seen = _open(browser, html, "report-synthetic.png")
     assert seen["errors"] == [] and seen["blocked"] == [] and seen["dialogs"] == []
     assert sorted(seen["sections"]) == sorted(s.id for s in default_registry().sections())
-    assert seen["sections"][0] == "verdict" and seen["sections"][-1] == "python"  # no Python profile: one line
+    # no Python profile, no CUDA memory: one line each, at the end
+    assert seen["sections"][0] == "verdict" and seen["sections"][-2:] == ["python", "cuda-memory"]
     assert seen["charts"] > 10 and seen["drawn"] == seen["charts"] and seen["canvases"] >= seen["charts"]
     assert (ARTIFACTS / "report-synthetic.png").stat().st_size > 10_000
 

@@ -31,6 +31,7 @@ __all__ = [
     "is_own_frame",
     "is_profiler_frame",
     "dataloader_statistics",
+    "cuda_memory_statistics",
 ]
 
 _OWN_FILES = re.compile(
@@ -253,4 +254,34 @@ def dataloader_statistics(data: ProfilerData) -> pd.DataFrame:
                      float(np.percentile(d, 95)), float(d.max()), float(d.sum()),
                      100.0 * float(d.sum()) / loop if loop and loop > 0 else float("nan")])  # fmt: skip
     cols = ["worker", "num_workers", "count", "mean_s", "p50_s", "p95_s", "max_s", "total_s", "loop_percent"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+_CUDA_MEMORY = re.compile(r"^gpu(\d+)_memory_(allocated|reserved|peak_allocated)_bytes$")
+
+
+def cuda_memory_statistics(data: ProfilerData) -> pd.DataFrame:
+    """The job's own GPU memory from the framework's allocator, per worker and device.
+
+    Columns: ``worker, device, steps, allocated_first_bytes, allocated_last_bytes, allocated_max_bytes,
+    reserved_max_bytes, peak_bytes, growth_bytes`` (``growth``: last minus first allocated). Read from the
+    ``step_metrics`` the PyTorch hook writes per step (``gpu<d>_memory_*_bytes``); empty on a CPU-only run.
+    """
+    rows = []
+    for worker, tab in data.framework.items():
+        metrics = tab.step_metrics
+        devices = sorted({int(m.group(1)) for k in metrics if (m := _CUDA_MEMORY.match(k))})
+        for d in devices:
+            alloc = np.asarray(metrics.get(f"gpu{d}_memory_allocated_bytes", []), dtype=float)
+            alloc = alloc[np.isfinite(alloc)]
+            if not alloc.size:
+                continue
+            reserved = np.asarray(metrics.get(f"gpu{d}_memory_reserved_bytes", [np.nan]), dtype=float)
+            peak = np.asarray(metrics.get(f"gpu{d}_memory_peak_allocated_bytes", [np.nan]), dtype=float)
+            rows.append([worker, f"gpu{d}", int(alloc.size), float(alloc[0]), float(alloc[-1]), float(alloc.max()),
+                         float(np.nanmax(reserved)) if np.isfinite(reserved).any() else float("nan"),
+                         float(np.nanmax(peak)) if np.isfinite(peak).any() else float("nan"),
+                         float(alloc[-1] - alloc[0])])  # fmt: skip
+    cols = ["worker", "device", "steps", "allocated_first_bytes", "allocated_last_bytes", "allocated_max_bytes",
+            "reserved_max_bytes", "peak_bytes", "growth_bytes"]  # fmt: skip
     return pd.DataFrame(rows, columns=cols)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainspect.profiler.analysis import (
+    cuda_memory_statistics,
     dataloader_statistics,
     phase_ratios,
     python_hotspots,
@@ -16,7 +17,8 @@ from trainspect.report import charts
 from trainspect.report.context import ReportContext
 from trainspect.report.sections import Page, Section
 
-__all__ = ["PhaseRatioSection", "StepDurationSection", "OperatorSection", "PythonSection", "DataloaderSection"]
+__all__ = ["PhaseRatioSection", "StepDurationSection", "OperatorSection", "PythonSection", "DataloaderSection",
+           "CudaMemorySection"]  # fmt: skip
 
 
 class PhaseRatioSection(Section):
@@ -162,3 +164,27 @@ def _advice(worker: str, num_workers: object, loop_percent: float, cores: int) -
     if cores and n is not None and n > 2 * cores:
         return f"{share}; {n} dataloader workers on {cores} cores: decrease num_workers to avoid contention."
     return f"{share}: data loading is not a bottleneck."
+
+
+def _mib(value: float) -> str:
+    return "–" if not np.isfinite(value) else f"{value / 2**20:,.1f}"
+
+
+class CudaMemorySection(Section):
+    """The job's own GPU memory, from PyTorch's CUDA allocator (not the device total NVML reports)."""
+
+    id = "cuda-memory"
+    order = 105
+    title = "GPU memory of the training job"
+    requires = ("cuda_memory",)
+
+    def build(self, ctx: ReportContext, page: Page) -> None:
+        """Add the per-device table: first, last and largest allocated memory, reserved, peak, growth."""
+        stats = cuda_memory_statistics(ctx.profiler)
+        page.p("Memory PyTorch's CUDA allocator holds for this job at each step end (MiB); other processes on the "
+               "same GPU are not counted. Steady growth over the run suggests tensors kept across steps.")
+        page.table(["worker", "device", "steps", "allocated, first", "allocated, last", "allocated, max",
+                    "reserved, max", "peak", "growth"],
+                   [(r.worker, r.device, r.steps, _mib(r.allocated_first_bytes), _mib(r.allocated_last_bytes),
+                     _mib(r.allocated_max_bytes), _mib(r.reserved_max_bytes), _mib(r.peak_bytes),
+                     _mib(r.growth_bytes)) for r in stats.itertuples()])  # fmt: skip

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainspect.profiler.analysis import cuda_memory_statistics
 from trainspect.profiler.data import ProfilerData, load_profiler_data
 from trainspect.rules.record import record_report_verdicts
 from trainspect.rules.verdict import Verdict
@@ -30,6 +31,8 @@ REQUIREMENT_HINTS: dict[str, str] = {
     "ts.ProfilerConfig(framework_profile_params=ts.profiler.FrameworkProfile()).",
     "python": "No Python profile was recorded. Enable it with "
     "ts.ProfilerConfig(framework_profile_params=ts.profiler.FrameworkProfile()) (cProfile at steps 9-11).",
+    "cuda_memory": "No GPU memory of the training job was recorded (it is read from PyTorch's CUDA allocator at each "
+    "step when the profiler is on and the job uses CUDA).",
     "dataloader": "No dataloader waits were recorded. They are timed when the profiler is on and the loop "
     "iterates a torch DataLoader.",
     "verdicts": "No rule was evaluated. Pass rules=[...] (or rules='default') to the hook, or run "
@@ -160,6 +163,7 @@ class ReportContext:
             "steps": lambda: self.profiler.has_steps,
             "operators": lambda: not self.profiler.operators.empty,
             "python": lambda: not self.profiler.python_stats.empty,
+            "cuda_memory": lambda: not cuda_memory_statistics(self.profiler).empty,
             "dataloader": lambda: any((t.spans["kind"] == 4).any() for t in self.profiler.framework.values()),
             "verdicts": lambda: bool(self.verdicts),
             "triggered": lambda: any(v.triggers > 0 or v.issues_found for v in self.verdicts),

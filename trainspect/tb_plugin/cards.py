@@ -230,6 +230,13 @@ def default_cards(plugins: bool = True) -> CardRegistry:
              (Column("worker", "worker", "text"), Column("num_workers", "loader workers"),
               Column("count", "waits", "count"), Column("mean_s", "mean", "s"), Column("p95_s", "p95", "s"),
               Column("loop_percent", "% of loop")), "No dataloader waits recorded."),
+        Card("cuda_memory", "GPU memory of the training job (PyTorch allocator)", analysis.cuda_memory_statistics, (),
+             (Column("worker", "worker", "text"), Column("device", "device", "text"), Column("steps", "steps", "count"),
+              Column("allocated_last_bytes", "allocated, last", "bytes"),
+              Column("allocated_max_bytes", "allocated, max", "bytes"),
+              Column("reserved_max_bytes", "reserved, max", "bytes"), Column("peak_bytes", "peak", "bytes"),
+              Column("growth_bytes", "growth", "bytes")),
+             "No GPU memory of the job recorded (read from PyTorch's CUDA allocator when the job uses CUDA)."),
     ):  # fmt: skip
         reg.register(card)
     if plugins:
