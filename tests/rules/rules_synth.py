@@ -7,15 +7,13 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from trainspect.modes import ModeKeys
+from trainspect.reductions import Reduction
 from trainspect.rules import Check, StepData, TensorRule, Verdict, evaluate_steps
 from trainspect.step import StepRecord, TensorRecord
 
 
 def tensor(name: str, value: object = None, colls: Iterable[str] = (), **reductions: float) -> TensorRecord:
-    reds = {}
-    for key, v in reductions.items():
-        is_abs = key.startswith("abs_")
-        reds[(key[4:] if is_abs else key, is_abs)] = float(v)
+    reds = {Reduction.parse(key): float(v) for key, v in reductions.items()}
     arr = None if value is None else np.asarray(value)
     return TensorRecord(name, arr, reds, frozenset(colls))
 

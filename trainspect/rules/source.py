@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from trainspect.modes import ModeKeys
-from trainspect.rules.step_data import StepData, parse_reduction, reduce_array, reduce_rows
+from trainspect.reductions import Reduction, reduce, reduce_rows
+from trainspect.rules.step_data import StepData
 from trainspect.rules.tensor_rule import Select, TensorRule
 from trainspect.rules.verdict import Status, Verdict
 from trainspect.step import ReductionKey, TensorRecord
@@ -71,7 +72,7 @@ class Needs:
     def add(self, sel: Select) -> None:
         """Merge one selection's needs."""
         self.raw = self.raw or sel.raw or not sel.reductions
-        self.reductions.update(parse_reduction(r) for r in sel.reductions)
+        self.reductions.update(Reduction.parse(r) for r in sel.reductions)
 
 
 def roles_for(rule: TensorRule, names: Iterable[str], membership: Mapping[str, frozenset[str]]) -> dict[str, str]:
@@ -211,7 +212,7 @@ class TrialSource:
             except Exception:
                 continue
             if value is not None:
-                reds[(rname, is_abs)] = float(np.asarray(value).reshape(-1)[0])
+                reds[Reduction(rname, is_abs)] = float(np.asarray(value).reshape(-1)[0])
         return reds
 
 
@@ -224,7 +225,7 @@ def reduce_series(
 ) -> dict[int, dict[ReductionKey, float]]:
     """Compute reductions of a tensor at every step, stacking same-shaped steps into one array per chunk.
 
-    The results equal :func:`~trainspect.rules.step_data.reduce_array` step by step.
+    The results equal :func:`~trainspect.reductions.reduce` step by step.
 
     Example:
         >>> reduce_series({0: np.array([1.0, 3.0]), 1: np.array([2.0, 2.0])}, [("max", False)])
@@ -237,7 +238,7 @@ def reduce_series(
         if value.dtype.kind in "fiub" and value.size:
             groups.setdefault((value.shape, value.dtype.str), []).append(step)
         else:
-            out[step] = {key: reduce_array(value, *key) for key in keys}
+            out[step] = {key: reduce(value, *key) for key in keys}
     for group in groups.values():
         per_chunk = max(1, _CHUNK_BYTES // max(1, values[group[0]].nbytes))
         for i in range(0, len(group), per_chunk):
