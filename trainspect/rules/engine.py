@@ -205,7 +205,7 @@ def _other_data(
     rule: TensorRule, roles: Mapping[str, str], steps: set[int]
 ) -> list[dict[str, dict[int, TensorRecord]]]:
     out = []
-    for path in rule.other_trials():
+    for path in rule.compared_runs():
         try:
             other = TrialSource(open_trial(path))
             present = set(other.names())

@@ -203,7 +203,7 @@ class Tally:
             x=tuple(self.x),
             y=tuple(self.y),
             trigger_x=tuple(self.trigger_x),
-            threshold=self.rule.threshold(),
+            threshold=self.rule.chart_threshold(),
         )
 
 

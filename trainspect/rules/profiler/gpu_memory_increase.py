@@ -32,6 +32,9 @@ class GPUMemoryIncrease(ProfilerRule):
         Param("patience", int, 1000, "samples a GPU needs before it is judged", min=1),
         Param("window", int, 10, "moving-average window (samples)", min=1),
     )
+    increase: float
+    patience: int
+    window: int
     recommendation = "Choose a larger instance type with more memory if footprint is close to maximum available memory."
     description = "large increase in average GPU memory"
 
