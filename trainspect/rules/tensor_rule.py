@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from trainspect.rules.base import Requirement, Rule
 from trainspect.rules.step_data import Check, StepData
+from trainspect.rules.tally import Tally
 from trainspect.rules.verdict import Verdict
 
 __all__ = ["Select", "TensorRule"]
@@ -177,8 +178,6 @@ class TensorRule(Rule):
         Returns:
             The verdict over all steps, with every triggering step counted.
         """
-        from trainspect.rules.tally import Tally
-
         tally = Tally(self)
         steps: Iterable[StepData] = data
         for step in steps:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -12,14 +12,20 @@ from trainspect.modes import ModeKeys, parse_mode
 from trainspect.reductions import Reduction, format_key, reduce
 from trainspect.step import ReductionKey
 from trainspect.store.framing import CorruptRecord
-from trainspect.store.index import Entry, TrialIndex
-
-if TYPE_CHECKING:
-    from trainspect.store.trial import Source, Trial
+from trainspect.store.index import Entry, Source, TrialIndex
 
 __all__ = ["Tensor"]
 
 log = logging.getLogger(__name__)
+
+
+class _Steps(Protocol):
+    """What a Tensor uses of its :class:`~trainspect.store.trial.Trial` (typed here: the Trial imports Tensor)."""
+
+    def steps(self, mode: ModeKeys | str = ..., show_incomplete_steps: bool = ...) -> list[int]: ...
+    def global_step(self, mode: ModeKeys | str, mode_step: int) -> int: ...
+    def _maybe_refresh(self) -> None: ...
+    def _note(self, message: str) -> None: ...
 
 
 def _reduction(text: str, absolute: bool = False) -> ReductionKey:
@@ -35,7 +41,7 @@ def _reduction(text: str, absolute: bool = False) -> ReductionKey:
 class Tensor:
     """A tensor of a :class:`~trainspect.store.trial.Trial`; get it with ``trial.tensor(name)``."""
 
-    def __init__(self, name: str, trial: Trial, index: TrialIndex, source: Source) -> None:
+    def __init__(self, name: str, trial: _Steps, index: TrialIndex, source: Source) -> None:
         self.name = name
         self._trial = trial
         self._index = index
