@@ -10,6 +10,7 @@ from rules_synth import step, tensor
 from trainspect.exceptions import ConfigError
 from trainspect.rules import Check, Param, Select, TensorRule, evaluate_steps
 from trainspect.rules.base import Rule
+from trainspect.rules.profiler import PROFILER_RULES
 from trainspect.rules.registry import TENSOR_RULES
 from trainspect.rules.tally import Tally
 from trainspect.rules.verdict import Status
@@ -78,7 +79,7 @@ def test_a_parameter_named_like_a_method_keeps_the_method() -> None:
 
 
 def test_every_built_in_parameter_is_an_attribute() -> None:
-    for cls in TENSOR_RULES:
+    for cls in (*TENSOR_RULES, *PROFILER_RULES):
         try:
             rule = cls()
         except ConfigError:
