@@ -22,6 +22,7 @@ class LargeGradientNorm(TensorRule):
     """
 
     parameters: ClassVar[tuple[Param, ...]] = (Param("max_norm", float, 10.0, "largest acceptable L2 norm", min=0),)
+    max_norm: float  # set by the constructor from the Param above
     recommendation: ClassVar[str] = "Clip gradients (torch.nn.utils.clip_grad_norm_) or lower the learning rate."
     series_label: ClassVar[str] = "max gradient L2 norm"
 
@@ -29,8 +30,8 @@ class LargeGradientNorm(TensorRule):
         # the hook records only the l2 reduction of the gradients for this rule
         return [Select(collections=("gradients",), reductions=("l2",), raw=False)]
 
-    def threshold(self) -> float:
-        return self.params["max_norm"]
+    def chart_threshold(self) -> float:  # drawn with the series in the report
+        return self.max_norm
 
     def check(self, state: Any, data: StepData) -> Check | None:
         from trainspect.rules.step_data import tensor_reduction
@@ -40,9 +41,9 @@ class LargeGradientNorm(TensorRule):
         if not norms:
             return None
         worst = max(norms, key=norms.__getitem__)
-        big = tuple(k for k, v in norms.items() if v > self.threshold())
+        big = tuple(k for k, v in norms.items() if v > self.max_norm)
         return Check(
-            norms[worst], bool(big), big, f"L2 norm of {worst} is {norms[worst]:.3g} (threshold {self.threshold()})"
+            norms[worst], bool(big), big, f"L2 norm of {worst} is {norms[worst]:.3g} (threshold {self.max_norm})"
         )
 
 

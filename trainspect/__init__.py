@@ -9,13 +9,12 @@ import importlib
 from typing import Any
 
 from trainspect import modes
+from trainspect._version import __version__
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig, SaveConfigMode
 from trainspect.exceptions import ConfigError, RunDirectoryInUse, TrainingStopped
 from trainspect.modes import ModeKeys
 from trainspect.store.trial import StepState, Trial, create_trial
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Collection",

@@ -19,7 +19,9 @@ from trainspect import env
 __all__ = ["main", "build_parser", "commands_text"]
 
 # Subcommands contributed by other modules: each exposes add_parser(subparsers) and run(args) -> int.
-_PLUGINS = ("trainspect.rules.cli", "trainspect.tb_plugin.cli", "trainspect.report.cli")
+_PLUGINS = (
+    "trainspect.rules.cli", "trainspect.tb_plugin.cli", "trainspect.report.cli", "trainspect.mlflow_plugin.cli",
+)  # fmt: skip
 
 _RUN_EXAMPLES = """examples:
   trainspect run -- python train.py --epochs 3

@@ -8,6 +8,7 @@ from typing import Any
 
 from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys, parse_mode
+from trainspect.reductions import NORMS, PLAIN, Reduction
 
 __all__ = [
     "SaveConfigMode",
@@ -21,8 +22,8 @@ __all__ = [
 ]
 
 DEFAULT_SAVE_INTERVAL = 500
-ALLOWED_REDUCTIONS = ("min", "max", "mean", "std", "variance", "sum", "prod")
-ALLOWED_NORMS = ("l1", "l2")
+ALLOWED_REDUCTIONS = PLAIN
+ALLOWED_NORMS = NORMS
 _SAVE_KEYS = ("save_interval", "start_step", "end_step", "save_steps")
 
 
@@ -222,8 +223,8 @@ class ReductionConfig:
     Reductions are computed on the tensor's device; only the floats travel to the host.
 
     Example:
-        >>> ReductionConfig.from_string("min,abs_mean,l2").names()
-        [('min', False), ('l2', False), ('mean', True)]
+        >>> [r.key for r in ReductionConfig.from_string("min,abs_mean,l2").names()]
+        ['min', 'l2', 'abs_mean']
     """
 
     reductions: tuple[str, ...] = ()
@@ -249,10 +250,10 @@ class ReductionConfig:
         object.__setattr__(self, "save_raw_tensor", parse_bool("save_raw_tensor", self.save_raw_tensor))
         object.__setattr__(self, "save_shape", parse_bool("save_shape", self.save_shape))
 
-    def names(self) -> list[tuple[str, bool]]:
-        """Return every configured reduction as ``(name, abs)``."""
-        out = [(r, False) for r in self.reductions + self.norms]
-        out += [(r, True) for r in self.abs_reductions + self.abs_norms]
+    def names(self) -> list[Reduction]:
+        """Return every configured reduction (each equal to its ``(name, abs)`` tuple)."""
+        out = [Reduction(r, False) for r in self.reductions + self.norms]
+        out += [Reduction(r, True) for r in self.abs_reductions + self.abs_norms]
         return out
 
     @property
@@ -269,16 +270,14 @@ class ReductionConfig:
         """
         buckets: dict[str, list[str]] = {"reductions": [], "abs_reductions": [], "norms": [], "abs_norms": []}
         for raw in (t.strip().lower() for t in text.split(",") if t.strip()):
-            absolute = raw.startswith("abs_")
-            name = raw[4:] if absolute else raw
-            name = name[:-5] if name.endswith("_norm") else name
-            if name in ALLOWED_NORMS:
-                buckets["abs_norms" if absolute else "norms"].append(name)
-            elif name in ALLOWED_REDUCTIONS:
-                buckets["abs_reductions" if absolute else "reductions"].append(name)
-            else:
+            try:
+                red = Reduction.parse(raw)
+            except ValueError:
                 allowed = ", ".join(ALLOWED_REDUCTIONS + ALLOWED_NORMS)
-                raise ConfigError(f"reductions: {raw!r} is not a reduction; allowed: {allowed} and abs_ variants")
+                message = f"reductions: {raw!r} is not a reduction; allowed: {allowed} and abs_ variants"
+                raise ConfigError(message) from None
+            bucket = "norms" if red.name in ALLOWED_NORMS else "reductions"
+            buckets[("abs_" if red.absolute else "") + bucket].append(red.name)
         return cls(**{k: tuple(v) for k, v in buckets.items()}, save_raw_tensor=save_raw_tensor, save_shape=save_shape)
 
     def to_dict(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from trainspect.modes import ModeKeys
 __all__ = ["ReductionKey", "TensorRecord", "StepRecord", "Scalar", "ScalarStep", "scalar_record"]
 
 ReductionKey = tuple[str, bool]
-"""A reduction's name (``"mean"``, ``"l2"``, …) and whether it is taken over absolute values."""
+"""A reduction: a :class:`~trainspect.reductions.Reduction`, or the equal ``(name, absolute)`` tuple."""
 
 
 @dataclass(frozen=True)

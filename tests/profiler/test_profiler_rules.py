@@ -22,6 +22,7 @@ from trainspect.rules.profiler import (
     OverallSystemUsage,
     StepOutlier,
 )
+from trainspect.rules.registry import default_registry
 from trainspect.rules.verdict import Status, Verdict
 
 MIN15 = 15 * 60
@@ -37,7 +38,11 @@ def _check_trigger(v: Verdict) -> None:
 
 
 def test_registry_and_contract() -> None:
-    assert len(PROFILER_RULES) == 13  # the eleven of smdebug plus WorkerStraggler and InputBottleneck
+    smdebug = {"BatchSize", "CPUBottleneck", "Dataloader", "GPUMemoryIncrease", "IOBottleneck", "LoadBalancing",
+               "LowGPUUtilization", "MaxInitializationTime", "OverallFrameworkMetrics", "OverallSystemUsage",
+               "StepOutlier"}  # fmt: skip
+    assert {c.__name__ for c in PROFILER_RULES} == smdebug | {"WorkerStraggler", "InputBottleneck"}
+    assert default_registry().classes("profiler") == list(PROFILER_RULES)  # every one registered, in order
     for cls in PROFILER_RULES:
         rule = cls()
         assert isinstance(rule, Rule) and rule.kind == "profiler"

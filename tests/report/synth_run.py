@@ -1,16 +1,13 @@
-"""Synthetic run directories written with trainspect's own profiler writers (tests and benchmarks/bench_report.py)."""
+"""Synthetic profiled runs for the report tests and benchmarks/bench_report.py (written by tests/synthetic_run.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import synthetic_run
 
-from trainspect.profiler import schema
-from trainspect.profiler.writers import FrameFile, SystemChunkWriter
-from trainspect.rules.verdict import Series, Status, Verdict, write_verdicts
-from trainspect.store.layout import RunLayout
-from trainspect.store.manifest import claim_run_directory, mark_job_end
+from trainspect.rules.verdict import Series, Status, Verdict
 
 T0 = 1_700_000_000.0
 
@@ -20,7 +17,6 @@ def write_system(run: Path, node: str, seconds: float, interval_s: float, cores:
     """System samples of one node: noisy per-core CPU around ``cpu`` %, GPUs around ``gpu`` %."""
     rng = np.random.default_rng(seed)
     n = int(seconds / interval_s)
-    writer = SystemChunkWriter(RunLayout(run).system_dir(node), node, int(interval_s * 1000))
     keys = [f"cpu{i}_utilization_percent" for i in range(cores)]
     keys += ["cpu_iowait_percent", "cpu_memory_used_percent", "cpu_memory_used_bytes", "network_sent_bytes_per_second"]
     for g in range(gpus):
@@ -31,11 +27,7 @@ def write_system(run: Path, node: str, seconds: float, interval_s: float, cores:
     vals = np.clip(base + noise, 0, None)
     pct = np.array([k.endswith("_percent") for k in keys])
     vals[:, pct] = np.minimum(vals[:, pct], 100.0)
-    for i in range(n):
-        writer.append(start + i * interval_s, dict(zip(keys, vals[i].tolist(), strict=True)))
-        if i % 10 == 9:
-            writer.flush()
-    writer.close()
+    synthetic_run.write_system(run, node, int(interval_s * 1000), start + np.arange(n) * interval_s, keys, vals, 10)
 
 
 def write_framework(run: Path, worker: str, node: str, durations: np.ndarray, start: float = T0,
@@ -44,39 +36,30 @@ def write_framework(run: Path, worker: str, node: str, durations: np.ndarray, st
     n = len(durations)
     starts = start + init_s + np.concatenate([[0.0], np.cumsum(durations[:-1] + gap)])
     ends = starts + durations
-    f = FrameFile(RunLayout(run).framework_dir(worker) / f"{int(start * 1000):013d}{schema.FRAMEWORK_SUFFIX}")
-    f.write_json(schema.KIND_EVENT, {"event": "start", "time": start, "process_start": start, "worker": worker,
-                                     "node": node, "host": node, "pid": 1, "config": {}})  # fmt: skip
-    chunk = 5000
-    for lo in range(0, n, chunk):
-        sl = slice(lo, min(lo + chunk, n))
+    tables = []
+    for lo in range(0, n, 5000):
+        sl = slice(lo, min(lo + 5000, n))
         m = sl.stop - sl.start
         steps = {"mode": np.ones(m, np.uint8), "mode_step": np.arange(sl.start, sl.stop, dtype=np.int64),
                  "global_step": np.arange(sl.start, sl.stop, dtype=np.int64), "start": starts[sl], "end": ends[sl]}  # fmt: skip
-        f.write(schema.KIND_TABLE, schema.encode_table("steps", steps))
         spans = {"kind": np.full(m, 4, np.uint8), "start": starts[sl] - dataloader_s, "end": starts[sl],
                  "global_step": np.arange(sl.start, sl.stop, dtype=np.int64), "workers": np.full(m, 2, np.int16)}  # fmt: skip
-        f.write(schema.KIND_TABLE, schema.encode_table("spans", spans))
-    f.write_json(schema.KIND_EVENT, {"event": "close", "time": float(ends[-1]) + 1.0})
-    f.close()
+        tables.append((steps, spans))
+    synthetic_run.write_steps(run, worker, node, (start, start), tables, float(ends[-1]) + 1.0)
 
 
 def write_run(run: Path, seconds: float = 120.0, interval_s: float = 0.5, cores: int = 4, gpus: int = 1,
               nodes: int = 1, steps: int = 500, step_s: float = 0.2, cpu: float = 30.0, gpu: float = 40.0,
               verdicts: list[Verdict] | None = None, seed: int = 0) -> Path:  # fmt: skip
     """A complete run directory: manifest, system data per node, one worker per node, verdicts, end marker."""
-    layout = RunLayout(run)
-    claim_run_directory(layout, f"synthetic-{run.name}", {"framework": "synthetic"})
+    synthetic_run.start_run(run, f"synthetic-{run.name}", {"framework": "synthetic"})
     rng = np.random.default_rng(seed)
     for k in range(nodes):
         node = f"algo-{k + 1}"
         write_system(run, node, seconds, interval_s, cores, gpus, cpu, gpu, seed=seed + k)
         durations = np.clip(rng.normal(step_s, step_s / 10, steps), step_s / 4, None)
         write_framework(run, f"worker_{k}", node, durations)
-    if verdicts is not None:
-        write_verdicts(layout.verdicts, verdicts, final=True)
-    mark_job_end(layout)
-    return run
+    return synthetic_run.end_run(run, verdicts)
 
 
 def sample_verdicts(tensor: str = "gradient/fc1.weight") -> list[Verdict]:

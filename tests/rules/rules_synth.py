@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 import numpy as np
+import synthetic_run
 
 from trainspect.modes import ModeKeys
+from trainspect.reductions import Reduction
 from trainspect.rules import Check, StepData, TensorRule, Verdict, evaluate_steps
 from trainspect.step import StepRecord, TensorRecord
 
 
 def tensor(name: str, value: object = None, colls: Iterable[str] = (), **reductions: float) -> TensorRecord:
-    reds = {}
-    for key, v in reductions.items():
-        is_abs = key.startswith("abs_")
-        reds[(key[4:] if is_abs else key, is_abs)] = float(v)
+    reds = {Reduction.parse(key): float(v) for key, v in reductions.items()}
     arr = None if value is None else np.asarray(value)
     return TensorRecord(name, arr, reds, frozenset(colls))
 
@@ -62,33 +62,6 @@ def losses(
 
 def write_run(path: object, records: list[StepRecord], end: bool = True) -> str:
     """Write StepRecords into a real run directory (through the store's writer), with collections."""
-    from pathlib import Path
-
-    from trainspect.collections import CollectionManager
-    from trainspect.store.layout import RunLayout
-    from trainspect.store.manifest import claim_run_directory
-    from trainspect.store.run_writer import RunWriter
-
-    layout = RunLayout(Path(str(path)))
-    claim_run_directory(layout, "test-job", {"framework": "numpy", "config": {}})
-    writer = RunWriter(layout, "worker_0", tensorboard=False)
-    writer.start()
-    manager = CollectionManager()
-    members: dict[str, set[str]] = {}
-    for rec in records:
-        writer.submit(rec)
-        for t in rec.tensors.values():
-            for c in t.collections:
-                members.setdefault(c, set()).add(t.name)
-    doc = manager.to_dict()
-    for cname in members:
-        manager.get(cname)
-    doc = manager.to_dict()
-    for cname, names in members.items():
-        doc[cname]["tensor_names"] = sorted(set(doc[cname].get("tensor_names", [])) | names)
-    writer.write_collections(doc)
-    if end:
-        writer.close(end_job=True)
-    else:
-        writer.wait_idle(10)
+    synthetic_run.start_run(Path(str(path)), "test-job", {"framework": "numpy", "config": {}})
+    synthetic_run.write_tensors(Path(str(path)), records, end)
     return str(path)

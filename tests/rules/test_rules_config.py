@@ -160,7 +160,8 @@ def test_registry_loads_plugins_and_warns_on_broken_ones(monkeypatch):
         reg = default_registry()
     assert "PluginRule" in reg and "pluginrule" in reg
     assert any("broken" in str(w.message) for w in caught)
-    assert reg.names()[:18] == [c.__name__ for c in TENSOR_RULES]
+    builtin = [c.__name__ for c in (*TENSOR_RULES, *_profiler_rules())]
+    assert reg.names()[: len(builtin)] == builtin and reg.names()[len(builtin) :] == ["PluginRule"]
 
 
 def test_registry_rejects_non_rules_and_duplicates():

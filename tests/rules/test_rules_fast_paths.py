@@ -9,8 +9,8 @@ import pytest
 from rules_synth import record, step, tensor, write_run
 
 from trainspect.rules import DeadRelu, ExplodingTensor, LiveRuleRunner, UnchangedTensor, evaluate
-from trainspect.rules.source import reduce_series
 from trainspect.rules.step_data import reduce_array, reduce_rows
+from trainspect.rules.trial_feed import reduce_series
 from trainspect.rules.weight_update_ratio import _l2
 
 _NAMES = ("min", "max", "mean", "std", "variance", "sum", "prod", "l1", "l2")

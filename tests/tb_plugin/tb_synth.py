@@ -1,4 +1,4 @@
-"""Synthetic run directories written with trainspect's own profiler writers (no torch)."""
+"""Synthetic runs for the TensorBoard plugin tests (written by tests/synthetic_run.py, no torch)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import synthetic_run as runs
 
-from trainspect.profiler import schema
 from trainspect.profiler.detailed import write_table
-from trainspect.profiler.writers import FrameFile, SystemChunkWriter
-from trainspect.rules.verdict import Series, Status, Verdict, write_verdicts
+from trainspect.rules.verdict import Series, Status, Verdict
 from trainspect.store.layout import RunLayout
 
 T0 = 1_760_000_000.0
@@ -42,13 +41,7 @@ def write_system(
     t = np.arange(rows) * interval_ms / 1000.0
     wave = 50 + 40 * np.sin(t[:, None] / 30.0 + np.arange(len(keys))[None, :])
     values = np.clip(wave + rng.normal(0, 5, (rows, len(keys))), 0, 100).round(1)
-    writer = SystemChunkWriter(RunLayout(run).system_dir(node), node, interval_ms)
-    per_flush = max(1, 1000 // interval_ms)
-    for i in range(rows):
-        writer.append(t0 + t[i], dict(zip(keys, values[i], strict=True)))
-        if (i + 1) % per_flush == 0:
-            writer.flush()
-    writer.close()
+    runs.write_system(run, node, interval_ms, t0 + t, keys, values, max(1, 1000 // interval_ms))
     return rows
 
 
@@ -70,54 +63,26 @@ def write_steps(
     modes = np.ones(count, np.uint8)
     if eval_every:
         modes[eval_every - 1 :: eval_every] = 2
-    directory = RunLayout(run).framework_dir(worker)
-    frames = FrameFile(directory / f"{int(T0 * 1000):013d}{schema.FRAMEWORK_SUFFIX}")
-    frames.write_json(
-        schema.KIND_EVENT,
-        {
-            "event": "start",
-            "time": T0 + 0.5,
-            "process_start": T0,
-            "worker": worker,
-            "node": node,
-            "host": node,
-            "pid": 1,
-            "config": {},
-        },
-    )
-    frames.write(
-        schema.KIND_TABLE,
-        schema.encode_table(
-            "steps",
-            {
-                "mode": modes,
-                "mode_step": np.arange(count, dtype=np.int64),
-                "global_step": np.arange(count, dtype=np.int64),
-                "start": starts,
-                "end": starts + dur,
-            },
-        ),
-    )
+    steps = {
+        "mode": modes,
+        "mode_step": np.arange(count, dtype=np.int64),
+        "global_step": np.arange(count, dtype=np.int64),
+        "start": starts,
+        "end": starts + dur,
+    }
     kinds = np.tile(np.array([4, 1, 2, 3], np.uint8), count)
     frac = np.array([0.0, 0.1, 0.5, 0.85, 1.0])
     span_start = (starts[:, None] + dur[:, None] * frac[None, :4]).reshape(-1)
     span_end = (starts[:, None] + dur[:, None] * frac[None, 1:]).reshape(-1)
-    frames.write(
-        schema.KIND_TABLE,
-        schema.encode_table(
-            "spans",
-            {
-                "kind": kinds,
-                "start": span_start,
-                "end": span_end,
-                "global_step": np.repeat(np.arange(count, dtype=np.int64), 4),
-                "workers": np.full(4 * count, 2, np.int16),
-            },
-        ),
-    )
-    if close:
-        frames.write_json(schema.KIND_EVENT, {"event": "close", "time": float(starts[-1] + dur[-1] + 1.0)})
-    frames.close()
+    spans = {
+        "kind": kinds,
+        "start": span_start,
+        "end": span_end,
+        "global_step": np.repeat(np.arange(count, dtype=np.int64), 4),
+        "workers": np.full(4 * count, 2, np.int16),
+    }
+    closed = float(starts[-1] + dur[-1] + 1.0) if close else None
+    runs.write_steps(run, worker, node, (T0 + 0.5, T0), [(steps, spans)], closed)
     write_table(
         RunLayout(run).detailed_dir(worker),
         "operators",
@@ -194,6 +159,6 @@ def synthetic_run(run: Path, seconds: float = 300.0, steps: int = 500) -> Path:
     write_manifest(run)
     write_system(run, seconds)
     write_steps(run, steps, eval_every=10)
-    write_verdicts(RunLayout(run).verdicts, [profiler_verdict(), tensor_verdict()], final=True)
+    runs.end_run(run, [profiler_verdict(), tensor_verdict()], end=False)
     RunLayout(run).end_marker.write_text(str(T0 + seconds))
     return run

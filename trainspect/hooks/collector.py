@@ -1,7 +1,9 @@
-"""The framework-neutral collector: steps and modes, save decisions, step records, writers, live rules.
+"""The framework-neutral collector: steps and modes, save decisions, step records, writers, rules' needs.
 
-Framework adapters (``hooks/torch.py``, ``hooks/keras.py``) translate framework events into calls on this class and
-hand it host-side NumPy values and reductions; everything else happens here.
+Framework adapters (``hooks/torch_hook.py``, ``hooks/keras_hook.py``, through ``hooks/hook_api.py``) translate
+framework events into calls on this class and hand it host-side NumPy values and reductions (``torch_tensors.py``,
+``keras_tensors.py``); everything else happens here. Live rule evaluation, profiling and MLflow logging are in
+``hooks/hook_extras.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-import trainspect
+from trainspect._version import __version__
 from trainspect.collections import Collection, CollectionManager
 from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.exceptions import ConfigError
@@ -180,7 +182,7 @@ class Collector(Guarded):
             self._job_id,
             {
                 "framework": self.framework,
-                "trainspect_version": trainspect.__version__,
+                "trainspect_version": __version__,
                 "world_size": self.identity.world_size,
                 "config": self._config_doc,
             },

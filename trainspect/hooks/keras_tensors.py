@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from trainspect.hooks.save_plan import TensorPlan
+from trainspect.reductions import device_table
 from trainspect.step import ReductionKey
 
 __all__ = ["variable_name", "layer_path", "type_names", "to_host", "read"]
@@ -16,17 +17,19 @@ _ACTIVATIONS = {"relu": "ReLU", "sigmoid": "Sigmoid", "tanh": "Tanh", "softmax":
                 "gelu": "GELU", "leaky_relu": "LeakyReLU", "selu": "SELU", "swish": "SiLU", "silu": "SiLU"}  # fmt: skip
 """Keras activation functions -> the PyTorch module names rules ask for (``Requirement.module_types``)."""
 
-_OPS: dict[str, Any] = {
-    "min": tf.reduce_min,
-    "max": tf.reduce_max,
-    "mean": tf.reduce_mean,
-    "std": tf.math.reduce_std,
-    "variance": tf.math.reduce_variance,
-    "sum": tf.reduce_sum,
-    "prod": tf.reduce_prod,
-    "l1": lambda x: tf.reduce_sum(tf.abs(x)),
-    "l2": lambda x: tf.norm(tf.reshape(x, [-1]), 2),
-}
+_OPS: dict[str, Any] = device_table(
+    {  # the device implementations of trainspect.reductions.NAMES
+        "min": tf.reduce_min,
+        "max": tf.reduce_max,
+        "mean": tf.reduce_mean,
+        "std": tf.math.reduce_std,
+        "variance": tf.math.reduce_variance,
+        "sum": tf.reduce_sum,
+        "prod": tf.reduce_prod,
+        "l1": lambda x: tf.reduce_sum(tf.abs(x)),
+        "l2": lambda x: tf.norm(tf.reshape(x, [-1]), 2),
+    }
+)
 
 
 def _relative(path: str, model_name: str) -> str:

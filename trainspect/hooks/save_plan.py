@@ -17,6 +17,7 @@ from trainspect.collections import (
 from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys
+from trainspect.reductions import format_key
 from trainspect.rules.base import Requirement
 
 __all__ = ["TensorPlan", "SavePlanner"]
@@ -156,7 +157,7 @@ class SavePlanner:
             coll.reduction_config = wanted
             return
         merged = sorted(set(base.names()) | set(wanted.names()))
-        text = ",".join(("abs_" if a else "") + n for n, a in merged)
+        text = ",".join(format_key(n, a) for n, a in merged)
         coll.reduction_config = ReductionConfig.from_string(text, save_raw_tensor=base.save_raw_tensor)
 
     # --- per step ------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from trainspect.hooks.save_plan import TensorPlan
+from trainspect.reductions import device_table
 from trainspect.step import ReductionKey
 
 __all__ = ["Staged", "stage", "materialize", "scalar_on_host", "snapshot", "combine", "HostScalar"]
@@ -25,17 +26,19 @@ class Staged:
     shape: tuple[int, ...]
 
 
-_OPS: dict[str, Any] = {
-    "min": lambda x: x.min(),
-    "max": lambda x: x.max(),
-    "mean": lambda x: x.mean(),
-    "std": lambda x: x.std(unbiased=False),
-    "variance": lambda x: x.var(unbiased=False),
-    "sum": lambda x: x.sum(),
-    "prod": lambda x: x.prod(),
-    "l1": lambda x: x.abs().sum(),
-    "l2": lambda x: torch.linalg.vector_norm(x.reshape(-1), 2),
-}
+_OPS: dict[str, Any] = device_table(
+    {  # the device implementations of trainspect.reductions.NAMES
+        "min": lambda x: x.min(),
+        "max": lambda x: x.max(),
+        "mean": lambda x: x.mean(),
+        "std": lambda x: x.std(unbiased=False),
+        "variance": lambda x: x.var(unbiased=False),
+        "sum": lambda x: x.sum(),
+        "prod": lambda x: x.prod(),
+        "l1": lambda x: x.abs().sum(),
+        "l2": lambda x: torch.linalg.vector_norm(x.reshape(-1), 2),
+    }
+)
 
 
 _NUMPY_DTYPES = frozenset({

@@ -58,12 +58,12 @@ def autolog(
         silent: suppress MLflow's autologging event logs and warnings.
         **hook_kwargs: further ``trainspect.torch.Hook`` arguments (``rules=``, ``profiler_config=`` …).
     """
-    import trainspect
+    from trainspect.hooks.zcc import autolog
 
     _CLOSER.close()
     if disable:
         return
     hook_kwargs.setdefault("mlflow_run", {"run": None, "log_run_dir": log_run_dir})
-    _CLOSER.logger = trainspect.autolog(out_dir, **hook_kwargs)
+    _CLOSER.logger = autolog(out_dir, **hook_kwargs)
     safe_patch(FLAVOR_NAME, mlflow.tracking.fluent, "end_run", _CLOSER.patch)
     safe_patch(FLAVOR_NAME, mlflow, "end_run", _CLOSER.patch)

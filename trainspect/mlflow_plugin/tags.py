@@ -17,7 +17,7 @@ def context_tags(captures: list[str] | tuple[str, ...]) -> dict[str, str]:
         >>> context_tags(["tensors", "system"])["trainspect.captures"]
         'tensors,system'
     """
-    from trainspect import __version__
+    from trainspect._version import __version__
 
     return {TAG_VERSION: __version__, TAG_CAPTURES: ",".join(captures)}
 

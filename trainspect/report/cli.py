@@ -1,4 +1,4 @@
-"""``trainspect report``, ``trainspect compare`` and ``trainspect mlflow-sync`` subcommands."""
+"""``trainspect report`` and ``trainspect compare`` subcommands (``mlflow-sync``: ``trainspect.mlflow_plugin.cli``)."""
 
 from __future__ import annotations
 
@@ -28,13 +28,10 @@ examples:
   trainspect compare runs/baseline runs/bigger-batch
   trainspect compare runs/p3-8x runs/g5-2x --price-per-hour A=14.688 B=3.825 --batch-size 64 -o compare.html
   trainspect compare 0f1e...a9 4b7c...d2      (MLflow run ids; the page is also logged to run B)"""
-_SYNC_EXAMPLES = """examples:
-  trainspect mlflow-sync runs/train-20260101-120000
-  trainspect mlflow-sync runs/train-20260101-120000 --run-id 4b7c...d2 --tracking-uri http://127.0.0.1:5000"""
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add the ``report``, ``compare`` and ``mlflow-sync`` subcommands."""
+    """Add the ``report`` and ``compare`` subcommands."""
     p = sub.add_parser("report", help="write the self-contained HTML report of a run directory",
                        description="Write the HTML report of a run: verdicts first, then the job and its data.",
                        epilog=_REPORT_EXAMPLES, formatter_class=_RAW)  # fmt: skip
@@ -60,16 +57,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     c.add_argument("--no-mlflow-artifact", action="store_true",
                    help="do not log the HTML page to MLflow run B when both runs are MLflow runs")  # fmt: skip
     c.set_defaults(func=_compare)
-
-    s = sub.add_parser("mlflow-sync", help="upload a run directory to an MLflow run (after an outage)",
-                       description="Send an MLflow run what it misses of a run directory, each point once.",
-                       epilog=_SYNC_EXAMPLES, formatter_class=_RAW)  # fmt: skip
-    s.add_argument("dir", help="run directory")
-    s.add_argument("--run-id", help="the MLflow run (default: the one recorded in DIR/mlflow/run.json)")
-    s.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI / mlflow's default)")
-    s.add_argument("--price-per-hour", type=float, default=None, metavar="P")
-    s.add_argument("--artifacts", action="store_true", help="also upload the whole run directory as artifacts")
-    s.set_defaults(func=_sync)
 
 
 def _report_problem(args: argparse.Namespace, target: Path | None) -> str:
@@ -207,25 +194,3 @@ def _log_to_mlflow(run_id: str, html: str, name: str) -> None:
         print(f"trainspect compare: could not log the page to MLflow run {run_id}: {exc}", file=sys.stderr)
         return
     print(f"comparison: logged to MLflow run {run_id} as trainspect/compare/{name}")
-
-
-def _sync(args: argparse.Namespace) -> int:
-    try:
-        from trainspect.mlflow_plugin.sync import sync_run
-    except ImportError as exc:
-        print(f"trainspect mlflow-sync: MLflow is not installed ({exc}); pip install trainspect[mlflow]",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    try:
-        with Progress("mlflow-sync") as bar:
-            run_id = sync_run(args.dir, run_id=args.run_id, tracking_uri=args.tracking_uri,
-                              price_per_hour=args.price_per_hour, artifacts=args.artifacts,
-                              progress=bar.stage)  # fmt: skip
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"trainspect mlflow-sync: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:  # MLflow's own errors (unknown run, server refusing): a message, not a traceback
-        print(f"trainspect mlflow-sync: MLflow refused the upload: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    print(f"uploaded {args.dir} to MLflow run {run_id}")
-    return 0

@@ -126,7 +126,7 @@ def render_report(
     elif price_per_hour is not None:
         ctx.price_per_hour = price_per_hour
     sections, chart_options = _sections(ctx, registry or default_registry())
-    from trainspect import __version__
+    from trainspect._version import __version__
 
     name = title or (ctx.run_dir.name if ctx.run_dir is not None else "run")
     return (

@@ -31,6 +31,9 @@ class AllZero(TensorRule):
         TENSOR_REGEX,
         Param("threshold", float, 100.0, "% of zero values that triggers", min=0, max=100),
     )
+    collection_names: list[str] | None
+    tensor_regex: list[str] | None
+    threshold: float
     recommendation: ClassVar[str] = (
         "A tensor is all zeros: check the initialisation, dead activations upstream and the input pipeline."
     )
@@ -45,9 +48,9 @@ class AllZero(TensorRule):
         sel = user_select(self.params)
         return [sel] if sel else []
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``threshold``."""
-        return float(self.params["threshold"])
+        return float(self.threshold)
 
     def check(self, state: Any, data: StepData) -> Check | None:
         """Compute each tensor's share of zeros."""
@@ -60,7 +63,7 @@ class AllZero(TensorRule):
                 pct[rec.name] = 100.0 * float(np.count_nonzero(arr == 0)) / arr.size
         if not pct:
             return None
-        limit = self.threshold()
+        limit = self.chart_threshold()
         worst = max(pct, key=pct.__getitem__)
         bad = tuple(n for n, p in pct.items() if p >= limit)
         return Check(pct[worst], bool(bad), bad, f"{fmt(pct[worst])}% zeros in {worst} (threshold {fmt(limit)}%)")

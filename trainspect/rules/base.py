@@ -162,10 +162,22 @@ class Rule(abc.ABC):
     """Base class of every rule.
 
     Subclasses declare ``parameters`` (a tuple of :class:`Param`), a ``recommendation`` and their ``kind``,
-    and implement :meth:`evaluate`. Construction validates the parameters; unknown names raise
-    :class:`ConfigError` listing the valid ones. ``actions`` (names such as ``"StopTraining"``, dicts,
-    callables or :class:`~trainspect.rules.actions.Action` objects) are parsed into ``self.actions``, which
-    the engine runs when the verdict says ``IssuesFound``.
+    and implement :meth:`evaluate`. Construction validates the parameters (unknown names raise
+    :class:`ConfigError` listing the valid ones) and sets each as an attribute: ``Param("max_norm", ...)`` is
+    read as ``self.max_norm``. Annotate it in the class body (``max_norm: float``) for type checkers; built-in
+    rules do. ``self.params`` is every parameter's value by name. A parameter named like an attribute of the class
+    (a method) is not set over it, and is read from ``self.params`` only. ``actions`` (names such as
+    ``"StopTraining"``, dicts, callables or :class:`~trainspect.rules.actions.Action` objects) are parsed into
+    ``self.actions``, which the engine runs when the verdict says ``IssuesFound``.
+
+    Example:
+        >>> class Big(Rule):
+        ...     parameters = (Param("limit", float, 1.0, min=0),)
+        ...     limit: float
+        ...     def evaluate(self, data):
+        ...         raise NotImplementedError
+        >>> Big(limit="2.5").limit, Big().params
+        (2.5, {'limit': 1.0})
     """
 
     kind: ClassVar[str] = "tensor"
@@ -181,13 +193,23 @@ class Rule(abc.ABC):
                 f"{self.name}: unknown parameter(s) {', '.join(unknown)}; allowed: {', '.join(declared) or '(none)'}"
             )
         try:
-            self.params: dict[str, Any] = {
-                name: p.parse(params[name]) if name in params else p.default for name, p in declared.items()
-            }
+            values = {name: p.parse(params[name]) if name in params else p.default for name, p in declared.items()}
         except ConfigError as exc:
             raise ConfigError(f"{self.name}: {exc}") from None
+        self._shadowed: dict[str, Any] = {}
+        for name, value in values.items():
+            if hasattr(type(self), name):
+                self._shadowed[name] = value  # a method of the same name keeps its name
+            else:
+                setattr(self, name, value)
         self.actions: list[Action] = parse_actions(actions)
         self.validate()
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """Every parameter's current value, by name (a new dict; set a parameter as ``self.<name> = value``)."""
+        return {p.name: self._shadowed[p.name] if p.name in self._shadowed else getattr(self, p.name)
+                for p in self.parameters}  # fmt: skip
 
     @property
     def name(self) -> str:
@@ -200,12 +222,6 @@ class Rule(abc.ABC):
 
     def validate(self) -> None:
         """Check combinations of parameters; override to add checks (raise :class:`ConfigError`)."""
-
-    def __getattr__(self, item: str) -> Any:
-        params = self.__dict__.get("params")
-        if params is not None and item in params:
-            return params[item]
-        raise AttributeError(f"{type(self).__name__!s} has no attribute {item!r}")
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())

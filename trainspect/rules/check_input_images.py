@@ -41,6 +41,10 @@ class CheckInputImages(TensorRule):
         Param("regex", list, [".*hybridsequential0_input_0"], "regexes of the input tensor"),
         Param("channel", int, 1, "axis of the channels (NCHW: 1, NHWC: 3)", min=0),
     )
+    threshold_mean: float
+    threshold_samples: int
+    regex: list[str]
+    channel: int
     recommendation: ClassVar[str] = (
         "Input images are not normalised: subtract the per-channel mean and divide by the standard deviation."
     )
@@ -48,11 +52,11 @@ class CheckInputImages(TensorRule):
 
     def selects(self) -> list[Select]:
         """The input images."""
-        return [Select(collections=("input_image",), regex=tuple(self.params["regex"] or ()))]
+        return [Select(collections=("input_image",), regex=tuple(self.regex or ()))]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``threshold_mean``."""
-        return float(self.params["threshold_mean"])
+        return float(self.threshold_mean)
 
     def init_state(self) -> _State:
         """Running per-channel sums."""
@@ -60,7 +64,7 @@ class CheckInputImages(TensorRule):
 
     def check(self, state: _State, data: StepData) -> Check | None:
         """Accumulate this step's images; judge once enough were seen."""
-        axis = self.params["channel"]
+        axis = self.channel
         rec = next((r for r in data.role() if r.value is not None and np.ndim(r.value) > axis >= 1), None)
         if rec is None:
             return None
@@ -72,18 +76,18 @@ class CheckInputImages(TensorRule):
         state.sums += flat.sum(axis=0)
         state.count += flat.shape[0]
         state.samples += arr.shape[0]
-        if state.samples < self.params["threshold_samples"]:
+        if state.samples < self.threshold_samples:
             return None
         means = state.sums / state.count
         worst = int(np.argmax(np.abs(means)))
         value = float(abs(means[worst]))
         detail = (
             f"channel {worst} mean {fmt(float(means[worst]))} over {state.samples} images "
-            f"(threshold |mean| {fmt(self.threshold())})"
+            f"(threshold |mean| {fmt(self.chart_threshold())})"
         )
-        triggered = value > self.threshold()
+        triggered = value > self.chart_threshold()
         return Check(value, triggered, (rec.name,) if triggered else (), detail)
 
     def insufficient(self, state: _State) -> str:
         """Fewer images than ``threshold_samples``."""
-        return f"saw {state.samples} images, needs threshold_samples={self.params['threshold_samples']}"
+        return f"saw {state.samples} images, needs threshold_samples={self.threshold_samples}"

@@ -61,6 +61,12 @@ class ClassImbalance(TensorRule):
         Param("labels_regex", list, [".*labels"], "regexes of the labels tensor"),
         Param("predictions_regex", list, [".*predictions"], "regexes of the predictions tensor"),
     )
+    threshold_imbalance: float
+    threshold_misprediction: float
+    samples: int
+    argmax: bool
+    labels_regex: list[str]
+    predictions_regex: list[str]
     recommendation: ClassVar[str] = (
         "Classes are imbalanced or some are mostly mispredicted: resample or reweight the classes, "
         "collect more data for rare classes, or use a class-balanced loss."
@@ -70,13 +76,13 @@ class ClassImbalance(TensorRule):
     def selects(self) -> list[Select]:
         """Labels and predictions tensors."""
         return [
-            Select("labels", collections=("labels",), regex=tuple(self.params["labels_regex"] or ())),
-            Select("predictions", collections=("predictions",), regex=tuple(self.params["predictions_regex"] or ())),
+            Select("labels", collections=("labels",), regex=tuple(self.labels_regex or ())),
+            Select("predictions", collections=("predictions",), regex=tuple(self.predictions_regex or ())),
         ]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``threshold_imbalance``."""
-        return float(self.params["threshold_imbalance"])
+        return float(self.threshold_imbalance)
 
     def init_state(self) -> _State:
         """Accumulated counts per class."""
@@ -90,11 +96,11 @@ class ClassImbalance(TensorRule):
             return None
         state.labels.update(labels.tolist())
         pred_rec = next(iter(data.role("predictions")), None)
-        preds = class_ids(pred_rec, self.params["argmax"], np.asarray(label_rec.value) if label_rec else None)
+        preds = class_ids(pred_rec, self.argmax, np.asarray(label_rec.value) if label_rec else None)
         if preds is not None and preds.size == labels.size:
             state.paired.update(labels.tolist())
             state.wrong.update(labels[preds != labels].tolist())
-        if state.samples < self.params["samples"]:
+        if state.samples < self.samples:
             return None
         return self._judge(state, tuple(r.name for r in (label_rec, pred_rec) if r is not None))
 
@@ -102,12 +108,12 @@ class ClassImbalance(TensorRule):
         counts = state.labels
         ratio = max(counts.values()) / min(counts.values()) if len(counts) > 1 else 1.0
         findings = []
-        if ratio > self.threshold():
+        if ratio > self.chart_threshold():
             big, small = counts.most_common()[0][0], counts.most_common()[-1][0]
             findings.append(
-                f"class {big} has {fmt(ratio)}x the samples of class {small} (threshold {fmt(self.threshold())})"
+                f"class {big} has {fmt(ratio)}x the samples of class {small} (threshold {fmt(self.chart_threshold())})"
             )
-        limit = self.params["threshold_misprediction"]
+        limit = self.threshold_misprediction
         for cls, total in sorted(state.paired.items()):
             share = state.wrong[cls] / total
             if share > limit:
@@ -115,10 +121,10 @@ class ClassImbalance(TensorRule):
                 break
         text = (
             "; ".join(findings)
-            or f"class count ratio {fmt(ratio)} over {state.samples} labels (threshold {fmt(self.threshold())})"
+            or f"class count ratio {fmt(ratio)} over {state.samples} labels (threshold {fmt(self.chart_threshold())})"
         )
         return Check(ratio, bool(findings), names if findings else (), text)
 
     def insufficient(self, state: _State) -> str:
         """Fewer labels than ``samples``."""
-        return f"saw {state.samples} labels, needs samples={self.params['samples']}"
+        return f"saw {state.samples} labels, needs samples={self.samples}"

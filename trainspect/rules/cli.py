@@ -23,8 +23,9 @@ from trainspect.profiler.readers import resolve_profiler_root
 from trainspect.rules.base import Rule
 from trainspect.rules.engine import evaluate, open_trial, recorded_besides, run_finished
 from trainspect.rules.registry import RuleRegistry, default_registry
-from trainspect.rules.source import TrialSource, roles_for
 from trainspect.rules.tensor_rule import TensorRule
+from trainspect.rules.trial_feed import TrialFeed, roles_for
+from trainspect.rules.trial_view import TrialView
 from trainspect.rules.verdict import Status, Verdict
 from trainspect.store.layout import RunLayout
 
@@ -99,12 +100,13 @@ def _explicit_rules(names: Sequence[str], params: dict[str, dict[str, str]], reg
 
 
 def _applicable_rules(
-    trial: Any, params: dict[str, dict[str, str]], registry: RuleRegistry, strict: bool = True
+    trial: TrialView, params: dict[str, dict[str, str]], registry: RuleRegistry, strict: bool = True
 ) -> tuple[list[Rule], list[tuple[str, str]]]:
-    source = TrialSource(trial)
+    source = TrialFeed(trial)
     names, membership = source.names(), source.membership()
     has_steps = bool(trial.steps())
-    has_profiler = _has_profiler(trial.path) if getattr(trial, "path", None) else False
+    path = getattr(trial, "path", None)
+    has_profiler = _has_profiler(path) if path else False
     chosen: list[Rule] = []
     skipped: list[tuple[str, str]] = []
     for cls in registry.classes():
@@ -167,7 +169,9 @@ def _exit_code(verdicts: list[Verdict]) -> int:
     return EXIT_OK
 
 
-def _rules_for(trial: Any, args: argparse.Namespace, registry: RuleRegistry, err: TextIO, quiet: bool) -> list[Rule]:
+def _rules_for(
+    trial: TrialView, args: argparse.Namespace, registry: RuleRegistry, err: TextIO, quiet: bool
+) -> list[Rule]:
     params = _parse_params(args.param, registry)
     if args.rule:
         return _explicit_rules(args.rule, params, registry)
@@ -238,7 +242,7 @@ def _ending(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _watch(
-    trial: Any, rules: list[Rule], args: argparse.Namespace, registry: RuleRegistry, out: TextIO, err: TextIO
+    trial: TrialView, rules: list[Rule], args: argparse.Namespace, registry: RuleRegistry, out: TextIO, err: TextIO
 ) -> int:
     last: list[tuple[str, str, int, int]] | None = None
     verdicts: list[Verdict] = []

@@ -39,6 +39,13 @@ class Confusion(TensorRule):
         Param("min_diag", float, 0.9, "smallest acceptable diagonal share of a column", min=0, max=1),
         Param("max_off_diag", float, 0.1, "largest acceptable off-diagonal share", min=0, max=1),
     )
+    category_no: int | None
+    labels: str
+    predictions: str
+    labels_collection: str
+    predictions_collection: str
+    min_diag: float
+    max_off_diag: float
     recommendation: ClassVar[str] = (
         "Some classes are confused with others: inspect those classes' data and labels, rebalance them, "
         "or give the model more capacity or training."
@@ -48,17 +55,17 @@ class Confusion(TensorRule):
     def selects(self) -> list[Select]:
         """Labels and predictions, by exact name or collection."""
         return [
-            Select("labels", collections=(self.params["labels_collection"],), regex=(_exact(self.params["labels"]),)),
+            Select("labels", collections=(self.labels_collection,), regex=(_exact(self.labels),)),
             Select(
                 "predictions",
-                collections=(self.params["predictions_collection"],),
-                regex=(_exact(self.params["predictions"]),),
+                collections=(self.predictions_collection,),
+                regex=(_exact(self.predictions),),
             ),
         ]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``min_diag``."""
-        return float(self.params["min_diag"])
+        return float(self.min_diag)
 
     def check(self, state: Any, data: StepData) -> Check | None:
         """Build this step's confusion matrix and judge its columns."""
@@ -69,7 +76,7 @@ class Confusion(TensorRule):
         preds = class_ids(pred_rec, False, like)
         if labels is None or preds is None or labels.size != preds.size or labels.size == 0:
             return None
-        k = self.params["category_no"] or int(max(labels.max(), preds.max())) + 1
+        k = self.category_no or int(max(labels.max(), preds.max())) + 1
         matrix = np.zeros((k, k), dtype=np.int64)
         np.add.at(matrix, (labels.clip(0, k - 1), preds.clip(0, k - 1)), 1)
         return self._judge(matrix, (label_rec.name, pred_rec.name))  # type: ignore[union-attr]
@@ -83,11 +90,11 @@ class Confusion(TensorRule):
         off[used, np.arange(used.size)] = 0
         worst = int(np.argmin(diag))
         min_diag, max_off = float(diag[worst]), float(off.max()) if off.size else 0.0
-        triggered = min_diag < self.params["min_diag"] or max_off > self.params["max_off_diag"]
+        triggered = min_diag < self.min_diag or max_off > self.max_off_diag
         detail = (
             f"lowest diagonal share {fmt(min_diag)} (prediction {int(used[worst])}; "
-            f"threshold {fmt(self.params['min_diag'])}), "
-            f"highest off-diagonal share {fmt(max_off)} (threshold {fmt(self.params['max_off_diag'])})"
+            f"threshold {fmt(self.min_diag)}), "
+            f"highest off-diagonal share {fmt(max_off)} (threshold {fmt(self.max_off_diag)})"
         )
         return Check(min_diag, triggered, names if triggered else (), detail)
 

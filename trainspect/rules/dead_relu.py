@@ -36,6 +36,9 @@ class DeadRelu(TensorRule):
         ),
         Param("threshold_layer", float, 50.0, "largest acceptable % of dead units per layer", min=0, max=100),
     )
+    tensor_regex: list[str]
+    threshold_inactivity: float
+    threshold_layer: float
     recommendation: ClassVar[str] = (
         "Many ReLU units never activate: lower the learning rate, use He initialisation, LeakyReLU/ELU, "
         "or batch normalisation before the activation."
@@ -47,20 +50,20 @@ class DeadRelu(TensorRule):
         return [
             Select(
                 collections=("relu_output",),
-                regex=tuple(self.params["tensor_regex"] or ()),
+                regex=tuple(self.tensor_regex or ()),
                 module_types=("ReLU", "LeakyReLU"),
                 module_outputs=True,
             )
         ]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``threshold_layer``."""
-        return float(self.params["threshold_layer"])
+        return float(self.threshold_layer)
 
     def check(self, state: Any, data: StepData) -> Check | None:
         """Compute the share of dead units of each layer."""
         dead: dict[str, float] = {}
-        inactivity = self.params["threshold_inactivity"]
+        inactivity = self.threshold_inactivity
         for rec in data.role():
             if rec.value is None or np.asarray(rec.value).size == 0:
                 continue
@@ -71,7 +74,7 @@ class DeadRelu(TensorRule):
             dead[rec.name] = 100.0 * (int(np.count_nonzero(active < inactivity)) / active.size)
         if not dead:
             return None
-        limit = self.params["threshold_layer"]
+        limit = self.threshold_layer
         worst = max(dead, key=dead.__getitem__)
         bad = tuple(n for n, pct in dead.items() if pct > limit)
         return Check(

@@ -2,7 +2,7 @@
 
 Unlike SageMaker, which stops a rule at its first trigger, the engine evaluates the whole range and counts
 every triggering step. The inputs of all tensor rules are fetched once per tensor (see
-:class:`~trainspect.rules.source.TrialSource`); profiler rules get ``trainspect.profiler.load_profiler_data``
+:class:`~trainspect.rules.trial_feed.TrialFeed`); profiler rules get ``trainspect.profiler.load_profiler_data``
 once. While the run is not over (no end marker, recent data, no ``final=True``), verdicts that found no issues
 say ``InProgress``.
 """
@@ -18,10 +18,11 @@ from typing import Any
 
 from trainspect.rules.base import Rule
 from trainspect.rules.record import record_verdicts, stamp
-from trainspect.rules.source import Needs, StepAssembler, TrialSource, note_damage, roles_for, trial_problems
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tally import Tally
 from trainspect.rules.tensor_rule import TensorRule
+from trainspect.rules.trial_feed import Needs, StepAssembler, TrialFeed, note_damage, roles_for, trial_problems
+from trainspect.rules.trial_view import TrialLike, TrialView
 from trainspect.rules.verdict import Status, Verdict, read_verdicts
 from trainspect.step import TensorRecord
 from trainspect.store.layout import RunLayout
@@ -32,7 +33,7 @@ __all__ = ["evaluate", "load_verdicts", "recorded_besides", "run_finished", "fir
 _log = logging.getLogger(__name__)
 
 
-def open_trial(trial: Any) -> Any:
+def open_trial(trial: TrialLike) -> TrialView:
     """Return a Trial for a path (or the Trial itself)."""
     if isinstance(trial, (str, os.PathLike)):
         from trainspect.store.trial import create_trial
@@ -41,7 +42,7 @@ def open_trial(trial: Any) -> Any:
     return trial
 
 
-def run_finished(trial: Any, final: bool = False, stale_after_s: float | None = None) -> bool:
+def run_finished(trial: TrialView, final: bool = False, stale_after_s: float | None = None) -> bool:
     """Whether the run is over: ``final``, every step loaded, the end marker, or old data.
 
     Without an end marker, a run whose newest data is older than ``stale_after_s`` is over (see
@@ -58,7 +59,7 @@ def run_finished(trial: Any, final: bool = False, stale_after_s: float | None = 
 
 
 def evaluate(
-    trial: Any,
+    trial: TrialLike,
     rules: Sequence[Rule],
     start_step: int | None = None,
     end_step: int | None = None,
@@ -112,7 +113,7 @@ def evaluate(
     return verdicts
 
 
-def _note_missing_workers(trial: Any, verdicts: list[Verdict]) -> list[Verdict]:
+def _note_missing_workers(trial: TrialView, verdicts: list[Verdict]) -> list[Verdict]:
     """Say in every verdict which workers never wrote some steps (a rank that died or lags).
 
     Those steps are left out of the evaluation rather than judged on partial data.
@@ -135,7 +136,7 @@ def _note_missing_workers(trial: Any, verdicts: list[Verdict]) -> list[Verdict]:
 
 
 def evaluate_tensor_rules(
-    trial: Any, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
+    trial: TrialView, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
 ) -> list[Verdict]:
     """Evaluate tensor rules in one pass over the trial's steps (each tensor fetched once)."""
     with paused_gc():  # a bounded batch of many small acyclic objects (see trainspect.store.nogc)
@@ -143,9 +144,9 @@ def evaluate_tensor_rules(
 
 
 def _evaluate_tensor_rules(
-    trial: Any, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
+    trial: TrialView, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
 ) -> list[Verdict]:
-    source = TrialSource(trial)
+    source = TrialFeed(trial)
     names = source.names()
     membership = source.membership()
     tallies = [Tally(rule) for rule in rules]
@@ -205,9 +206,9 @@ def _other_data(
     rule: TensorRule, roles: Mapping[str, str], steps: set[int]
 ) -> list[dict[str, dict[int, TensorRecord]]]:
     out = []
-    for path in rule.other_trials():
+    for path in rule.compared_runs():
         try:
-            other = TrialSource(open_trial(path))
+            other = TrialFeed(open_trial(path))
             present = set(other.names())
             wanted = {n: Needs(raw=True) for n in roles if n in present}
             out.append(other.fetch(wanted, steps))
@@ -221,7 +222,7 @@ def _others_at(others: list[dict[str, dict[int, TensorRecord]]], step: int) -> t
     return tuple({n: s[step] for n, s in other.items() if step in s} for other in others)
 
 
-def _evaluate_other(rule: Rule, trial: Any, finished: bool, loaded: dict[str, Any]) -> Verdict:
+def _evaluate_other(rule: Rule, trial: TrialView, finished: bool, loaded: dict[str, Any]) -> Verdict:
     try:
         if rule.kind == "profiler":
             if "profiler" not in loaded:
@@ -238,10 +239,11 @@ def _evaluate_other(rule: Rule, trial: Any, finished: bool, loaded: dict[str, An
     return verdict
 
 
-def _profiler_data(trial: Any, finished: bool = False) -> Any:
+def _profiler_data(trial: TrialView, finished: bool = False) -> Any:
     from trainspect.profiler import load_profiler_data  # type: ignore[attr-defined]
 
-    data = load_profiler_data(getattr(trial, "path", trial))
+    where: Any = getattr(trial, "path", trial)
+    data = load_profiler_data(where)
     if finished and getattr(data, "job_ended", True) is False:  # over by --final or by old data
         data = replace(data, job_ended=True)
     return data

@@ -34,6 +34,9 @@ class ExplodingTensor(TensorRule):
         TENSOR_REGEX,
         Param("only_nan", bool, False, "True: look for NaN only; False: NaN and ±Inf"),
     )
+    collection_names: list[str] | None
+    tensor_regex: list[str] | None
+    only_nan: bool
     recommendation: ClassVar[str] = (
         "Values became NaN/Inf: lower the learning rate, clip gradients, check the loss for log(0) or "
         "division by zero, and check the input data for NaN."
@@ -51,14 +54,14 @@ class ExplodingTensor(TensorRule):
             return [Requirement("losses"), Requirement("gradients", reductions=("min", "max"), raw=False)]
         return super().requirements()
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Any non-finite tensor triggers."""
         return 0.0
 
     def check(self, state: Any, data: StepData) -> Check | None:
         """Count the tensors with non-finite values at this step."""
         bad = [rec.name for rec in data.role() if self._bad(rec)]
-        kind = "NaN" if self.params["only_nan"] else "NaN/Inf"
+        kind = "NaN" if self.only_nan else "NaN/Inf"
         if bad:
             more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
             return Check(
@@ -67,7 +70,7 @@ class ExplodingTensor(TensorRule):
         return Check(0.0, False, (), f"no {kind} values in {len(data.role())} tensor(s) (threshold: none allowed)")
 
     def _bad(self, rec: TensorRecord) -> bool:
-        only_nan = self.params["only_nan"]
+        only_nan = self.only_nan
         reds = rec.reductions
         if rec.value is not None:
             kind = np.asarray(rec.value).dtype.kind

@@ -90,6 +90,14 @@ class LossNotDecreasing(TensorRule):
         Param("mode", str, None, "TRAIN, EVAL, PREDICT or GLOBAL (None: every mode separately)"),
         LITERAL,
     )
+    collection_names: list[str] | None
+    tensor_regex: list[str] | None
+    use_losses_collection: bool
+    num_steps: int
+    diff_percent: float
+    increase_threshold_percent: float
+    mode: str | None
+    literal: bool
     recommendation: ClassVar[str] = (
         "The loss diverged, rose or never went down: lower the learning rate (or add warm-up/a schedule), check "
         "the data, labels and initialisation."
@@ -98,26 +106,26 @@ class LossNotDecreasing(TensorRule):
 
     def validate(self) -> None:
         """Check ``mode`` and that something is selected."""
-        if self.params["mode"] is not None:
+        if self.mode is not None:
             try:
-                self.params["mode"] = parse_mode(self.params["mode"]).name
+                self.mode = parse_mode(self.mode).name
             except ValueError as exc:
                 raise ConfigError(f"{self.name}: {exc}") from None
-        if not (self.params["use_losses_collection"] or self.params["collection_names"] or self.params["tensor_regex"]):
+        if not (self.use_losses_collection or self.collection_names or self.tensor_regex):
             raise ConfigError(
                 f"{self.name}: nothing to read; set use_losses_collection or collection_names/tensor_regex"
             )
 
     def selects(self) -> list[Select]:
         """Read the losses collection and/or the named collections and regexes."""
-        colls = tuple(self.params["collection_names"] or ())
-        if self.params["use_losses_collection"]:
+        colls = tuple(self.collection_names or ())
+        if self.use_losses_collection:
             colls = ("losses", *colls)
-        return [Select(collections=colls, regex=tuple(self.params["tensor_regex"] or ()))]
+        return [Select(collections=colls, regex=tuple(self.tensor_regex or ()))]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``diff_percent``."""
-        return float(self.params["diff_percent"])
+        return float(self.diff_percent)
 
     def init_state(self) -> _State:
         """Per (tensor, mode): recent losses (windows) and the next step to judge."""
@@ -125,20 +133,20 @@ class LossNotDecreasing(TensorRule):
 
     def check(self, state: _State, data: StepData) -> Check | None:
         """Judge every loss due at this step."""
-        if self.params["mode"] is not None and data.mode is not ModeKeys[self.params["mode"]]:
+        if self.mode is not None and data.mode is not ModeKeys[self.mode]:
             return None
-        judge = self._literal if self.params["literal"] else self._windowed
+        judge = self._literal if self.literal else self._windowed
         results = [r for r in (judge(state, rec.name, data, as_float(rec)) for rec in data.role()) if r]
         return _combine(results)
 
     def finish(self, state: _State, last: StepData | None) -> Check | None:
         """Judge the windows still open when the data ends."""
-        if self.params["literal"]:
+        if self.literal:
             return None
         results = []
         for (name, mode), track in state.tracks.items():
             win = track.series.close() if track.series is not None else None
-            if win is not None and win.count >= max(2, self.params["num_steps"] // 2):
+            if win is not None and win.count >= max(2, self.num_steps // 2):
                 results.append(self._judge_window(track, name, ModeKeys(mode), win))
         return _combine(results)
 
@@ -150,7 +158,7 @@ class LossNotDecreasing(TensorRule):
             return math.nan, True, name, f"{mode_name(data.mode)} {name} is {fmt(loss)} at step {data.step}: not finite"
         track = state.tracks.setdefault((name, int(data.mode)), _Track())
         if track.series is None:
-            track.series = WindowedSeries(self.params["num_steps"])
+            track.series = WindowedSeries(self.num_steps)
         if not track.progressed and len(track.seen) < MAX_TREND_POINTS:
             track.seen.append((data.step, loss))
         win = track.series.add(data.mode_step, data.step, loss)
@@ -165,12 +173,12 @@ class LossNotDecreasing(TensorRule):
             series.remember(win)
             return 0.0, False, name, f"{what}: first window, median {fmt(win.mean)} over steps {win.steps()}"
         decrease = 100.0 * (prev.mean - win.mean) / abs(prev.mean) if prev.mean else 0.0
-        diff = self.params["diff_percent"]
+        diff = self.diff_percent
         if first.mean - win.mean > max(Z_PROGRESS * (first.se + win.se), abs(first.mean) * diff / 100.0):
             track.progressed = True
         elif not track.progressed and _falling(track.seen):
             track.progressed = True
-        rise = self.params["increase_threshold_percent"]
+        rise = self.increase_threshold_percent
         best = series.best
         assert best is not None
         detail = (
@@ -185,7 +193,7 @@ class LossNotDecreasing(TensorRule):
             triggered = True
             detail += (
                 f": not below the first window ({fmt(first.mean)} at steps {first.steps()}) by {fmt(diff)}% "
-                f"and {fmt(Z_PROGRESS)} standard errors after {series.closed + 1} windows of {self.params['num_steps']}"
+                f"and {fmt(Z_PROGRESS)} standard errors after {series.closed + 1} windows of {self.num_steps}"
             )
         series.remember(win)
         return decrease, triggered, name, detail
@@ -194,7 +202,7 @@ class LossNotDecreasing(TensorRule):
     def _literal(self, state: _State, name: str, data: StepData, loss: float | None) -> _Result | None:
         if loss is None:
             return None
-        n = self.params["num_steps"]
+        n = self.num_steps
         track = state.tracks.setdefault((name, int(data.mode)), _Track())
         s = data.mode_step
         track.history.append((s, data.step, loss))
@@ -211,13 +219,13 @@ class LossNotDecreasing(TensorRule):
         if not (math.isfinite(lp) and math.isfinite(ls)):
             return math.nan, True, name, f"{what} is {fmt(ls)} at step {s} (was {fmt(lp)} at step {p}): not finite"
         decrease = 100.0 * (lp - ls) / abs(lp) if lp != 0 else (0.0 if ls == lp else -100.0 * math.copysign(1, ls))
-        limit = self.params["diff_percent"]
+        limit = self.diff_percent
         detail = (
             f"{what} went from {fmt(lp)} (step {p}) to {fmt(ls)} (step {s}): "
             f"decrease {fmt(decrease)}% (threshold {fmt(limit)}%)"
         )
         triggered = decrease < limit
-        rise = self.params["increase_threshold_percent"]
+        rise = self.increase_threshold_percent
         rise_limit = track.best * (1 + rise / 100) if track.best > 0 else math.inf
         if math.isfinite(track.best) and ls > rise_limit:
             triggered = True
@@ -227,7 +235,7 @@ class LossNotDecreasing(TensorRule):
 
     def insufficient(self, state: _State) -> str:
         """Too few saved losses to compare over ``num_steps``."""
-        return f"needs saved losses over at least two windows of num_steps={self.params['num_steps']} steps"
+        return f"needs saved losses over at least two windows of num_steps={self.num_steps} steps"
 
 
 def _falling(points: list[tuple[int, float]]) -> bool:

@@ -32,6 +32,9 @@ class NLPSequenceRatio(TensorRule):
         Param("token_values", list, ["0"], "token ids to count (list or comma-separated)"),
         Param("token_thresholds_percent", list, ["50"], "largest acceptable share (%) of each token"),
     )
+    tensor_regex: list[str]
+    token_values: list[str]
+    token_thresholds_percent: list[str]
     recommendation: ClassVar[str] = (
         "A token dominates the input sequences: bucket sequences by length to cut padding, or enlarge the "
         "vocabulary to reduce unknown tokens."
@@ -41,8 +44,8 @@ class NLPSequenceRatio(TensorRule):
     def validate(self) -> None:
         """Parse the token ids and thresholds; one threshold may serve every token."""
         try:
-            self._tokens = [int(float(v)) for v in self.params["token_values"]]
-            self._limits = [float(v) for v in self.params["token_thresholds_percent"]]
+            self._tokens = [int(float(v)) for v in self.token_values]
+            self._limits = [float(v) for v in self.token_thresholds_percent]
         except ValueError:
             raise ConfigError(f"{self.name}: token_values and token_thresholds_percent must be numbers") from None
         if len(self._limits) == 1:
@@ -55,13 +58,13 @@ class NLPSequenceRatio(TensorRule):
         return [
             Select(
                 collections=("input_sequence",),
-                regex=tuple(self.params["tensor_regex"] or ()),
+                regex=tuple(self.tensor_regex or ()),
                 module_types=("Embedding",),
                 module_inputs=True,
             )
         ]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """The first token's threshold."""
         return self._limits[0]
 

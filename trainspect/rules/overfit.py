@@ -64,6 +64,11 @@ class Overfit(TensorRule):
         Param("ratio_threshold", float, 0.1, "largest acceptable relative gap", min=0),
         LITERAL,
     )
+    tensor_regex: list[str] | None
+    start_step: int
+    patience: int
+    ratio_threshold: float
+    literal: bool
     recommendation: ClassVar[str] = (
         "The model overfits: add regularisation (weight decay, dropout, augmentation), get more data, "
         "reduce capacity, or stop earlier."
@@ -72,16 +77,16 @@ class Overfit(TensorRule):
 
     def selects(self) -> list[Select]:
         """Losses, or tensors matching ``tensor_regex``."""
-        regex = tuple(self.params["tensor_regex"] or ())
+        regex = tuple(self.tensor_regex or ())
         return [Select(regex=regex) if regex else Select(collections=("losses",))]
 
     def requirements(self) -> list[Requirement]:
         """Losses in TRAIN and EVAL mode."""
-        return [Requirement("losses", include_regex=tuple(self.params["tensor_regex"] or ()), modes=("TRAIN", "EVAL"))]
+        return [Requirement("losses", include_regex=tuple(self.tensor_regex or ()), modes=("TRAIN", "EVAL"))]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``ratio_threshold``."""
-        return float(self.params["ratio_threshold"])
+        return float(self.ratio_threshold)
 
     def init_state(self) -> _State:
         """Losses of the current training and evaluation phases."""
@@ -89,7 +94,7 @@ class Overfit(TensorRule):
 
     def check(self, state: _State, data: StepData) -> Check | None:
         """Collect losses; judge an evaluation when training resumes."""
-        if data.step < self.params["start_step"]:
+        if data.step < self.start_step:
             return None
         values = [v for v in (as_float(r) for r in data.role()) if v is not None]
         if not values:
@@ -120,7 +125,7 @@ class Overfit(TensorRule):
         if not train:
             return None
         state.evaluations += 1
-        if self.params["literal"]:
+        if self.literal:
             return self._literal(state, float(np.mean(train)), float(np.mean(evals)), steps)
         return self._windowed(state, window_of(evals, steps, _spread(evals)), evals)
 
@@ -131,10 +136,10 @@ class Overfit(TensorRule):
         best, first = state.best, state.first or val
         state.first = first
         rising = best is not None and _rising(val, values, best, state.best_values, first)
-        state.streak = state.streak + 1 if gap > self.threshold() and rising else 0
+        state.streak = state.streak + 1 if gap > self.chart_threshold() and rising else 0
         detail = (
             f"validation loss {fmt(val.mean)} (EVAL steps {val.steps()}) vs training loss {fmt(train.mean)} "
-            f"(TRAIN steps {train.steps()}): gap {fmt(gap)} (threshold {fmt(self.threshold())}); "
+            f"(TRAIN steps {train.steps()}): gap {fmt(gap)} (threshold {fmt(self.chart_threshold())}); "
         )
         if best is None:
             detail += "first evaluation"
@@ -142,19 +147,19 @@ class Overfit(TensorRule):
             detail += f"best validation loss {fmt(best.mean)} (steps {best.steps()}), " + (
                 "rising" if rising else "not rising beyond its noise"
             )
-        detail += f" ({state.streak}/{self.params['patience']} in a row)"
+        detail += f" ({state.streak}/{self.patience} in a row)"
         if best is None or val.mean < best.mean:
             state.best, state.best_values = val, list(values)
-        return Check(gap, state.streak >= self.params["patience"], (), detail)
+        return Check(gap, state.streak >= self.patience, (), detail)
 
     def _literal(self, state: _State, mean_train: float, mean_eval: float, steps: list[int]) -> Check:
         gap = (mean_eval - mean_train) / abs(mean_train) if mean_train else float("inf")
-        state.streak = state.streak + 1 if gap > self.threshold() else 0
+        state.streak = state.streak + 1 if gap > self.chart_threshold() else 0
         detail = (
             f"validation loss {fmt(mean_eval)} (EVAL steps {steps[0]}-{steps[-1]}) vs training loss {fmt(mean_train)}: "
-            f"gap {fmt(gap)} (threshold {fmt(self.threshold())}, {state.streak}/{self.params['patience']} in a row)"
+            f"gap {fmt(gap)} (threshold {fmt(self.chart_threshold())}, {state.streak}/{self.patience} in a row)"
         )
-        return Check(gap, state.streak >= self.params["patience"], (), detail)
+        return Check(gap, state.streak >= self.patience, (), detail)
 
     def insufficient(self, state: _State) -> str:
         """Needs losses of both modes."""

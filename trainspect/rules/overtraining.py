@@ -60,6 +60,10 @@ class Overtraining(TensorRule):
         Param("delta", float, 0.01, "smallest improvement that counts", min=0),
         LITERAL,
     )
+    patience_train: int
+    patience_validation: int
+    delta: float
+    literal: bool
     recommendation: ClassVar[str] = (
         "The loss stopped improving: stop training (early stopping), lower the learning rate, or regularise."
     )
@@ -85,7 +89,7 @@ class Overtraining(TensorRule):
         if not values:
             return None
         loss = float(np.mean(values))
-        if self.params["literal"]:
+        if self.literal:
             return self._literal(state, data, loss)
         if data.mode is ModeKeys.EVAL:
             state.evals.append((data.step, loss))
@@ -96,7 +100,7 @@ class Overtraining(TensorRule):
 
     def finish(self, state: _State, last: StepData | None) -> Check | None:
         """Judge an evaluation still open when the data ends."""
-        return None if self.params["literal"] else self._close_evaluation(state)
+        return None if self.literal else self._close_evaluation(state)
 
     def _close_evaluation(self, state: _State) -> Check | None:
         if not state.evals or not state.recent:
@@ -107,14 +111,14 @@ class Overtraining(TensorRule):
         spread = float(np.std(values, ddof=1)) if len(values) > 1 else 0.05 * abs(values[0])
         val = window_of(values, [s for s, _ in evals], spread)
         train = window_of([v for _, v in state.recent], [s for s, _ in state.recent])
-        delta, best = self.params["delta"], state.best_val
+        delta, best = self.delta, state.best_val
         if best is None or best.mean - val.mean > max(delta, Z_PROGRESS * (best.se + val.se)):
             state.best_val, state.train_at_best, state.val_streak = val, train, 0
         else:
             state.val_streak += 1
         ref = state.train_at_best or train
         training_improved = ref.mean - train.mean > max(delta, Z_PROGRESS * (ref.se + train.se))
-        patience = self.params["patience_validation"]
+        patience = self.patience_validation
         triggered = state.val_streak >= patience and training_improved
         best_val = state.best_val or val
         detail = (
@@ -126,7 +130,7 @@ class Overtraining(TensorRule):
 
     def _literal(self, state: _State, data: StepData, loss: float) -> Check:
         best = state.modes.setdefault(data.mode, _Best())
-        if loss < best.value - self.params["delta"] or not math.isfinite(best.value):
+        if loss < best.value - self.delta or not math.isfinite(best.value):
             best.value, best.since = loss, 0
         else:
             best.since += 1
@@ -135,7 +139,7 @@ class Overtraining(TensorRule):
         which = "training" if train else "validation"
         detail = (
             f"{which} loss {fmt(loss)} at step {data.step}, best {fmt(best.value)}, not improved by more than "
-            f"{fmt(self.params['delta'])} for {best.since} saved steps (patience {patience})"
+            f"{fmt(self.delta)} for {best.since} saved steps (patience {patience})"
         )
         hit = best.since >= patience
         return Check(float(best.since), hit, tuple(r.name for r in data.role()) if hit else (), detail)

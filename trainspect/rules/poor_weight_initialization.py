@@ -55,6 +55,12 @@ class PoorWeightInitialization(TensorRule):
         Param("steps", int, 10, "number of first saved steps analysed", min=1),
         LITERAL,
     )
+    activation_inputs_regex: list[str]
+    threshold: float
+    distribution_range: float
+    patience: int
+    steps: int
+    literal: bool
     recommendation: ClassVar[str] = (
         "The initialisation looks poorly scaled: use He (ReLU) or Xavier (tanh/sigmoid) initialisation, "
         "or add normalisation layers."
@@ -67,7 +73,7 @@ class PoorWeightInitialization(TensorRule):
             Select(
                 "act",
                 collections=("relu_input",),
-                regex=tuple(self.params["activation_inputs_regex"] or ()),
+                regex=tuple(self.activation_inputs_regex or ()),
                 module_types=("ReLU",),
                 module_inputs=True,
                 reductions=("variance",),
@@ -79,11 +85,11 @@ class PoorWeightInitialization(TensorRule):
 
     def requirements(self) -> list[Requirement]:
         """All three inputs, every step, for the first ``steps`` steps."""
-        n = self.params["steps"]
+        n = self.steps
         return [
             Requirement(
                 "relu_input",
-                include_regex=tuple(self.params["activation_inputs_regex"] or ()),
+                include_regex=tuple(self.activation_inputs_regex or ()),
                 module_types=("ReLU",),
                 module_inputs=True,
                 save_interval=1,
@@ -95,9 +101,9 @@ class PoorWeightInitialization(TensorRule):
             Requirement("losses", save_interval=1, end_step=n),
         ]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``threshold``."""
-        return float(self.params["threshold"])
+        return float(self.threshold)
 
     def init_state(self) -> _State:
         """Saved steps seen and the loss's progress."""
@@ -105,7 +111,7 @@ class PoorWeightInitialization(TensorRule):
 
     def check(self, state: _State, data: StepData) -> Check | None:
         """Judge the three conditions at one of the first ``steps`` steps."""
-        if state.seen >= self.params["steps"]:
+        if state.seen >= self.steps:
             return None
         state.seen += 1
         findings: list[str] = []
@@ -114,15 +120,15 @@ class PoorWeightInitialization(TensorRule):
         activations = bool(findings)
         self._gradient_spread(data, findings, names)
         self._loss_patience(state, data, findings, names)
-        text = "; ".join(findings) or f"layer input variance ratio {fmt(ratio)} (threshold {fmt(self.threshold())})"
-        if not self.params["literal"] and findings and not activations:
+        text = "; ".join(findings) or f"layer input variance ratio {fmt(ratio)} (threshold {fmt(self.threshold)})"
+        if not self.literal and findings and not activations:
             return Check(ratio, False, (), f"step {data.step}: {text} (reported only: needs badly scaled activations)")
         return Check(ratio, bool(findings), tuple(names), f"step {data.step}: {text}")
 
     def _variance_ratio(self, data: StepData, findings: list[str], names: list[str]) -> float | None:
         var = {r.name: tensor_reduction(r, "variance") for r in data.role("act")}
         finite = {k: v for k, v in var.items() if v is not None and math.isfinite(v)}
-        literal = self.params["literal"]
+        literal = self.literal
         if not literal:
             finite = {k: v for k, v in finite.items() if v > 0}
         if len(finite) < 2:
@@ -133,8 +139,8 @@ class PoorWeightInitialization(TensorRule):
         if not literal:
             ratio = ratio ** (1.0 / (len(finite) - 1))
             what = f"layer input variances ({len(finite)} layers) differ by a factor per layer of"
-        if ratio > self.threshold():
-            findings.append(f"{what} {fmt(ratio)} (threshold {fmt(self.threshold())})")
+        if ratio > self.chart_threshold():
+            findings.append(f"{what} {fmt(ratio)} (threshold {fmt(self.chart_threshold())})")
             names.extend(finite)
         return ratio if math.isfinite(ratio) else None
 
@@ -144,7 +150,7 @@ class PoorWeightInitialization(TensorRule):
         parts = [p for p in parts if p.size]
         if not parts:
             return
-        if self.params["literal"]:
+        if self.literal:
             p5, p95 = np.percentile(np.concatenate(parts), [5, 95])
             spread = float(p95 - p5)
         else:
@@ -152,10 +158,8 @@ class PoorWeightInitialization(TensorRule):
             if not spreads:
                 return
             spread = float(np.median(spreads))
-        if spread < self.params["distribution_range"]:
-            findings.append(
-                f"gradient p95-p5 spread {fmt(spread)} (threshold {fmt(self.params['distribution_range'])})"
-            )
+        if spread < self.distribution_range:
+            findings.append(f"gradient p95-p5 spread {fmt(spread)} (threshold {fmt(self.distribution_range)})")
             names.extend(r.name for r in data.role("grad"))
 
     def _loss_patience(self, state: _State, data: StepData, findings: list[str], names: list[str]) -> None:
@@ -167,12 +171,10 @@ class PoorWeightInitialization(TensorRule):
             state.best_loss, state.since_best = loss, 0
             return
         state.since_best += 1
-        if state.since_best >= self.params["patience"]:
-            findings.append(
-                f"loss not improved for {state.since_best} saved steps (patience {self.params['patience']})"
-            )
+        if state.since_best >= self.patience:
+            findings.append(f"loss not improved for {state.since_best} saved steps (patience {self.patience})")
             names.extend(r.name for r in data.role("loss"))
 
     def insufficient(self, state: _State) -> str:
         """Only saved steps beyond the first ``steps`` were seen."""
-        return f"only the first steps={self.params['steps']} saved steps are analysed"
+        return f"only the first steps={self.steps} saved steps are analysed"

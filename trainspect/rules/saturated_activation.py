@@ -47,6 +47,14 @@ class SaturatedActivation(TensorRule):
         ),
         Param("threshold_layer", float, 50.0, "largest acceptable % of saturated units per layer", min=0, max=100),
     )
+    collection_names: list[str] | None
+    tensor_regex: list[str]
+    threshold_tanh_min: float
+    threshold_tanh_max: float
+    threshold_sigmoid_min: float
+    threshold_sigmoid_max: float
+    threshold_inactivity: float
+    threshold_layer: float
     recommendation: ClassVar[str] = (
         "Activations saturate: normalise inputs, use Xavier initialisation, batch normalisation, a lower "
         "learning rate, or ReLU-family activations."
@@ -64,8 +72,8 @@ class SaturatedActivation(TensorRule):
 
     def selects(self) -> list[Select]:
         """Read the inputs of Tanh and Sigmoid modules."""
-        regex = tuple(self.params["tensor_regex"] or ())
-        colls = tuple(self.params["collection_names"] or ())
+        regex = tuple(self.tensor_regex or ())
+        colls = tuple(self.collection_names or ())
         return [
             Select("sigmoid", collections=("sigmoid_input",), module_types=("Sigmoid",), module_inputs=True),
             Select("tanh", collections=("tanh_input",), module_types=("Tanh",), module_inputs=True),
@@ -75,11 +83,11 @@ class SaturatedActivation(TensorRule):
     def requirements(self) -> list[Requirement]:
         """The inputs of Tanh and Sigmoid modules, plus any collections the user named."""
         reqs = [r for r in super().requirements() if r.collection in ("sigmoid_input", "tanh_input")]
-        return reqs + [Requirement(c) for c in self.params["collection_names"] or ()]
+        return reqs + [Requirement(c) for c in self.collection_names or ()]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``threshold_layer``."""
-        return float(self.params["threshold_layer"])
+        return float(self.threshold_layer)
 
     def check(self, state: Any, data: StepData) -> Check | None:
         """Compute the share of saturated units of each layer."""
@@ -94,10 +102,10 @@ class SaturatedActivation(TensorRule):
                 if not np.isfinite(x).all():
                     continue  # NaN/Inf inputs are ExplodingTensor's business
                 active = 100.0 * np.mean((x > lo) & (x < hi), axis=0)
-                pct[rec.name] = 100.0 * float(np.mean(active < self.params["threshold_inactivity"]))
+                pct[rec.name] = 100.0 * float(np.mean(active < self.threshold_inactivity))
         if not pct:
             return None
-        limit = self.params["threshold_layer"]
+        limit = self.threshold_layer
         worst = max(pct, key=pct.__getitem__)
         bad = tuple(n for n, p in pct.items() if p > limit)
         return Check(

@@ -24,7 +24,7 @@ class SimilarAcrossRuns(TensorRule):
     and PyTorch's reproducibility notes; ``allclose`` with numpy's default tolerances. Offline only.
 
     Example:
-        >>> SimilarAcrossRuns(other_trials="/tmp/run_b").other_trials()
+        >>> SimilarAcrossRuns(other_trials="/tmp/run_b").compared_runs()
         ['/tmp/run_b']
     """
 
@@ -34,6 +34,9 @@ class SimilarAcrossRuns(TensorRule):
         COLLECTION_NAMES,
         TENSOR_REGEX,
     )
+    other_trials: list[str] | None
+    collection_names: list[str] | None
+    tensor_regex: list[str] | None
     recommendation: ClassVar[str] = (
         "The runs diverge: fix random seeds and data order, enable deterministic algorithms, and compare "
         "the first differing step's inputs."
@@ -42,19 +45,19 @@ class SimilarAcrossRuns(TensorRule):
 
     def validate(self) -> None:
         """Require ``other_trials``."""
-        if not self.params["other_trials"]:
+        if not self.other_trials:
             raise ConfigError(f"{self.name}: other_trials is required (the run directories to compare with)")
 
-    def other_trials(self) -> list[str]:
+    def compared_runs(self) -> list[str]:
         """Return ``other_trials``."""
-        return list(self.params["other_trials"])
+        return list(self.other_trials or [])
 
     def selects(self) -> list[Select]:
         """Read ``collection_names`` ∪ ``tensor_regex``, or every tensor."""
         sel = user_select(self.params)
         return [sel] if sel else [Select(all_tensors=True)]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Any differing tensor triggers."""
         return 0.0
 

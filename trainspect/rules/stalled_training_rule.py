@@ -40,6 +40,9 @@ class StalledTrainingRule(TensorRule):
         Param("stop_training_on_fire", bool, False, "stop the training when the rule fires"),
         Param("training_job_name_prefix", str, None, "accepted for smdebug compatibility (unused locally)"),
     )
+    threshold: float
+    stop_training_on_fire: bool
+    training_job_name_prefix: str | None
     recommendation: ClassVar[str] = (
         "Training stalled: look for a hung data loader, a deadlock between workers, or a lost node."
     )
@@ -47,7 +50,7 @@ class StalledTrainingRule(TensorRule):
 
     def __init__(self, actions: Any = None, **params: Any) -> None:
         super().__init__(actions, **params)
-        if self.params["stop_training_on_fire"] and not any(a.name == "StopTraining" for a in self.actions):
+        if self.stop_training_on_fire and not any(a.name == "StopTraining" for a in self.actions):
             from trainspect.rules.actions import StopTraining
 
             self.actions.append(StopTraining())
@@ -60,9 +63,9 @@ class StalledTrainingRule(TensorRule):
         """Something saved often: the losses."""
         return [Requirement("losses")]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``threshold``."""
-        return float(self.params["threshold"])
+        return float(self.threshold)
 
     def init_state(self) -> _State:
         """The wall time of the last step."""
@@ -80,13 +83,13 @@ class StalledTrainingRule(TensorRule):
         if state.last_time is None or state.reported_for == state.last_time:
             return None
         gap = now - state.last_time
-        if gap <= self.threshold():
+        if gap <= self.chart_threshold():
             return None
         state.reported_for = state.last_time
         return self._judge(gap, f"since the last step {last.step if last else '?'}")
 
     def _judge(self, gap: float, where: str) -> Check:
-        limit = self.threshold()
+        limit = self.chart_threshold()
         return Check(gap, gap > limit, (), f"{fmt(gap)} s {where} (threshold {fmt(limit)} s)")
 
     def insufficient(self, state: Any) -> str:

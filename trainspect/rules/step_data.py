@@ -6,14 +6,16 @@ at a time) and live evaluation (the live runner builds them from the hook's :cla
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from trainspect.modes import ModeKeys
-from trainspect.step import ReductionKey, TensorRecord
+from trainspect.reductions import Reduction
+from trainspect.reductions import reduce as reduce_array
+from trainspect.reductions import reduce_rows as reduce_rows
+from trainspect.step import TensorRecord
 
 __all__ = ["Check", "StepData", "parse_reduction", "reduce_array", "reduce_rows", "tensor_reduction", "as_float"]
 
@@ -76,76 +78,21 @@ class StepData:
         return not any(self.roles.values())
 
 
-_REDUCTIONS = ("min", "max", "mean", "std", "variance", "sum", "prod", "l1", "l2")
-
-
-def parse_reduction(spec: str) -> ReductionKey:
-    """Turn ``"abs_mean"`` into ``("mean", True)`` and ``"l2"`` into ``("l2", False)``.
+def parse_reduction(spec: str) -> Reduction:
+    """Return :meth:`Reduction.parse <trainspect.reductions.Reduction.parse>` of ``spec`` (``"abs_mean"``).
 
     Raises:
         ValueError: the name is no known reduction; the message lists them.
     """
-    text = spec.strip().lower().replace("_norm", "")
-    is_abs = text.startswith("abs_")
-    name = text[4:] if is_abs else text
-    if name not in _REDUCTIONS:
-        raise ValueError(f"reduction {spec!r} is unknown; allowed: {', '.join(_REDUCTIONS)} and their abs_ forms")
-    return name, is_abs
-
-
-def reduce_array(value: np.ndarray, name: str, abs: bool = False) -> float:  # noqa: A002 - smdebug's name
-    """Compute one reduction of an array, accumulating in float64 (NaN and Inf propagate)."""
-    arr = np.asarray(value)
-    if arr.dtype.kind not in "fc":
-        arr = arr.astype(np.float64)
-    if abs:
-        arr = np.abs(arr)
-    if arr.size == 0:
-        return math.nan
-    if name in ("min", "max"):
-        return float(arr.min() if name == "min" else arr.max())
-    if name == "l1":
-        return float(np.abs(arr).sum(dtype=np.float64))
-    if name == "l2":
-        return float(np.sqrt(np.square(arr, dtype=np.float64).sum()))
-    if name in ("variance", "std"):
-        var = float(arr.var(dtype=np.float64))
-        return var if name == "variance" else math.sqrt(var)
-    if name == "prod":
-        return float(arr.prod(dtype=np.float64))
-    return float(getattr(arr, name)(dtype=np.float64))
-
-
-def reduce_rows(rows: np.ndarray, name: str, abs: bool = False) -> np.ndarray:  # noqa: A002 - smdebug's name
-    """Compute one reduction of each row of a 2-D array (one row per step), as :func:`reduce_array` does per row.
-
-    Real and integer rows only (complex rows go through :func:`reduce_array`); the result is float64.
-
-    Example:
-        >>> reduce_rows(np.array([[1.0, -3.0], [2.0, 2.0]], dtype=np.float32), "mean", abs=True).tolist()
-        [2.0, 2.0]
-    """
-    arr = rows if rows.dtype.kind == "f" else rows.astype(np.float64)
-    if abs:
-        arr = np.abs(arr)
-    if arr.shape[1] == 0:
-        return np.full(arr.shape[0], math.nan)
-    if name in ("min", "max"):
-        out = arr.min(axis=1) if name == "min" else arr.max(axis=1)
-    elif name == "l1":
-        out = np.abs(arr).sum(axis=1, dtype=np.float64)
-    elif name == "l2":
-        out = np.sqrt(np.square(arr, dtype=np.float64).sum(axis=1))
-    elif name in ("variance", "std"):
-        out = arr.var(axis=1, dtype=np.float64)
-        out = out if name == "variance" else np.sqrt(out)
-    else:
-        out = getattr(arr, name)(axis=1, dtype=np.float64)
-    return np.asarray(out, dtype=np.float64)
+    return Reduction.parse(spec)
 
 
 def tensor_reduction(record: TensorRecord, name: str, abs: bool = False) -> float | None:  # noqa: A002
-    """Return a reduction of a tensor: the saved one, else computed from the raw value, else None."""
+    """Return a reduction of a tensor: the saved one, else computed from the raw value, else None.
+
+    ``reduce_array`` and ``reduce_rows``, also importable from here, are :func:`trainspect.reductions.reduce` and
+    :func:`trainspect.reductions.reduce_rows`.
+    """
     saved = record.reductions.get((name, abs))
     if saved is not None:
         return float(saved)

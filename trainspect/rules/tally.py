@@ -9,10 +9,10 @@ from __future__ import annotations
 import logging
 import math
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from trainspect.rules.step_data import Check, StepData
-from trainspect.rules.tensor_rule import TensorRule
 from trainspect.rules.verdict import Series, Status, Verdict
 
 __all__ = ["Tally"]
@@ -23,7 +23,32 @@ MAX_SERIES_POINTS = 2000
 """Series longer than this are thinned (every other point) so verdict files stay small."""
 
 
-class Tally:
+class _Judge(Protocol):
+    """What a Tally uses of a rule: a :class:`~trainspect.rules.tensor_rule.TensorRule` (typed here, not imported)."""
+
+    kind: ClassVar[str]
+    recommendation: ClassVar[str]
+    series_label: ClassVar[str]
+    needs_tensors: ClassVar[bool]
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def params(self) -> Mapping[str, Any]: ...
+
+    def init_state(self) -> Any: ...
+    def check(self, state: Any, data: StepData) -> Check | None: ...
+    def finish(self, state: Any, last: StepData | None) -> Check | None: ...
+    def idle(self, state: Any, now: float, last: StepData | None) -> Check | None: ...
+    def insufficient(self, state: Any) -> str: ...
+    def describe_inputs(self) -> str: ...
+    def chart_threshold(self) -> float | None: ...
+
+
+_R = TypeVar("_R", bound=_Judge)
+
+
+class Tally(Generic[_R]):
     """Evaluation state of one tensor rule over a growing sequence of steps.
 
     Args:
@@ -36,7 +61,7 @@ class Tally:
         'NoData'
     """
 
-    def __init__(self, rule: TensorRule) -> None:
+    def __init__(self, rule: _R) -> None:
         self.rule = rule
         self.state: Any = rule.init_state()
         self.datapoints = 0
@@ -203,7 +228,7 @@ class Tally:
             x=tuple(self.x),
             y=tuple(self.y),
             trigger_x=tuple(self.trigger_x),
-            threshold=self.rule.threshold(),
+            threshold=self.rule.chart_threshold(),
         )
 
 

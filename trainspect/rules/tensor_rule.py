@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 from trainspect.rules.base import Requirement, Rule
 from trainspect.rules.step_data import Check, StepData
+from trainspect.rules.tally import Tally
 from trainspect.rules.verdict import Verdict
 
 __all__ = ["Select", "TensorRule"]
@@ -123,13 +124,21 @@ class TensorRule(Rule):
             )
         return reqs
 
-    def other_trials(self) -> list[str]:
-        """Return the paths of other runs this rule compares against (default: none)."""
-        return []
+    def compared_runs(self) -> list[str]:
+        """Return the paths of other runs this rule compares against (default: none).
 
-    def threshold(self) -> float | None:
-        """Return the threshold drawn with the series (default: none)."""
-        return None
+        A rule written before this name existed may define ``other_trials()`` instead; it is still called.
+        """
+        legacy = getattr(self, "other_trials", None)
+        return list(legacy()) if callable(legacy) else []
+
+    def chart_threshold(self) -> float | None:
+        """Return the threshold drawn with the series (default: none).
+
+        A rule written before this name existed may define ``threshold()`` instead; it is still called.
+        """
+        legacy = getattr(self, "threshold", None)
+        return legacy() if callable(legacy) else None
 
     def init_state(self) -> Any:
         """Return a fresh state object for one evaluation (default: None, a stateless rule)."""
@@ -169,8 +178,6 @@ class TensorRule(Rule):
         Returns:
             The verdict over all steps, with every triggering step counted.
         """
-        from trainspect.rules.tally import Tally
-
         tally = Tally(self)
         steps: Iterable[StepData] = data
         for step in steps:

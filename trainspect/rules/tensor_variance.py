@@ -32,6 +32,10 @@ class TensorVariance(TensorRule):
         Param("max_threshold", float, None, "largest acceptable variance", min=0),
         Param("min_threshold", float, None, "smallest acceptable variance", min=0),
     )
+    collection_names: list[str] | None
+    tensor_regex: list[str] | None
+    max_threshold: float | None
+    min_threshold: float | None
     recommendation: ClassVar[str] = (
         "A tensor's variance is out of range: check the initialisation scale, the learning rate and "
         "normalisation layers."
@@ -41,9 +45,9 @@ class TensorVariance(TensorRule):
     def validate(self) -> None:
         """Require a selection and a threshold."""
         require_selection(self.name, self.params)
-        if self.params["max_threshold"] is None and self.params["min_threshold"] is None:
+        if self.max_threshold is None and self.min_threshold is None:
             raise ConfigError(f"{self.name}: give max_threshold or min_threshold (at least one is required)")
-        lo, hi = self.params["min_threshold"], self.params["max_threshold"]
+        lo, hi = self.min_threshold, self.max_threshold
         if lo is not None and hi is not None and lo > hi:
             raise ConfigError(f"{self.name}: min_threshold={lo!r} is above max_threshold={hi!r}; allowed: min <= max")
 
@@ -52,10 +56,10 @@ class TensorVariance(TensorRule):
         sel = user_select(self.params, reductions=("variance",), raw=False)
         return [sel] if sel else []
 
-    def threshold(self) -> float | None:
+    def chart_threshold(self) -> float | None:
         """Return ``max_threshold`` (else ``min_threshold``)."""
-        value = self.params["max_threshold"]
-        return value if value is not None else self.params["min_threshold"]
+        value = self.max_threshold
+        return value if value is not None else self.min_threshold
 
     def check(self, state: Any, data: StepData) -> Check | None:
         """Compare each tensor's variance with the thresholds."""
@@ -66,7 +70,7 @@ class TensorVariance(TensorRule):
                 var[rec.name] = v
         if not var:
             return None
-        hi, lo = self.params["max_threshold"], self.params["min_threshold"]
+        hi, lo = self.max_threshold, self.min_threshold
         bad = tuple(n for n, v in var.items() if (hi is not None and v > hi) or (lo is not None and v < lo))
         top = max(var, key=var.__getitem__)
         low = min(var, key=var.__getitem__)

@@ -36,6 +36,12 @@ class UnchangedTensor(TensorRule):
         Param("atol", float, 1e-8, "absolute tolerance of numpy.allclose", min=0),
         Param("equal_nan", bool, False, "NaN equals NaN"),
     )
+    collection_names: list[str] | None
+    tensor_regex: list[str] | None
+    num_steps: int
+    rtol: float
+    atol: float
+    equal_nan: bool
     recommendation: ClassVar[str] = (
         "A tensor does not change: check that its parameters require grad, are passed to the optimizer, "
         "and that the learning rate is not zero."
@@ -51,7 +57,7 @@ class UnchangedTensor(TensorRule):
         sel = user_select(self.params)
         return [sel] if sel else []
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Any unchanged tensor triggers."""
         return 0.0
 
@@ -65,7 +71,7 @@ class UnchangedTensor(TensorRule):
 
         if not is_training(data.mode):
             return None
-        n = self.params["num_steps"]
+        n = self.num_steps
         judged, same = 0, []
         for rec in data.role():
             if rec.value is None:
@@ -100,4 +106,4 @@ class UnchangedTensor(TensorRule):
 
     def insufficient(self, state: dict[str, deque[np.ndarray]]) -> str:
         """Fewer than ``num_steps`` saved values."""
-        return f"needs num_steps={self.params['num_steps']} saved training steps of a tensor"
+        return f"needs num_steps={self.num_steps} saved training steps of a tensor"

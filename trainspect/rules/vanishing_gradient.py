@@ -42,7 +42,7 @@ class VanishingGradient(TensorRule):
     ``literal=True`` judges every gradient, as smdebug does.
 
     Example:
-        >>> VanishingGradient(threshold="1e-6").threshold()
+        >>> VanishingGradient(threshold="1e-6").chart_threshold()
         1e-06
     """
 
@@ -58,6 +58,9 @@ class VanishingGradient(TensorRule):
         ),  # fmt: skip
         LITERAL,
     )
+    threshold: float
+    converged_loss_ratio: float
+    literal: bool
     recommendation: ClassVar[str] = (
         "Gradients vanish: use ReLU-family activations instead of sigmoid/tanh, He/Xavier initialisation, "
         "batch normalisation or residual connections."
@@ -83,9 +86,9 @@ class VanishingGradient(TensorRule):
             return "every recorded gradient was NaN/Inf (ExplodingTensor's finding)"
         return "no gradients were recorded; record collection 'gradients'"
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``threshold``."""
-        return float(self.params["threshold"])
+        return float(self.threshold)
 
     def init_state(self) -> _State:
         """The first and latest training loss, and the gradients not counted."""
@@ -95,7 +98,7 @@ class VanishingGradient(TensorRule):
         """Judge the smallest finite mean |gradient| at this step."""
         self._note_loss(state, data)
         state.grads_seen = state.grads_seen or bool(data.role())
-        limit = self.threshold()
+        limit = self.chart_threshold()
         values = {}
         for rec in data.role():
             value = tensor_reduction(rec, "mean", abs=True)
@@ -104,7 +107,7 @@ class VanishingGradient(TensorRule):
         if not values:
             return None
         low = [name for name, v in values.items() if v < limit]
-        if not self.params["literal"]:
+        if not self.literal:
             low = self._real(state, data, values, low)
         smallest = min(values, key=values.__getitem__)
         detail = f"abs_mean of {smallest} is {fmt(values[smallest])} (threshold {fmt(limit)})"
@@ -131,12 +134,12 @@ class VanishingGradient(TensorRule):
         if not low:
             return low
         first, loss = state.first_loss, state.loss
-        if first is not None and loss is not None and abs(loss) < self.params["converged_loss_ratio"] * abs(first):
+        if first is not None and loss is not None and abs(loss) < self.converged_loss_ratio * abs(first):
             for name in low:
                 state.excused[name] = f"loss {fmt(loss)} has converged"
             return []
         real = []
-        limit = self.threshold()
+        limit = self.chart_threshold()
         for name in low:
             sibling = _weight_of(name)
             if values[name] == 0:

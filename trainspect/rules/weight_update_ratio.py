@@ -42,6 +42,11 @@ class WeightUpdateRatio(TensorRule):
         Param("epsilon", float, 1e-9, "added to the denominator", min=0),
         LITERAL,
     )
+    num_steps: int | None
+    large_threshold: float
+    small_threshold: float
+    epsilon: float
+    literal: bool
     recommendation: ClassVar[str] = (
         "Updates are out of proportion to the weights: a ratio far above 1e-3 calls for a lower learning rate, "
         "one far below for a higher learning rate (or check that the optimizer steps at all)."
@@ -55,11 +60,11 @@ class WeightUpdateRatio(TensorRule):
 
     def requirements(self) -> list[Requirement]:
         """Weights, raw, every ``num_steps`` steps when set."""
-        return [Requirement("weights", save_interval=self.params["num_steps"], raw=True)]
+        return [Requirement("weights", save_interval=self.num_steps, raw=True)]
 
-    def threshold(self) -> float:
+    def chart_threshold(self) -> float:
         """Return ``large_threshold``."""
-        return float(self.params["large_threshold"])
+        return float(self.large_threshold)
 
     def init_state(self) -> dict[str, tuple[int, np.ndarray, float]]:
         """The previous saved value of each weight, with its L2 norm."""
@@ -79,21 +84,21 @@ class WeightUpdateRatio(TensorRule):
             state[rec.name] = (data.step, cur, norm)
             if prev is None or prev[1].shape != cur.shape or not self._close_enough(prev[0], data.step):
                 continue
-            ratio = float(_l2(cur - prev[1]) / (prev[2] + self.params["epsilon"]))
+            ratio = float(_l2(cur - prev[1]) / (prev[2] + self.epsilon))
             if math.isfinite(ratio):
                 ratios[rec.name] = ratio
         if not ratios:
             return None
-        if self.params["literal"]:
+        if self.literal:
             return self._judge(ratios, {})
-        return self._judge(ratios, _starved(data, ratios, self.params["small_threshold"]))
+        return self._judge(ratios, _starved(data, ratios, self.small_threshold))
 
     def _close_enough(self, prev_step: int, step: int) -> bool:
-        n = self.params["num_steps"]
+        n = self.num_steps
         return n is None or step - prev_step <= n
 
     def _judge(self, ratios: dict[str, float], starved: dict[str, float]) -> Check:
-        large, small = self.params["large_threshold"], self.params["small_threshold"]
+        large, small = self.large_threshold, self.small_threshold
         bad = tuple(name for name, r in ratios.items() if r > large or (r < small and name not in starved))
         hi = max(ratios, key=ratios.__getitem__)
         lo = min(ratios, key=ratios.__getitem__)

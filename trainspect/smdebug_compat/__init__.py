@@ -18,11 +18,9 @@ import sys
 from types import ModuleType
 from typing import Any
 
+from trainspect.smdebug_compat.surface import SmdebugNotSupported
+
 __all__ = ["install", "uninstall", "installed", "SmdebugNotSupported"]
-
-
-class SmdebugNotSupported(NotImplementedError):
-    """An smdebug call that trainspect does not implement (the message names the nearest equivalent)."""
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

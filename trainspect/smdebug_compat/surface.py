@@ -11,7 +11,11 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-__all__ = ["MODULES", "build", "CollectionKeys"]
+__all__ = ["MODULES", "build", "CollectionKeys", "SmdebugNotSupported"]
+
+
+class SmdebugNotSupported(NotImplementedError):
+    """An smdebug call that trainspect does not implement (the message names the nearest equivalent)."""
 
 
 class CollectionKeys:
@@ -56,8 +60,6 @@ def _missing(module: str) -> Callable[[str], Any]:
     def __getattr__(name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(f"module {module!r} has no attribute {name!r}")
-        from trainspect.smdebug_compat import SmdebugNotSupported
-
         hint = _NOT_SUPPORTED.get(name, f"see docs/smdebug.md for what {_TS} implements")
         raise SmdebugNotSupported(f"{module}.{name} is not supported by {_TS}'s smdebug compatibility layer: {hint}")
 

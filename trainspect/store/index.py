@@ -1,11 +1,14 @@
-"""The in-memory index a Trial keeps: steps, modes and where each (tensor, step, worker) lives."""
+"""The in-memory index a Trial keeps (steps, modes, where each tensor of a step lives) and the readers that fill it."""
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+import numpy as np
+
+from trainspect.collections import Collection
 from trainspect.modes import ModeKeys
 
 __all__ = ["Entry", "StepInfo", "TrialIndex"]
@@ -74,3 +77,20 @@ class TrialIndex:
             per_name[global_step] = {worker: entry}  # one dict per (tensor, step): no throw-away defaults
         else:
             per_step[worker] = entry
+
+
+class Source(Protocol):
+    """What a Trial reads from, filling its index: a trainspect run directory or an smdebug trial directory.
+
+    Also importable from :mod:`trainspect.store.trial`.
+    """
+
+    corrupt_records: int
+    problems: list[str]
+
+    def refresh(self, index: TrialIndex) -> int: ...
+    def ended(self) -> bool: ...
+    def read(self, entry: Entry) -> np.ndarray: ...
+    def collections(self) -> dict[str, Collection]: ...
+    def worker_names(self) -> list[str]: ...
+    def close(self) -> None: ...

@@ -18,6 +18,7 @@ import numpy as np
 
 from trainspect.collections import Collection
 from trainspect.modes import ModeKeys, parse_mode
+from trainspect.reductions import Reduction
 from trainspect.store.framing import CorruptRecord
 from trainspect.store.index import Entry, TrialIndex
 
@@ -110,7 +111,11 @@ class SmdebugSource:
                 existing.reductions = values
 
     def _add_reduction(self, out: dict[str, dict[str, float]], match: re.Match[str], entry: Entry) -> None:
-        key = f"{match.group(1) or ''}{match.group(2)}".replace("_norm", "")
+        text = f"{match.group(1) or ''}{match.group(2)}"
+        try:
+            key = Reduction.parse(text).key  # smdebug's "l2_norm" is written "l2", as trainspect writes it
+        except ValueError:
+            key = text.replace("_norm", "")  # a reduction trainspect does not compute: kept under its own name
         try:
             value = float(np.asarray(self.read(entry)).reshape(-1)[0])
         except (CorruptRecord, OSError, IndexError, ValueError):

@@ -3,29 +3,45 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from trainspect.exceptions import TensorUnavailableForStep
 from trainspect.modes import ModeKeys, parse_mode
-from trainspect.reductions import reduce
+from trainspect.reductions import Reduction, format_key, reduce
+from trainspect.step import ReductionKey
 from trainspect.store.framing import CorruptRecord
-from trainspect.store.index import Entry, TrialIndex
-from trainspect.store.tensor_file import reduction_key
-
-if TYPE_CHECKING:
-    from trainspect.store.trial import Source, Trial
+from trainspect.store.index import Entry, Source, TrialIndex
 
 __all__ = ["Tensor"]
 
 log = logging.getLogger(__name__)
 
 
+class _Steps(Protocol):
+    """What a Tensor uses of its :class:`~trainspect.store.trial.Trial` (typed here: the Trial imports Tensor)."""
+
+    def steps(self, mode: ModeKeys | str = ..., show_incomplete_steps: bool = ...) -> list[int]: ...
+    def global_step(self, mode: ModeKeys | str, mode_step: int) -> int: ...
+    def _maybe_refresh(self) -> None: ...
+    def _note(self, message: str) -> None: ...
+
+
+def _reduction(text: str, absolute: bool = False) -> ReductionKey:
+    """A written reduction name as a :class:`Reduction` (smdebug's ``"l2_norm"`` too), an unknown one as it is."""
+    try:
+        red = Reduction.parse(text)
+    except ValueError:
+        is_abs = text.startswith("abs_")
+        return (text[4:] if is_abs else text, is_abs or absolute)
+    return Reduction(red.name, red.absolute or absolute)
+
+
 class Tensor:
     """A tensor of a :class:`~trainspect.store.trial.Trial`; get it with ``trial.tensor(name)``."""
 
-    def __init__(self, name: str, trial: Trial, index: TrialIndex, source: Source) -> None:
+    def __init__(self, name: str, trial: _Steps, index: TrialIndex, source: Source) -> None:
         self.name = name
         self._trial = trial
         self._index = index
@@ -124,21 +140,18 @@ class Tensor:
             TensorUnavailableForStep: neither the reduction nor the raw value was saved.
         """
         entry = self._entry(step, mode, worker)
-        key = reduction_key(reduction_name, abs)
+        name, absolute = _reduction(reduction_name, abs)
+        key = format_key(name, absolute)
         if entry.reductions and key in entry.reductions:
             return float(entry.reductions[key])
-        return reduce(self._read(entry, step, mode), reduction_name, abs)
+        return reduce(self._read(entry, step, mode), name, absolute)
 
     def reduction_values(
         self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None
-    ) -> dict[tuple[str, bool], float]:
-        """Return the saved reductions of a step as ``{(name, abs): value}``."""
+    ) -> dict[ReductionKey, float]:
+        """Return the saved reductions of a step as ``{Reduction(name, abs): value}`` (keys equal ``(name, abs)``)."""
         entry = self._entry(step, mode, worker)
-        out: dict[tuple[str, bool], float] = {}
-        for key, value in (entry.reductions or {}).items():
-            absolute = key.startswith("abs_")
-            out[(key[4:] if absolute else key, absolute)] = float(value)
-        return out
+        return {_reduction(key): float(value) for key, value in (entry.reductions or {}).items()}
 
     def shape(self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None) -> tuple[int, ...]:
         """Return the shape at a step (saved with the raw value, or with ``save_shape``).

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from trainspect.reductions import format_key
 from trainspect.step import StepRecord, TensorRecord
 from trainspect.store.framing import HEADER_SIZE, frame
 
@@ -33,8 +34,8 @@ _ENCODE = json.JSONEncoder(separators=(",", ":")).encode  # json.dumps builds an
 
 
 def reduction_key(name: str, absolute: bool) -> str:
-    """Return the stored key of a reduction (``"abs_mean"``, ``"l2"``)."""
-    return f"abs_{name}" if absolute else name
+    """Return the stored key of a reduction (``"abs_mean"``, ``"l2"``): its :attr:`Reduction.key`."""
+    return format_key(name, absolute)
 
 
 def _float(v: float) -> float | str:

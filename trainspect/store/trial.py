@@ -9,14 +9,12 @@ import re
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Protocol
-
-import numpy as np
+from typing import Any
 
 from trainspect.collections import Collection
 from trainspect.exceptions import NoMoreData, StepUnavailable, TensorUnavailable
 from trainspect.modes import ModeKeys, parse_mode
-from trainspect.store.index import Entry, TrialIndex
+from trainspect.store.index import Source, TrialIndex
 from trainspect.store.tensor import Tensor
 
 __all__ = ["Trial", "StepState", "create_trial"]
@@ -32,20 +30,6 @@ class StepState(enum.Enum):
     UNAVAILABLE = 0
     AVAILABLE = 1
     NOT_YET_AVAILABLE = 2
-
-
-class Source(Protocol):
-    """What a Trial reads from: a trainspect run directory or an smdebug trial directory."""
-
-    corrupt_records: int
-    problems: list[str]
-
-    def refresh(self, index: TrialIndex) -> int: ...
-    def ended(self) -> bool: ...
-    def read(self, entry: Entry) -> np.ndarray: ...
-    def collections(self) -> dict[str, Collection]: ...
-    def worker_names(self) -> list[str]: ...
-    def close(self) -> None: ...
 
 
 class Trial:

@@ -21,6 +21,9 @@ class BottleneckRule(ProfilerRule):
     """
 
     resource = "CPU"
+    threshold: float
+    gpu_threshold: float
+    patience: int
 
     def _high(self, arr: Any) -> np.ndarray | None:
         """Per row, whether the watched resource is high (``None``: not recorded)."""

@@ -36,6 +36,12 @@ class BatchSize(ProfilerRule):
         Param("window", int, 500, "number of most recent samples the p95 are taken over", min=1),
         SCAN,
     )
+    cpu_threshold_p95: float
+    gpu_threshold_p95: float
+    gpu_memory_threshold_p95: float
+    patience: int
+    window: int
+    scan_interval_us: int
     recommendation = (
         "The batch size is too small, and GPUs are underutilized. Consider running on a smaller instance type "
         "or increasing the batch size."

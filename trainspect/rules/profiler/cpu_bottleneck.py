@@ -33,6 +33,11 @@ class CPUBottleneck(BottleneckRule):
         Param("patience", int, 1000, "samples needed before the rule judges", min=1),
         SCAN,
     )
+    threshold: float
+    cpu_threshold: float
+    gpu_threshold: float
+    patience: int
+    scan_interval_us: int
     recommendation = "Consider increasing the number of data loaders or applying data pre-fetching."
     description = "high CPU with low GPU for more than threshold % of the time"
     resource = "CPU"

@@ -56,6 +56,11 @@ class Dataloader(ProfilerRule):
               "cycle", min=0, max=100),  # fmt: skip
         LITERAL,
     )
+    min_threshold: float
+    max_threshold: float
+    patience: int
+    min_wait_percent: float
+    literal: bool
     recommendation = "Change the number of data loader processes."
     description = "worker count far below or above the core count"
 
@@ -84,7 +89,7 @@ class Dataloader(ProfilerRule):
             median = int(np.median(counts))
             most = max(most, len(counts))
             low, high = cores * self.min_threshold / 100.0, cores * self.max_threshold / 100.0
-            too_few = median < low and (self.params["literal"] or not waiting <= self.min_wait_percent)  # NaN: count
+            too_few = median < low and (self.literal or not waiting <= self.min_wait_percent)  # NaN: count
             bad = len(counts) > self.patience and (too_few or median > high)
             if bad:
                 triggers.append(float(secs[-1]))

@@ -79,6 +79,9 @@ class GPUMemoryIncrease(ProfilerRule):
             choices=("job", "device"),
         ),
     )
+    increase: float
+    patience: int
+    window: int
     recommendation = "Choose a larger instance type with more memory if footprint is close to maximum available memory."
     description = "large increase in average GPU memory"
 

@@ -96,6 +96,8 @@ class InputBottleneck(ProfilerRule):
         Param("threshold", float, 50.0, "input wait above this % of the step cycle triggers", min=0, max=100),
         Param("patience", int, 10, "step cycles needed before the rule judges", min=1),
     )
+    threshold: float
+    patience: int
     recommendation = (
         "Feed the loop faster: DataLoader(num_workers=N) with N up to the free cores, pin_memory=True when "
         "training on a GPU, prefetch_factor=2-4 and persistent_workers=True (tf.data: num_parallel_calls and "

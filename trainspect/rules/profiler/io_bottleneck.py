@@ -30,6 +30,11 @@ class IOBottleneck(BottleneckRule):
         Param("patience", int, 1000, "samples needed before the rule judges", min=1),
         SCAN,
     )
+    threshold: float
+    io_threshold: float
+    gpu_threshold: float
+    patience: int
+    scan_interval_us: int
     recommendation = (
         "Pre-fetch data or choose different file formats, such as binary formats that improve I/O performance."
     )

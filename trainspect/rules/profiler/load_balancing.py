@@ -48,6 +48,9 @@ class LoadBalancing(ProfilerRule):
         Param("patience", int, 1000, "samples a GPU needs before it is compared", min=1),
         SCAN,
     )
+    threshold: float
+    patience: int
+    scan_interval_us: int
     recommendation = "Choose a different distributed training strategy or a different distributed training framework."
     description = "imbalance across GPUs in data parallelism"
 

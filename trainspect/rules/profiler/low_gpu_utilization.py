@@ -33,6 +33,11 @@ class LowGPUUtilization(ProfilerRule):
         Param("patience", int, 1000, "samples a GPU needs before it is judged", min=1),
         SCAN,
     )
+    threshold_p95: float
+    threshold_p5: float
+    window: int
+    patience: int
+    scan_interval_us: int
     recommendation = (
         "Check if there are bottlenecks, minimize blocking calls, change distributed training strategy, "
         "or increase the batch size."

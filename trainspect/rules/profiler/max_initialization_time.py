@@ -24,6 +24,8 @@ class MaxInitializationTime(ProfilerRule):
     """
 
     parameters = (Param("threshold", float, 20.0, "minutes the job may take before its first step", min=0), SCAN)
+    threshold: float
+    scan_interval_us: int
     recommendation = (
         "Initialization takes too long. If using File mode, consider switching to Pipe mode in case you are "
         "using TensorFlow framework."

@@ -35,14 +35,18 @@ class StepOutlier(ProfilerRule):
         Param("n_outliers", int, 10, "outliers tolerated", min=0),
         SCAN,
     )
+    stddev: float
+    mode: str | None
+    n_outliers: int
+    scan_interval_us: int
     recommendation = "Check if there are any bottlenecks (CPU, I/O) correlated to the step outliers."
     description = "step-duration outliers suggest stalls or bottlenecks"
 
     def validate(self) -> None:
         """Check ``mode`` names a mode."""
-        if self.params["mode"] is not None:
+        if self.mode is not None:
             try:
-                self.params["mode"] = parse_mode(str(self.params["mode"]).split("Step:")[-1]).name.lower()
+                self.mode = parse_mode(str(self.mode).split("Step:")[-1]).name.lower()
             except ValueError as exc:
                 raise ConfigError(f"parameter {exc}") from None
 

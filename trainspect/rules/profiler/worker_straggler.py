@@ -28,6 +28,8 @@ class WorkerStraggler(ProfilerRule):
         Param("threshold", float, 20.0, "% above the median over workers that makes a straggler", min=0),
         Param("min_steps", int, 10, "steps each worker needs before it is judged", min=1),
     )
+    threshold: float
+    min_steps: int
     recommendation = (
         "One worker is slower than the others and every synchronous step waits for it: check that node's "
         "utilisation and data loading, balance the data shards, or replace a degraded instance."

@@ -1,0 +1,303 @@
+"""A thin, bulk adapter from a Trial to the step data tensor rules read.
+
+Each needed tensor's series is fetched once (``Tensor.values()``, or its saved reductions step by step
+when only reductions were saved), reduced right away to what the rules need, and then handed out step by
+step. Rules never touch the Trial.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from trainspect.modes import ModeKeys
+from trainspect.reductions import Reduction, reduce, reduce_rows
+from trainspect.rules.step_data import StepData
+from trainspect.rules.tensor_rule import Select, TensorRule
+from trainspect.rules.trial_view import TensorView, TrialView
+from trainspect.rules.verdict import Status, Verdict
+from trainspect.step import ReductionKey, TensorRecord
+
+__all__ = [
+    "TrialFeed", "Needs", "roles_for", "reduce_series", "build_step", "StepAssembler", "note_damage",
+    "trial_problems",
+]  # fmt: skip
+
+_log = logging.getLogger(__name__)
+_GLOBAL = ModeKeys.GLOBAL
+_UNJUDGED = (Status.NO_DATA, Status.ERROR, Status.IN_PROGRESS)
+
+
+def note_damage(verdict: Verdict, problems: Iterable[str]) -> Verdict:
+    """Name the missing or damaged files of the run in a verdict.
+
+    Every verdict lists them in ``details["damaged_files"]``; a verdict that could not judge (NoData, Error,
+    InProgress) also names the first one in its message, so "no inputs" is never mistaken for "not recorded".
+
+    Example:
+        >>> v = note_damage(Verdict("LossNotDecreasing", Status.NO_DATA, message="no inputs"), ["run/x.idx is missing"])
+        >>> v.message
+        'no inputs [damaged run directory: run/x.idx is missing]'
+    """
+    found = list(dict.fromkeys(problems))
+    if not found:
+        return verdict
+    details = {**verdict.details, "damaged_files": found[:20]}
+    if verdict.status not in _UNJUDGED:
+        return replace(verdict, details=details)
+    more = f" (and {len(found) - 1} more problem(s))" if len(found) > 1 else ""
+    return replace(verdict, message=f"{verdict.message} [damaged run directory: {found[0]}{more}]", details=details)
+
+
+def trial_problems(trial: TrialView) -> list[str]:
+    """The problems a Trial found in its run directory (none for other trial types)."""
+    try:
+        return list(getattr(trial, "problems", None) or [])
+    except Exception:
+        return []
+
+
+@dataclass
+class Needs:
+    """What the rules of one evaluation need of one tensor."""
+
+    raw: bool = False
+    reductions: set[ReductionKey] = field(default_factory=set)
+
+    def add(self, sel: Select) -> None:
+        """Merge one selection's needs."""
+        self.raw = self.raw or sel.raw or not sel.reductions
+        self.reductions.update(Reduction.parse(r) for r in sel.reductions)
+
+
+def roles_for(rule: TensorRule, names: Iterable[str], membership: Mapping[str, frozenset[str]]) -> dict[str, str]:
+    """Map each selected tensor name to the rule's role for it (the first matching selection wins)."""
+    selects = rule.selects()
+    out: dict[str, str] = {}
+    for name in names:
+        colls = membership.get(name, frozenset())
+        for sel in selects:
+            if sel.matches(name, colls):
+                out[name] = sel.role
+                break
+    return out
+
+
+class TrialFeed:
+    """Reads what a set of tensor rules needs from a Trial, fetching each tensor once.
+
+    Args:
+        trial: a trainspect (or smdebug-compatible) Trial.
+    """
+
+    def __init__(self, trial: TrialView) -> None:
+        self.trial = trial
+        self._membership: dict[str, frozenset[str]] | None = None
+
+    # --- what exists -----------------------------------------------------------------------------------
+    def names(self) -> list[str]:
+        """Every tensor name of the trial."""
+        return list(self.trial.tensor_names())
+
+    def membership(self) -> dict[str, frozenset[str]]:
+        """Map each tensor name to the collections it belongs to."""
+        if self._membership is None:
+            names = self.names()
+            members: dict[str, set[str]] = {n: set() for n in names}
+            for cname, coll in _collections(self.trial).items():
+                for n in self._collection_names(cname, coll, names):
+                    members.setdefault(n, set()).add(cname)
+            self._membership = {n: frozenset(c) for n, c in members.items()}
+        return self._membership
+
+    def _collection_names(self, cname: str, coll: Any, names: list[str]) -> Iterable[str]:
+        try:
+            return list(self.trial.tensor_names(collection=cname))
+        except Exception:
+            listed = set(getattr(coll, "tensor_names", ()) or ())
+            regexes = [re.compile(r) for r in getattr(coll, "include_regex", ()) or ()]
+            return [n for n in names if n in listed or any(r.match(n) for r in regexes)]
+
+    def steps(self, start: int | None, end: int | None, finished: bool) -> list[int]:
+        """Global steps in [start, end) that are complete (every worker wrote them, or the run ended)."""
+        steps = sorted(int(s) for s in self.trial.steps())
+        if not finished:
+            last = getattr(self.trial, "last_complete_step", None)
+            steps = [s for s in steps if last is not None and s <= last]
+        return [s for s in steps if (start is None or s >= start) and (end is None or s < end)]
+
+    def step_info(self, step: int) -> tuple[ModeKeys, int, float]:
+        """The mode, mode step and wall time of a global step."""
+        try:
+            mode = ModeKeys(int(self.trial.mode(step)))
+            mode_step = int(self.trial.mode_step(step))
+        except Exception:
+            mode, mode_step = _GLOBAL, step
+        wall = math.nan
+        getter = getattr(self.trial, "step_wall_time", None)
+        if getter is not None:
+            try:
+                value = getter(step)
+                wall = float(value) if value is not None else math.nan
+            except Exception:
+                wall = math.nan
+        return mode, mode_step, wall
+
+    def worker(self) -> str:
+        """The worker whose values are read (the first, usually ``worker_0``)."""
+        try:
+            workers = list(self.trial.workers())
+        except Exception:
+            workers = []
+        return str(workers[0]) if workers else "worker_0"
+
+    # --- fetching --------------------------------------------------------------------------------------
+    def fetch(self, needs: Mapping[str, Needs], steps: set[int]) -> dict[str, dict[int, TensorRecord]]:
+        """Return, per tensor, its records at the given steps, reduced to what the rules need."""
+        out: dict[str, dict[int, TensorRecord]] = {}
+        membership = self.membership()
+        for name, need in needs.items():
+            try:
+                out[name] = self._fetch_one(name, need, steps, membership.get(name, frozenset()))
+            except Exception as exc:  # one unreadable tensor must not stop the others
+                _log.warning("rules: could not read tensor %s: %s", name, exc)
+        return out
+
+    def _fetch_one(self, name: str, need: Needs, steps: set[int], colls: frozenset[str]) -> dict[int, TensorRecord]:
+        tensor = self.trial.tensor(name)
+        saved_steps = [int(s) for s in tensor.steps() if int(s) in steps]
+        if not saved_steps:
+            return {}
+        values = {} if self._reductions_suffice(tensor, need, saved_steps[0]) else self._values(tensor, steps)
+        reduced = reduce_series(values, need.reductions) if need.reductions else {}
+        out = {}
+        for step in saved_steps:
+            value = values.get(step)
+            if value is not None:
+                raw = value if need.raw else None
+                out[step] = TensorRecord(name, raw, reduced.get(step, {}), colls, tuple(value.shape))
+            else:
+                reds = self._saved_reductions(tensor, step, need)
+                if reds:
+                    out[step] = TensorRecord(name, None, reds, colls)
+        return out
+
+    def _reductions_suffice(self, tensor: TensorView, need: Needs, step: int) -> bool:
+        if need.raw or not need.reductions:
+            return False
+        try:
+            saved = tensor.reduction_values(step) or {}
+        except Exception:
+            return False
+        return all(key in saved for key in need.reductions)
+
+    @staticmethod
+    def _values(tensor: TensorView, steps: set[int]) -> dict[int, np.ndarray]:
+        try:
+            return {int(k): np.asarray(v) for k, v in tensor.values(mode=_GLOBAL).items() if int(k) in steps}
+        except Exception:
+            return {}
+
+    @staticmethod
+    def _saved_reductions(tensor: TensorView, step: int, need: Needs) -> dict[ReductionKey, float]:
+        reds: dict[ReductionKey, float] = {}
+        for rname, is_abs in need.reductions:
+            try:
+                value = tensor.reduction_value(step, rname, mode=_GLOBAL, abs=is_abs)
+            except Exception:
+                continue
+            if value is not None:
+                reds[Reduction(rname, is_abs)] = float(np.asarray(value).reshape(-1)[0])
+        return reds
+
+
+_CHUNK_BYTES = 64 << 20
+"""Steps of one tensor are stacked and reduced together in chunks of about this many bytes."""
+
+
+def reduce_series(
+    values: Mapping[int, np.ndarray], keys: Iterable[ReductionKey]
+) -> dict[int, dict[ReductionKey, float]]:
+    """Compute reductions of a tensor at every step, stacking same-shaped steps into one array per chunk.
+
+    The results equal :func:`~trainspect.reductions.reduce` step by step.
+
+    Example:
+        >>> reduce_series({0: np.array([1.0, 3.0]), 1: np.array([2.0, 2.0])}, [("max", False)])
+        {0: {('max', False): 3.0}, 1: {('max', False): 2.0}}
+    """
+    keys = list(keys)
+    out: dict[int, dict[ReductionKey, float]] = {step: {} for step in values}
+    groups: dict[tuple[tuple[int, ...], str], list[int]] = {}
+    for step, value in values.items():
+        if value.dtype.kind in "fiub" and value.size:
+            groups.setdefault((value.shape, value.dtype.str), []).append(step)
+        else:
+            out[step] = {key: reduce(value, *key) for key in keys}
+    for group in groups.values():
+        per_chunk = max(1, _CHUNK_BYTES // max(1, values[group[0]].nbytes))
+        for i in range(0, len(group), per_chunk):
+            chunk = group[i : i + per_chunk]
+            rows = np.stack([values[s] for s in chunk]).reshape(len(chunk), -1)
+            for key in keys:
+                for step, red in zip(chunk, reduce_rows(rows, *key).tolist(), strict=True):
+                    out[step][key] = red
+    return out
+
+
+def _collections(trial: TrialView) -> dict[str, Any]:
+    try:
+        return dict(trial.collections())
+    except Exception:
+        return {}
+
+
+def build_step(
+    step: int,
+    info: tuple[ModeKeys, int, float],
+    worker: str,
+    roles: Mapping[str, str],
+    data: Mapping[str, Mapping[int, TensorRecord]],
+    others: tuple[Mapping[str, TensorRecord], ...] = (),
+) -> StepData:
+    """Assemble one rule's StepData at one step from fetched series."""
+    return StepAssembler(roles, data).at(step, info, worker, others)
+
+
+class StepAssembler:
+    """Builds one rule's StepData step after step from fetched series (the role lookups are done once).
+
+    Args:
+        roles: the rule's role of each selected tensor name.
+        data: the fetched series, ``{name: {step: record}}``.
+    """
+
+    def __init__(self, roles: Mapping[str, str], data: Mapping[str, Mapping[int, TensorRecord]]) -> None:
+        by_role: dict[str, list[Mapping[int, TensorRecord]]] = {}
+        for name, role in roles.items():
+            series = data.get(name)
+            if series:
+                by_role.setdefault(role, []).append(series)
+        self._by_role = list(by_role.items())
+
+    def at(
+        self,
+        step: int,
+        info: tuple[ModeKeys, int, float],
+        worker: str,
+        others: tuple[Mapping[str, TensorRecord], ...] = (),
+    ) -> StepData:
+        """Return the StepData of ``step``."""
+        grouped: dict[str, tuple[TensorRecord, ...]] = {}
+        for role, series_list in self._by_role:
+            recs = tuple(rec for rec in (series.get(step) for series in series_list) if rec is not None)
+            if recs:
+                grouped[role] = recs
+        mode, mode_step, wall = info
+        return StepData(step, mode, mode_step, wall, worker, grouped, others)
