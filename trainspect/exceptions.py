@@ -4,6 +4,7 @@ from __future__ import annotations
 
 __all__ = [
     "TrainspectError",
+    "SmdebugNotSupported",
     "ConfigError",
     "TrainingStopped",
     "TensorUnavailable",
@@ -118,3 +119,7 @@ class NoMoreData(TrainspectError):
     def __init__(self, step: int, mode: object = None, last_step: int | None = None) -> None:
         self.step, self.mode, self.last_step = step, mode, last_step
         super().__init__(f"no more data: the job ended at step {last_step}, step {step} will never exist")
+
+
+class SmdebugNotSupported(NotImplementedError):
+    """An smdebug call that trainspect does not implement (the message names the nearest equivalent)."""

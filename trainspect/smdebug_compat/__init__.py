@@ -18,7 +18,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from trainspect.smdebug_compat.surface import SmdebugNotSupported
+from trainspect.exceptions import SmdebugNotSupported
 
 __all__ = ["install", "uninstall", "installed", "SmdebugNotSupported"]
 

@@ -8,7 +8,13 @@ import os
 from typing import Any
 
 from trainspect import env
-from trainspect.exceptions import NoMoreData, StepUnavailable, TensorUnavailableForStep, TrainspectError
+from trainspect.exceptions import (
+    NoMoreData,
+    SmdebugNotSupported,
+    StepUnavailable,
+    TensorUnavailableForStep,
+    TrainspectError,
+)
 
 __all__ = [
     "pytorch_hook_class", "keras_hook_class", "get_hook_for", "set_hook", "del_hook", "get_collection",
@@ -94,8 +100,6 @@ def _set_keras_mode(self: Any, mode: Any) -> None:
 
 
 def _wrap_tape(self: Any, tape: Any) -> Any:
-    from trainspect.smdebug_compat import SmdebugNotSupported
-
     raise SmdebugNotSupported(
         "smdebug.tensorflow.KerasHook.wrap_tape is not supported by trainspect: GradientTape loops are not "
         "instrumented; train with Model.fit(callbacks=[hook]) (the hook is a Keras callback)"

@@ -11,11 +11,9 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from trainspect.exceptions import SmdebugNotSupported
+
 __all__ = ["MODULES", "build", "CollectionKeys", "SmdebugNotSupported"]
-
-
-class SmdebugNotSupported(NotImplementedError):
-    """An smdebug call that trainspect does not implement (the message names the nearest equivalent)."""
 
 
 class CollectionKeys:
