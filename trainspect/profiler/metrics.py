@@ -292,5 +292,11 @@ for _metric in (
     Metric("gpu{i}_power_watts", "W", smdebug=("gpu", "gpu{i}", "GPUPowerWatts"), mlflow="gpu_{i}_power_usage_watts"),
     Metric("gpu{i}_temperature_celsius", "°C", smdebug=("gpu", "gpu{i}", "GPUTemperatureCelsius"),
            mlflow="gpu_{i}_temperature_celsius"),
+    Metric("gpu{i}_process_memory_used_bytes", "bytes", "GPU {i} memory, training job's processes",
+           smdebug=("gpu", "gpu{i}", "GPUProcessMemoryUsedBytes"),
+           mlflow="gpu_{i}_process_memory_usage_megabytes", mlflow_factor=1e-6),
+    Metric("gpu{i}_process_memory_used_percent", "percent", "GPU {i} memory, training job's processes (%)",
+           "job's memory", "gpu_memory", smdebug=("gpu", "gpu{i}", "GPUProcessMemoryUtilization"),
+           mlflow="gpu_{i}_process_memory_usage_percentage"),
 ):  # fmt: skip
     CATALOGUE.declare(_metric)

@@ -82,6 +82,7 @@ class GPUMemoryIncrease(ProfilerRule):
     increase: float
     patience: int
     window: int
+    memory_source: str
     recommendation = "Choose a larger instance type with more memory if footprint is close to maximum available memory."
     description = "large increase in average GPU memory"
 
