@@ -61,6 +61,10 @@ class Trial:
     """
 
     def __init__(self, path: str | Path, name: str | None = None, source: Source | None = None) -> None:
+        if source is None and isinstance(path, str) and "://" in path:  # a URL: read through a local mirror
+            from trainspect.store.remote.reader import open_remote
+
+            source, path, name = open_remote(path, name)
         self.path = Path(path)
         self.name = name or self.path.name
         if source is None:
