@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainspect.store.layout import safe_component
 from trainspect.store.remote.uploader import END_MARKER, PARTS
 from trainspect.store.remote.url import StoreUnavailable, describe, open_store
 
@@ -50,8 +51,10 @@ class Mirror:
         self.url = url.rstrip("/")
         self.fs, self.root = open_store(self.url, who)
         if cache_dir is None:
-            self.local = Path(tempfile.mkdtemp(prefix="trainspect-mirror-"))
-            self._cleanup = weakref.finalize(self, shutil.rmtree, str(self.local), True)
+            top = tempfile.mkdtemp(prefix="trainspect-mirror-")
+            self.local = Path(top) / safe_component(self.root.rsplit("/", 1)[-1])  # the run keeps its name
+            self.local.mkdir()
+            self._cleanup = weakref.finalize(self, shutil.rmtree, top, True)
         else:
             self.local = Path(cache_dir)
             self.local.mkdir(parents=True, exist_ok=True)
