@@ -82,4 +82,4 @@ def make_fs():  # type: ignore[no-untyped-def]
     """A plain s3fs client of the test server (no cache)."""
     import s3fs
 
-    return s3fs.S3FileSystem(endpoint_url=os.environ["AWS_ENDPOINT_URL"], skip_instance_cache=True)
+    return s3fs.S3FileSystem(endpoint_url=os.environ["AWS_ENDPOINT_URL"], skip_instance_cache=True, use_listings_cache=False)

@@ -125,25 +125,36 @@ def test_tensorboard_plugin_routes_over_a_url(s3: S3Server) -> None:
     assert any("loss" in tag for tag in tags.get("tensors", []) + tags.get("scalars", []))
 
 
-def test_two_nodes_write_one_run(s3: S3Server, tmp_path: Path) -> None:
+def test_two_nodes_write_one_run_under_trainspect_run(s3: S3Server, tmp_path: Path) -> None:
+    """Two ranks on two "hosts" (own spools, own node names), each under ``trainspect run --out URL``."""
     import os
 
+    script = tmp_path / "train.py"  # an unmodified training script
+    script.write_text("import sys; sys.path.insert(0, %r)\nfrom _train import Net\nimport torch\nm = Net()\n"
+                      "opt = torch.optim.SGD(m.parameters(), 0.1)\nfor _ in range(8):\n    opt.zero_grad()\n"
+                      "    m(torch.randn(4, 8)).pow(2).mean().backward()\n    opt.step()\n" % str(Path(__file__).parent))  # fmt: skip
+    config = tmp_path / "hook.json"
+    config.write_text(json.dumps({"HookParameters": {"include_workers": "all", "save_interval": 1},
+                                  "CollectionConfigurations": [{"CollectionName": "weights"}]}))  # fmt: skip
     procs = []
     for rank, node in ((0, "node-a"), (1, "node-b")):
-        env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{Path(__file__).parent}", "RANK": str(rank),
-               "WORLD_SIZE": "2", "LOCAL_RANK": "0", "TRAINSPECT_NODE_ID": node, "TRAINSPECT_JOB_ID": "job-2nodes",
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
+               "TRAINSPECT_NODE_ID": node, "TRAINSPECT_JOB_ID": "job-2nodes",
                "TRAINSPECT_SPOOL_DIR": str(tmp_path / node)}  # fmt: skip
-        procs.append(subprocess.Popen([sys.executable, str(Path(__file__).parent / "_train.py"), URL, "8"], env=env,
+        procs.append(subprocess.Popen([sys.executable, "-m", "trainspect.cli", "run", "--out", URL, "--config",
+                                       str(config), "--", sys.executable, str(script)], env=env,
                                       stderr=subprocess.PIPE, text=True))  # fmt: skip
     for proc in procs:
-        _out, err = proc.communicate(timeout=120)
+        _out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err
+        assert f"recorded into {URL}" in err
     trial = ts.create_trial(URL)
     assert trial.workers() == ["worker_0", "worker_1"]
     assert trial.job_ended and trial.incomplete_steps() == {} and trial.steps() == list(range(8))
+    assert "loss" in trial.tensor_names()
     for step in trial.steps():
         values = [trial.tensor("Net_fc1.weight").value(step, worker=w) for w in trial.workers()]
-        assert values[0].shape == (16, 8)
+        assert values[0].shape == (16, 8) and values[1].shape == (16, 8)
     nodes = {json.loads(make_fs().cat_file(k))["node"] for k in make_fs().find(f"{BUCKET}/exp1/workers")}
     assert nodes == {"node-a", "node-b"}
     assert not [k for k in make_fs().find(f"{BUCKET}/exp1") if "lock" in k]  # no coordination files
@@ -188,17 +199,6 @@ def test_unreachable_store_at_start_is_one_line(s3: S3Server, capsys: pytest.Cap
     assert main(["run", "--out", URL, "--", sys.executable, "-c", "pass"]) == 2
     err = capsys.readouterr().err.strip()
     assert URL in err and "cannot be reached" in err and len(err.splitlines()) == 1
-
-
-def test_trainspect_run_records_into_a_url(s3: S3Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    script = tmp_path / "train.py"
-    script.write_text("import sys; sys.path.insert(0, %r)\nfrom _train import Net\nimport torch\nm = Net()\n"
-                      "opt = torch.optim.SGD(m.parameters(), 0.1)\nfor _ in range(6):\n    opt.zero_grad()\n"
-                      "    m(torch.randn(4, 8)).pow(2).mean().backward()\n    opt.step()\n" % str(Path(__file__).parent))  # fmt: skip
-    assert main(["run", "--out", URL, "--", sys.executable, str(script)]) == 0
-    assert f"recorded into {URL}" in capsys.readouterr().err
-    trial = ts.create_trial(URL)
-    assert trial.job_ended and len(trial.steps()) == 6 and "loss" in trial.tensor_names()
 
 
 def test_url_with_file_scheme_is_a_local_directory(tmp_path: Path) -> None:
