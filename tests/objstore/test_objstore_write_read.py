@@ -130,9 +130,10 @@ def test_two_nodes_write_one_run_under_trainspect_run(s3: S3Server, tmp_path: Pa
     import os
 
     script = tmp_path / "train.py"  # an unmodified training script
-    script.write_text("import sys; sys.path.insert(0, %r)\nfrom _train import Net\nimport torch\nm = Net()\n"
+    here = str(Path(__file__).parent)
+    script.write_text(f"import sys; sys.path.insert(0, {here!r})\nfrom _train import Net\nimport torch\nm = Net()\n"
                       "opt = torch.optim.SGD(m.parameters(), 0.1)\nfor _ in range(8):\n    opt.zero_grad()\n"
-                      "    m(torch.randn(4, 8)).pow(2).mean().backward()\n    opt.step()\n" % str(Path(__file__).parent))  # fmt: skip
+                      "    m(torch.randn(4, 8)).pow(2).mean().backward()\n    opt.step()\n")  # fmt: skip
     config = tmp_path / "hook.json"
     config.write_text(json.dumps({"HookParameters": {"include_workers": "all", "save_interval": 1},
                                   "CollectionConfigurations": [{"CollectionName": "weights"}]}))  # fmt: skip
