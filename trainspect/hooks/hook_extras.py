@@ -282,7 +282,7 @@ class HookExtras:
         ident = collector.identity
         if ident.world_size <= 1:
             return True
-        if not ident.chief:
+        if not ident.chief or collector.remote is not None:  # a URL run: the others' data is not in this spool
             return False
         deadline = time.monotonic() + timeout
         while not all_workers_ended(collector.layout, ident.world_size) and time.monotonic() < deadline:
