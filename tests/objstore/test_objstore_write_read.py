@@ -217,3 +217,18 @@ def test_logs_nothing_alarming_on_a_clean_run(s3: S3Server, caplog: pytest.LogCa
         job.hook.close()
         ts.create_trial(URL).steps()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+
+
+def test_spool_is_removed_and_close_is_idempotent(s3: S3Server, caplog: pytest.LogCaptureFixture) -> None:
+    unused = Job(URL)
+    unused_spool = unused.hook.collector.remote.spool
+    unused.hook.close()
+    assert not unused_spool.exists()  # a hook that never recorded leaves nothing behind
+    job = Job(f"s3://{BUCKET}/exp3")
+    job.train(3)
+    with caplog.at_level(logging.WARNING, logger="trainspect"):
+        job.hook.close()
+        job.hook.close()
+    assert not job.hook.collector.remote.spool.exists()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+    assert ts.create_trial(f"s3://{BUCKET}/exp3").steps() == [0, 1, 2]

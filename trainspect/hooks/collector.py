@@ -210,6 +210,8 @@ class Collector(Guarded):
         """URL run directories: send what is left to the store (after every other part of the hook closed)."""
         if self.remote is not None and self._started:
             self.remote.close()
+        elif self.remote is not None:
+            self.remote.discard()
 
     @guarded()
     def close(self) -> None:

@@ -160,6 +160,8 @@ class RemoteRun:
 
         Returns whether everything reached the store; if not, the spool is kept and one warning says how to send it.
         """
+        if self._stop.is_set() and self._thread is None:
+            return not self.spool.exists()  # closed before
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -179,6 +181,10 @@ class RemoteRun:
                     "`trainspect sync %s %s`", self.url, describe(error) if error else "timed out", self.spool,
                     self.spool, self.url)  # fmt: skip
         return False
+
+    def discard(self) -> None:
+        """Remove the spool of a hook that never started (nothing was written)."""
+        shutil.rmtree(self.spool, ignore_errors=True)
 
     def _finish(self) -> bool:
         """Write the end marker once every worker of the job recorded its end (the spool's marker was sent)."""
