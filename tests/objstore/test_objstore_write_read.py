@@ -196,6 +196,16 @@ def test_unreachable_store_at_start_is_one_line(s3: S3Server, capsys: pytest.Cap
     assert main(["run", "--out", "s3://no-such-bucket/x", "--", sys.executable, "-c", "pass"]) == 2
     err = capsys.readouterr().err.strip()
     assert "s3://no-such-bucket/x" in err and "no-such-bucket" in err and len(err.splitlines()) == 1
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(key)
+    for key in ("AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE"):
+        monkeypatch.setenv(key, "/nonexistent")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    assert main(["run", "--out", URL, "--", sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert URL in err and "credentials" in err.lower() and len(err.splitlines()) == 1, err
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
     assert main(["run", "--out", URL, "--", sys.executable, "-c", "pass"]) == 2
     err = capsys.readouterr().err.strip()

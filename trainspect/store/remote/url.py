@@ -105,12 +105,12 @@ def probe(fs: Any, path: str) -> None:
     Raises:
         StoreUnavailable: unreachable endpoint, missing credentials, no such bucket, access denied.
     """
+    bucket = path.split("/", 1)[0]
     try:
-        bucket = path.split("/", 1)[0]
-        if not fs.exists(bucket):
-            raise FileNotFoundError(f"bucket or container {bucket!r} does not exist")
-        fs.ls(path, detail=False, refresh=True) if fs.exists(path) else None
-    except StoreUnavailable:
-        raise
+        try:
+            fs.ls(path, detail=False, refresh=True)  # raises the store's own error (credentials, network)
+        except FileNotFoundError:
+            if not fs.exists(bucket):  # a new prefix is fine, a missing bucket is not
+                raise FileNotFoundError(f"bucket or container {bucket!r} does not exist") from None
     except Exception as exc:  # each backend raises its own errors (botocore, aiohttp, OSError)
         raise StoreUnavailable(describe(exc)) from exc
