@@ -242,3 +242,23 @@ def test_spool_is_removed_and_close_is_idempotent(s3: S3Server, caplog: pytest.L
     assert not job.hook.collector.remote.spool.exists()
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     assert ts.create_trial(f"s3://{BUCKET}/exp3").steps() == [0, 1, 2]
+
+
+def test_ui_and_watch_follow_a_live_run_on_a_local_copy(s3: S3Server) -> None:
+    import argparse
+
+    from trainspect.store.remote.cli import run_with_urls
+
+    job = Job(URL)
+    job.train(3)
+    assert wait_for(lambda: _trial_with_steps(3))
+
+    def command(args: argparse.Namespace) -> int:  # what `trainspect ui` runs, given the local copy
+        local = Path(args.dir)
+        assert local.is_dir() and local.name == "exp1"
+        job.train(3)
+        assert wait_for(lambda: len(ts.create_trial(str(local)).steps()) == 6)  # the copy follows the store
+        return 0
+
+    assert run_with_urls(argparse.Namespace(command_name="ui", dir=URL), command) == 0
+    job.hook.close()
