@@ -26,6 +26,8 @@ from trainspect.store.remote.url import StoreUnavailable, describe, open_store
 __all__ = ["Mirror"]
 
 _INDEX_SUFFIXES = (".idx", ".tsys", ".tfw")
+_BATCH_BYTES = 256 << 20  # objects fetched together (concurrently) hold at most about this much in memory
+_Part = tuple[str, str, int, int, int]  # file, key, bytes to skip, offset, size
 
 
 @dataclass
@@ -109,10 +111,10 @@ class Mirror:
                 raise StoreUnavailable(f"{self.url}: {describe(exc)}") from exc
             return bool(first or last or whole or end)
 
-    def _plan_parts(self, listing: _Listing) -> tuple[list[tuple[str, str, int, int]], list[tuple[str, str, int, int]]]:
-        """The (file, key, skip, offset) of parts to fetch: data files first, index files last."""
-        first: list[tuple[str, str, int, int]] = []
-        last: list[tuple[str, str, int, int]] = []
+    def _plan_parts(self, listing: _Listing) -> tuple[list[_Part], list[_Part]]:
+        """The (file, key, skip, offset, size) of parts to fetch: data files first, index files last."""
+        first: list[_Part] = []
+        last: list[_Part] = []
         for rel, parts in listing.parts.items():
             have = self._sizes.get(rel, 0)
             target = last if rel.endswith(_INDEX_SUFFIXES) else first
@@ -120,19 +122,29 @@ class Mirror:
                 if offset > have:
                     break  # a gap: a part not listed yet; the next refresh fills it
                 if offset + size > have:
-                    target.append((rel, key, have - offset, offset))
+                    target.append((rel, key, have - offset, offset, size))
                     have = offset + size
         return first, last
 
-    def _fetch_parts(self, parts: list[tuple[str, str, int, int]]) -> None:
-        if not parts:
-            return
-        full = [key for _, key, skip, _ in parts if skip == 0]
+    def _fetch_parts(self, parts: list[_Part]) -> None:
+        batch: list[_Part] = []
+        size = 0
+        for part in parts:  # in batches of at most _BATCH_BYTES in memory, fetched concurrently
+            batch.append(part)
+            size += part[4]
+            if size >= _BATCH_BYTES:
+                self._fetch_batch(batch)
+                batch, size = [], 0
+        if batch:
+            self._fetch_batch(batch)
+
+    def _fetch_batch(self, parts: list[_Part]) -> None:
+        full = [key for _, key, skip, _, _ in parts if skip == 0]
         blobs = self.fs.cat(full) if full else {}
         self.requests += len(parts)
         if isinstance(blobs, bytes):
             blobs = {full[0]: blobs}
-        for rel, key, skip, offset in parts:
+        for rel, key, skip, offset, _ in parts:
             data = blobs[key] if skip == 0 else self.fs.cat_file(key, start=skip)
             path = self.local / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,8 +155,11 @@ class Mirror:
             self._sizes[rel] = offset + skip + len(data)
 
     def _fetch_whole(self, whole: dict[str, tuple[str, str]]) -> None:
-        if not whole:
-            return
+        items = list(whole.items())
+        for i in range(0, len(items), 256):  # smdebug's layout has an object per step: fetched 256 at a time
+            self._fetch_whole_batch(dict(items[i : i + 256]))
+
+    def _fetch_whole_batch(self, whole: dict[str, tuple[str, str]]) -> None:
         keys = [key for key, _ in whole.values()]
         blobs = self.fs.cat(keys)
         self.requests += len(keys)

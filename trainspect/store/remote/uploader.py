@@ -29,6 +29,7 @@ PARTS = ".parts/"
 _GROWING_SUFFIXES = (".bin", ".idx", ".tsys", ".tfw")
 _INDEX_SUFFIXES = (".idx", ".tsys", ".tfw")
 _PART_BYTES = 64 << 20  # one part holds at most this much (a long outage is sent in several)
+_BATCH_BYTES = 256 << 20  # parts sent together (concurrently) hold at most about this much in memory
 
 
 def is_growing(rel: str) -> bool:
@@ -137,8 +138,18 @@ class SpoolSync:
             return fh.read(end - start)
 
     def _send_parts(self, parts: dict[str, tuple[str, int, int]]) -> None:
-        if not parts:
-            return
+        batch: dict[str, tuple[str, int, int]] = {}
+        size = 0
+        for key, part in parts.items():  # in batches of at most _BATCH_BYTES in memory, sent concurrently
+            batch[key] = part
+            size += part[2] - part[1]
+            if size >= _BATCH_BYTES:
+                self._send_batch(batch)
+                batch, size = {}, 0
+        if batch:
+            self._send_batch(batch)
+
+    def _send_batch(self, parts: dict[str, tuple[str, int, int]]) -> None:
         self.fs.pipe({key: self._read(rel, start, end) for key, (rel, start, end) in parts.items()})
         for rel, _, end in parts.values():
             self.sent[rel] = max(self.sent.get(rel, 0), end)
