@@ -262,3 +262,18 @@ def test_ui_and_watch_follow_a_live_run_on_a_local_copy(s3: S3Server) -> None:
 
     assert run_with_urls(argparse.Namespace(command_name="ui", dir=URL), command) == 0
     job.hook.close()
+
+
+def test_profiler_data_goes_up_and_reads_back(s3: S3Server) -> None:
+    from trainspect.profiler import load_profiler_data
+    from trainspect.profiler.config import ProfilerConfig
+
+    job = Job(URL, profiler_config=ProfilerConfig(system_monitor_interval_millis=100))
+    job.train(10)
+    time.sleep(0.3)  # a few system samples
+    job.hook.close()
+    data = load_profiler_data(URL)
+    assert data.job_ended and data.problems == []
+    assert list(data.framework) == ["worker_0"] and len(data.system) == 1
+    keys = make_fs().find(f"{BUCKET}/exp1/profiler")
+    assert any(".tsys.parts/" in k for k in keys) and any(".tfw.parts/" in k for k in keys)
