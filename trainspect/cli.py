@@ -15,12 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from trainspect import env
+from trainspect.store.remote.url import is_url
+
+_RUN_ARGS = ("dir", "a", "b")
 
 __all__ = ["main", "build_parser", "commands_text"]
 
 # Subcommands contributed by other modules: each exposes add_parser(subparsers) and run(args) -> int.
 _PLUGINS = (
     "trainspect.rules.cli", "trainspect.tb_plugin.cli", "trainspect.report.cli", "trainspect.mlflow_plugin.cli",
+    "trainspect.store.remote.cli",
 )  # fmt: skip
 
 _RUN_EXAMPLES = """examples:
@@ -57,7 +61,8 @@ def _run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     script = next((Path(c).stem for c in command[1:] if c.endswith(".py")), Path(command[0]).name if command else "")
-    out = Path(args.out or Path("runs") / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
+    default = Path("runs") / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out: Any = args.out if is_url(args.out) else Path(args.out or default).resolve()
     bootstrap = str(Path(__file__).parent / "_bootstrap")
     path = os.pathsep.join(p for p in (bootstrap, str(Path(__file__).parent.parent), env.PYTHONPATH.get()) if p)
     overrides: dict[str, str | None] = {
@@ -85,13 +90,16 @@ def _run(args: argparse.Namespace) -> int:
     return exit_like(code)
 
 
-def _print_outcome(code: int, out: Path) -> None:
+def _print_outcome(code: int, out: Path | str) -> None:
     """How the script ended, the rules with issues, where the report and the run are."""
     from trainspect._closing_summary import exit_line, summary_lines
 
     failed = exit_line(code)
     if failed:
         print(failed, file=sys.stderr)
+    if isinstance(out, str):  # a URL run directory
+        print(f"trainspect: recorded into {out}; view it with: trainspect ui {out}", file=sys.stderr)
+        return
     if not out.is_dir():
         print(f"trainspect: nothing was recorded ({out} was not created)", file=sys.stderr)
         return
@@ -187,7 +195,11 @@ def _config_problem(args: argparse.Namespace, out: Path) -> str:
     return ""
 
 
-def _out_problem(out: Path) -> str:
+def _out_problem(out: Path | str) -> str:
+    if isinstance(out, str):
+        from trainspect.store.remote.cli import out_problem
+
+        return out_problem(out)
     if out.exists() and not out.is_dir():
         return f"--out {str(out)!r} exists and is not a directory"
     parent = out
@@ -276,6 +288,11 @@ def commands_text(parser: argparse.ArgumentParser) -> str:
     return "\n".join(lines)
 
 
+def url_arguments(args: argparse.Namespace) -> list[str]:
+    """The run arguments (``dir``, ``a``, ``b``) given as URLs (``s3://...``)."""
+    return [name for name in _RUN_ARGS if is_url(getattr(args, name, None))]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``trainspect`` console script."""
     parser = build_parser()
@@ -284,6 +301,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(commands_text(parser))
         return 0
     try:
+        if url_arguments(args):  # run arguments given as URLs: the command runs on local mirrors
+            from trainspect.store.remote.cli import run_with_urls
+
+            return run_with_urls(args, args.func)
         return int(args.func(args))
     except KeyboardInterrupt:  # Ctrl-C ends a command with the shell's status, not a traceback
         print(file=sys.stderr)

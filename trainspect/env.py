@@ -35,6 +35,11 @@ __all__ = [
     "MASTER_ADDR",
     "MASTER_PORT",
     "TRAINSPECT_PROFILE",
+    "TRAINSPECT_SPOOL_DIR",
+    "TRAINSPECT_SPOOL_MB",
+    "TRAINSPECT_UPLOAD_INTERVAL_MS",
+    "TRAINSPECT_UPLOAD_CLOSE_S",
+    "AWS_ENDPOINT_URL",
     "child_environment",
 ]
 
@@ -143,6 +148,21 @@ TORCHELASTIC_RUN_ID: EnvVar[str | None] = EnvVar("TORCHELASTIC_RUN_ID", str, Non
 MASTER_ADDR: EnvVar[str | None] = EnvVar("MASTER_ADDR", str, None, "Rendezvous host (torch.distributed).")
 MASTER_PORT: EnvVar[str | None] = EnvVar("MASTER_PORT", str, None, "Rendezvous port (torch.distributed).")
 PYTHONPATH: EnvVar[str | None] = EnvVar("PYTHONPATH", str, None, "Module search path (extended by `trainspect run`).")
+TRAINSPECT_SPOOL_DIR: EnvVar[str | None] = EnvVar(
+    "TRAINSPECT_SPOOL_DIR", str, None, "Where URL run directories are spooled before upload (default: the temp dir)."
+)
+TRAINSPECT_SPOOL_MB: EnvVar[int] = EnvVar(
+    "TRAINSPECT_SPOOL_MB", int, 1024, "Bytes (MiB) not yet uploaded beyond which tensor capture pauses (URL runs)."
+)
+TRAINSPECT_UPLOAD_INTERVAL_MS: EnvVar[int] = EnvVar(
+    "TRAINSPECT_UPLOAD_INTERVAL_MS", int, 5000, "Milliseconds between uploads of a URL run directory's new parts."
+)
+TRAINSPECT_UPLOAD_CLOSE_S: EnvVar[int] = EnvVar(
+    "TRAINSPECT_UPLOAD_CLOSE_S", int, 60, "Seconds a closing hook waits for the last uploads of a URL run."
+)
+AWS_ENDPOINT_URL: EnvVar[str | None] = EnvVar(
+    "AWS_ENDPOINT_URL", str, None, "S3 endpoint (standard AWS variable; passed to s3fs for versions that ignore it)."
+)
 
 
 def child_environment(overrides: dict[str, str | None]) -> dict[str, str]:

@@ -34,6 +34,7 @@ from trainspect.store.manifest import (
     mark_job_end,
     write_worker_manifest,
 )
+from trainspect.store.remote import spool_for
 from trainspect.store.run_writer import RunWriter
 
 __all__ = ["Collector"]
@@ -98,6 +99,7 @@ class Collector(Guarded):
             raise ConfigError(f"save_config: expected a SaveConfig, got {type(save_config).__name__}")
         if isinstance(include_regex, str):
             include_regex = [include_regex]
+        out_dir, self.remote = spool_for(out_dir, dry_run)  # a URL: a local spool, uploaded by a thread
         self.out_dir = Path(out_dir).expanduser()
         problem = None if dry_run else _out_dir_problem(self.out_dir)
         if problem is not None:  # the environment, not the configuration: training goes on, unrecorded
@@ -198,6 +200,20 @@ class Collector(Guarded):
             )
             self._writer.start()
             self._writer.write_collections(self.collections.to_dict())
+        if self.remote is not None:
+            self.remote.on_full = self._pause_capture
+            self.remote.start(self.identity.world_size)
+
+    def _pause_capture(self, paused: bool) -> None:
+        if self._writer is not None:
+            self._writer.paused = paused
+
+    def finish_upload(self) -> None:
+        """URL run directories: send what is left to the store (after every other part of the hook closed)."""
+        if self.remote is not None and self._started:
+            self.remote.close()
+        elif self.remote is not None:
+            self.remote.discard()
 
     @guarded()
     def close(self) -> None:

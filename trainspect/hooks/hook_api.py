@@ -160,7 +160,7 @@ class HookAPI(Guarded):
         """
         CLOSERS.untrack(self)
         with one_line_for_write_errors(self.out_dir):
-            for part in [*self._close_steps(), self._close_parts]:
+            for part in [*self._close_steps(), self._close_parts, self.collector.finish_upload]:
                 try:
                     part()
                 except Exception as exc:

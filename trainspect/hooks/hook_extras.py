@@ -271,7 +271,10 @@ class HookExtras:
             return
         from trainspect._closing_summary import summary_lines
 
-        print("\n".join(summary_lines(collector.out_dir)), file=sys.stderr, flush=True)
+        lines = summary_lines(collector.out_dir)
+        if collector.remote is not None:  # a URL run: the spool's files are uploaded there at close
+            lines = [line.replace(str(collector.out_dir), collector.remote.url) for line in lines]
+        print("\n".join(lines), file=sys.stderr, flush=True)
 
     @staticmethod
     def _job_complete(collector: Collector, timeout: float = 30.0) -> bool:
@@ -279,7 +282,7 @@ class HookExtras:
         ident = collector.identity
         if ident.world_size <= 1:
             return True
-        if not ident.chief:
+        if not ident.chief or collector.remote is not None:  # a URL run: the others' data is not in this spool
             return False
         deadline = time.monotonic() + timeout
         while not all_workers_ended(collector.layout, ident.world_size) and time.monotonic() < deadline:

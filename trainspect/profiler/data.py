@@ -15,6 +15,7 @@ from trainspect.profiler.ending import run_over
 from trainspect.profiler.readers import FrameworkMetricsReader, SystemMetricsReader
 from trainspect.store import inventory
 from trainspect.store.layout import RunLayout
+from trainspect.store.remote import localize
 
 __all__ = ["ProfilerData", "load_profiler_data", "missing_files"]
 
@@ -85,6 +86,7 @@ def load_profiler_data(
     :func:`trainspect.profiler.ending.run_over` (``final``: the caller knows the job is over; ``stale_after_s``:
     the age of the newest data after which a directory without an end marker is over).
     """
+    run_dir, _mirror = localize(run_dir, "profiler")  # a URL: read a synced copy
     system_reader = SystemMetricsReader(run_dir)
     framework_reader = FrameworkMetricsReader(run_dir)
     system = system_reader.read_arrays()

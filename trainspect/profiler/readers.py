@@ -8,6 +8,7 @@ reader kept open follows a running job. ``read_arrays`` is the fast bulk path (n
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from trainspect.profiler.sagemaker import (
     select_records,
 )
 from trainspect.profiler.traces import in_window, to_us
+from trainspect.store.remote import localize
 
 __all__ = ["SystemMetricsReader", "FrameworkMetricsReader", "resolve_profiler_root"]
 
@@ -48,10 +50,14 @@ def resolve_profiler_root(path: str | os.PathLike[str]) -> tuple[str, Path]:
 
 class _Reader:
     def __init__(self, path: str | os.PathLike[str]) -> None:
+        path, self._mirror = localize(path, "profiler")  # a URL (s3://.../profiler-output): read a synced copy
         self.path = Path(path)
         self.source, self.root = resolve_profiler_root(self.path)
 
     def _detect(self) -> None:
+        if self._mirror is not None:
+            with contextlib.suppress(OSError):  # the store is down for a moment: what was read stays
+                self._mirror.sync()
         source, root = resolve_profiler_root(self.path)
         if (source, root) != (self.source, self.root):
             self.source, self.root = source, root

@@ -49,6 +49,8 @@ class RunWriter:
         self.layout = layout
         self.worker = worker
         self.chief = chief
+        self.paused = False
+        """While True (a URL run's spool is full), steps are dropped: capture degrades, training does not wait."""
         self._tensor_dir = layout.tensor_dir(worker)
         self._files: TensorFileWriter | None = None
         self._tb: TensorBoardWriter | None = None
@@ -79,6 +81,8 @@ class RunWriter:
 
     def submit(self, record: StepRecord, histograms: frozenset[str] = frozenset()) -> bool:
         """Queue one step; ``histograms`` names the tensors that also get a TensorBoard histogram."""
+        if self.paused:
+            return False
         return self._bg.submit(("step", record, histograms), _nbytes(record))
 
     def submit_scalars(self, step: ScalarStep) -> bool:

@@ -15,6 +15,7 @@ from trainspect.collections import Collection
 from trainspect.exceptions import NoMoreData, StepUnavailable, TensorUnavailable
 from trainspect.modes import ModeKeys, parse_mode
 from trainspect.store.index import Source, TrialIndex
+from trainspect.store.remote.url import is_url
 from trainspect.store.tensor import Tensor
 
 __all__ = ["Trial", "StepState", "create_trial"]
@@ -45,6 +46,10 @@ class Trial:
     """
 
     def __init__(self, path: str | Path, name: str | None = None, source: Source | None = None) -> None:
+        if source is None and is_url(path):  # s3://…, gs://…: read through a local copy (store/remote)
+            from trainspect.store.remote.reader import open_remote
+
+            source, path, name = open_remote(str(path), name)
         self.path = Path(path)
         self.name = name or self.path.name
         if source is None:
