@@ -138,6 +138,16 @@ def test_a_script_that_builds_its_own_hook_under_trainspect_run_gets_one_run(tmp
     assert trial.tensor("CrossEntropyLoss_output_0").steps() == [0, 1, 2, 3]  # functional loss, from autolog
 
 
+@pytest.fixture
+def smdebug_modules():
+    """Answer ``smdebug`` imports with trainspect for one test."""
+    from trainspect import smdebug_compat
+
+    assert smdebug_compat.install()
+    yield
+    smdebug_compat.uninstall()
+
+
 def test_explicit_opt_in_and_the_trial_api(tmp_path, smdebug_modules):
     import smdebug.pytorch as smd
     from smdebug.rules.rule_invoker import invoke_rule

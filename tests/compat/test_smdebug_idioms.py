@@ -14,7 +14,10 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from test_smdebug_compat import smdebug_modules  # noqa: F401  (the fixture)
 from torch import nn
+
+pytestmark = pytest.mark.usefixtures("smdebug_modules")
 
 
 class _ConvNet(nn.Module):
@@ -33,7 +36,7 @@ def _batches(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(torch.rand(8, 1, 8, 8, generator=gen), torch.randint(0, 3, (8,), generator=gen)) for _ in range(n)]
 
 
-def test_a_functional_loss_given_to_record_tensor_value_is_a_loss_at_every_step(tmp_path, smdebug_modules):
+def test_a_functional_loss_given_to_record_tensor_value_is_a_loss_at_every_step(tmp_path):
     import smdebug.pytorch as smd
     from smdebug.trials import create_trial
 
@@ -61,7 +64,7 @@ def test_a_functional_loss_given_to_record_tensor_value_is_a_loss_at_every_step(
         hook.record_tensor_value("nll_loss", tensor_value=1.0)
 
 
-def test_a_registered_loss_module_is_the_only_record_of_the_backpropagated_loss(tmp_path, smdebug_modules):
+def test_a_registered_loss_module_is_the_only_record_of_the_backpropagated_loss(tmp_path):
     import smdebug.pytorch as smd
     from smdebug.trials import create_trial
 
@@ -80,7 +83,7 @@ def test_a_registered_loss_module_is_the_only_record_of_the_backpropagated_loss(
     assert trial.tensor("NLLLoss_output_0").steps() == [0, 1, 2]
 
 
-def test_a_collection_defined_after_the_hook_and_a_read_before_close(tmp_path, smdebug_modules):
+def test_a_collection_defined_after_the_hook_and_a_read_before_close(tmp_path):
     from smdebug.pytorch import ReductionConfig, SaveConfig
     from smdebug.pytorch.hook import Hook
     from smdebug.trials import create_trial
@@ -115,7 +118,7 @@ def test_a_collection_defined_after_the_hook_and_a_read_before_close(tmp_path, s
     assert trial.job_ended
 
 
-def test_the_module_paths_of_smdebugs_tests_and_its_older_config_spelling(tmp_path, smdebug_modules, monkeypatch):
+def test_the_module_paths_of_smdebugs_tests_and_its_older_config_spelling(tmp_path, monkeypatch):
     from smdebug.core.json_config import CONFIG_FILE_PATH_ENV_STR
     from smdebug.pytorch.collection import CollectionKeys
     from smdebug.pytorch.hook import Hook
