@@ -188,13 +188,14 @@ def _run_tests(copy_root: Path, tests: list[str], timeout: float, show: bool = F
     tests = [t for t in tests if t.startswith("-") or (ROOT / t.split("::")[0]).exists()]  # an older checkout
     env = {**os.environ, "PYTHONPATH": str(copy_root), "PYTHONDONTWRITEBYTECODE": "1", "TRAINSPECT_TESTING": "1",
            "OMP_NUM_THREADS": "1"}  # fmt: skip
-    cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+    cmd = [sys.executable, "-P", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return "timeout"
     if show and proc.returncode != 0:
-        print(proc.stdout.decode(errors="replace")[-3000:], proc.stderr.decode(errors="replace")[-2000:], file=sys.stderr)
+        out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+        print(out[-3000:], err[-2000:], file=sys.stderr)
     return "survived" if proc.returncode == 0 else ("killed" if proc.returncode == 1 else f"error{proc.returncode}")
 
 
@@ -220,12 +221,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="trainspect-mut-") as tmp:
         copy_root = Path(tmp)
         shutil.copytree(PACKAGE, copy_root / "trainspect", ignore=shutil.ignore_patterns("__pycache__"))
+        _check_imports_the_copy(copy_root)
         for module in args.modules:  # the unmutated copy must pass, or every mutant would count as killed
             if _run_tests(copy_root, TESTS[module], args.timeout * 2, show=True) != "survived":
                 print(f"baseline: the tests of {module} fail without any mutant; fix them first", file=sys.stderr)
                 return 2
         results = _run_all(chosen, copy_root, args.timeout)
     return _summary(results)
+
+
+def _check_imports_the_copy(copy_root: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(copy_root), "PYTHONDONTWRITEBYTECODE": "1"}
+    where = subprocess.run([sys.executable, "-P", "-c", "import trainspect; print(trainspect.__file__)"], cwd=ROOT,
+                           env=env, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    if not where.startswith(str(copy_root)):
+        raise SystemExit(f"the tests would import {where}, not the mutated copy under {copy_root}")
 
 
 def _run_all(chosen: list[Mutant], copy_root: Path, timeout: float) -> list[tuple[Mutant, str]]:
