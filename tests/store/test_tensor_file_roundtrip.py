@@ -98,12 +98,13 @@ def test_file_layout_data_before_index_and_offsets(tmp_path: Path) -> None:
     data = (folder / "data-000000.bin").read_bytes()
     scan = framing.scan_frames(data)
     assert scan.corrupt == 0 and not scan.truncated and scan.resume_at == len(data)
-    assert all(r.kind == KIND_TENSOR for r in scan.records)
+    assert {r.kind for r in scan.records} == {KIND_TENSOR} == {1}  # docs/format.md: kind 1 tensor data, 2 index
     sizes = [a.nbytes for a in ARRAYS.values() if a.size > 1] + [BIG.nbytes]
     sizes += [a.nbytes for a in ARRAYS.values() if a.size > 1]
     assert len(data) == sum(sizes) + framing.HEADER_SIZE * (len(sizes) + 2)  # the two empty arrays: a header each
     index = framing.scan_frames((folder / "index-000000.idx").read_bytes())
-    assert [r.kind for r in index.records] == [KIND_INDEX, KIND_INDEX]
+    assert [r.kind for r in index.records] == [KIND_INDEX, KIND_INDEX] == [2, 2]
+    assert {r.version for r in index.records} == {framing.VERSION} == {2}
     np.testing.assert_array_equal(ts.create_trial(tmp_path).tensor("big").value(0), BIG)
 
 
