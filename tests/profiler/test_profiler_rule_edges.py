@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
-from profiler_synth import data, gpus, system
+import pytest
+from profiler_synth import T0, data, gpus, steps, system
 
+from trainspect.exceptions import ConfigError
 from trainspect.rules.profiler import CPUBottleneck, IOBottleneck, LowGPUUtilization
 from trainspect.rules.verdict import Status
 
@@ -32,7 +34,7 @@ def test_low_gpu_utilization_thresholds_are_strict() -> None:
     below = LowGPUUtilization().evaluate(data([system(MIN15, **gpus(1, 69.5))]))
     assert below.status is Status.ISSUES_FOUND
     at_p5 = LowGPUUtilization().evaluate(data([system(MIN15, **gpus(1, _alternate(10.0, 100.0)))]))
-    assert at_p5.details["n0/gpu0"]["gpu_5"] == 10.0
+    assert at_p5.details["n0/gpu0"]["gpu_5"] == 10.0 and at_p5.details["n0/gpu0"]["gpu_95"] == 100.0
     assert at_p5.status is Status.NO_ISSUES_FOUND, at_p5.message  # p5 equal to threshold_p5 is not fluctuation
     under_p5 = LowGPUUtilization().evaluate(data([system(MIN15, **gpus(1, _alternate(9.5, 100.0)))]))
     assert under_p5.details["n0/gpu0"]["issue"] == "fluctuating"
@@ -98,3 +100,47 @@ def test_a_scan_window_is_judged_only_past_patience_samples() -> None:
     gpu = LowGPUUtilization(window=50, **scan).evaluate(data([system(75.0, **gpus(1, 5.0))]))
     assert gpu.status is Status.ISSUES_FOUND and gpu.triggers == 1
     assert gpu.first_trigger_time == t0 + 2 * 49.75
+
+
+@pytest.mark.parametrize(
+    ("cls", "defaults"),
+    [
+        (CPUBottleneck, {"threshold": 50.0, "cpu_threshold": 90.0, "gpu_threshold": 10.0, "patience": 1000}),
+        (IOBottleneck, {"threshold": 50.0, "io_threshold": 50.0, "gpu_threshold": 10.0, "patience": 1000}),
+        (LowGPUUtilization, {"threshold_p95": 70.0, "threshold_p5": 10.0, "window": 500, "patience": 1000}),
+    ],
+)
+def test_defaults_are_smdebugs_and_percentages_stay_within_0_and_100(cls: type, defaults: dict) -> None:
+    rule = cls()
+    assert {k: getattr(rule, k) for k in defaults} == defaults  # smdebug's ProfilerReport rulesconfig
+    assert rule.scan_interval_us == 60_000_000
+    for key, value in defaults.items():
+        if isinstance(value, float):
+            assert getattr(cls(**{key: 0}), key) == 0.0 and getattr(cls(**{key: 100}), key) == 100.0
+            for bad in (-0.5, 100.5):
+                with pytest.raises(ConfigError, match=key):
+                    cls(**{key: bad})
+        else:
+            assert getattr(cls(**{key: 1}), key) == 1
+            with pytest.raises(ConfigError, match=key):
+                cls(**{key: 0})
+
+
+def test_bottleneck_counts_the_steps_that_span_a_bottleneck_sample() -> None:
+    # bottlenecks (hot CPU, idle GPU) for the first 300 s only; steps of 0.3 s every 0.31 s from T0 + 5
+    cpu = {f"cpu{i}_utilization_percent": (lambda t: np.where(t < 300, 95.0, 20.0)) for i in range(4)}
+    arrays = system(MIN15, **cpu, **gpus(1, 5.0))
+    tab = steps(np.full(2000, 0.3))
+    v = CPUBottleneck().evaluate(data([arrays], [tab]))
+    instants = arrays.timestamps[arrays.timestamps < T0 + 300]
+    start, end = tab.steps["start"][:, None], tab.steps["end"][:, None]
+    expected = int(np.any((instants > start) & (instants < end), axis=1).sum())  # a sample strictly inside
+    assert 0 < expected < 2000 and v.details["steps_during_bottlenecks"] == expected
+    assert v.details["bottlenecks"] == len(instants) == 600
+
+
+def test_low_gpu_utilization_series_rounds_to_three_decimals() -> None:
+    v = LowGPUUtilization().evaluate(data([system(MIN15, **gpus(1, 100.0 / 3))]))
+    (series,) = v.series
+    assert set(series.y) == {33.333}  # float32 samples of 33.33333…, rounded to 3 decimals
+    assert len(series.x) == 15 - 8  # scan windows ending after more than patience=1000 samples (500 s)
