@@ -49,7 +49,7 @@ TESTS: dict[str, list[str]] = {
     "rules/profiler/_bottleneck.py": _PROFILER_RULES,
     "rules/profiler/cpu_bottleneck.py": [*_PROFILER_RULES, "tests/profiler/test_job_cpu_rules.py"],
     "rules/profiler/io_bottleneck.py": _PROFILER_RULES,
-    "rules/vanishing_gradient.py": ["tests/rules/test_rules_tensor.py"],
+    "rules/vanishing_gradient.py": ["tests/rules/test_vanishing_gradient_edges.py", "tests/rules/test_rules_tensor.py"],
     "hooks/save_plan.py": ["tests/hooks/test_save_plan_rules.py", "tests/hooks/test_save_config.py"],
 }
 DEFAULT_MODULES = list(TESTS)
@@ -206,6 +206,7 @@ def main() -> int:
     ap.add_argument("--sample", type=int, default=0, help="mutants per module (0: all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant's test run")
+    ap.add_argument("--only", nargs="*", default=None, help="run only these modules' mutants (the sample is unchanged)")
     ap.add_argument("--list", action="store_true", help="list the mutants only")
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -214,6 +215,9 @@ def main() -> int:
         every = mutants(module)
         picked = rng.sample(every, min(args.sample, len(every))) if args.sample else every
         chosen += sorted(picked, key=lambda m: m.index)
+    if args.only is not None:
+        chosen = [m for m in chosen if m.module in args.only]
+        args.modules = [m for m in args.modules if m in args.only]
     if args.list:
         for m in chosen:
             print(f"{m.module}:{m.line}  {m.what}")
