@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import copy
 import os
 import random
 import shutil
@@ -30,6 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "trainspect"
@@ -54,14 +54,16 @@ TESTS: dict[str, list[str]] = {
 }
 DEFAULT_MODULES = list(TESTS)
 
-_SWAPS: dict[type, type] = {
+_SWAPS: dict[type[Any], type[Any]] = {
     ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
     ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In,
     ast.And: ast.Or, ast.Or: ast.And, ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div,
 }
-_SYMBOL = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is",
-           ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in", ast.And: "and", ast.Or: "or", ast.Add: "+",
-           ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}  # fmt: skip
+_SYMBOL: dict[type[Any], str] = {
+    ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is",
+    ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in", ast.And: "and", ast.Or: "or", ast.Add: "+",
+    ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
+}  # fmt: skip
 _QUIET_CALLS = {"debug"}  # removing a debug log line changes nothing a test can see
 
 
@@ -138,7 +140,7 @@ def _describe(node: ast.AST) -> str:
     return f"not dropped: {ast.unparse(node)[:50]}"
 
 
-def _tweak(value: bool | int | float) -> bool | int | float:
+def _tweak(value: Any) -> Any:
     if isinstance(value, bool):
         return not value
     if isinstance(value, int):
@@ -180,8 +182,8 @@ def mutated_source(m: Mutant) -> str:
     """The source of ``m.module`` with mutant ``m`` applied."""
     tree = ast.parse((PACKAGE / m.module).read_text())
     target = list(_mutable_nodes(tree))[m.index]
-    tree = _Apply(target).visit(copy.copy(tree))
-    return ast.unparse(ast.fix_missing_locations(tree))
+    mutated = _Apply(target).visit(tree)
+    return ast.unparse(ast.fix_missing_locations(mutated))
 
 
 def _run_tests(copy_root: Path, tests: list[str], timeout: float, show: bool = False) -> str:
