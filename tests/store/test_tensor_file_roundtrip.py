@@ -6,6 +6,9 @@ No framework: the records are built from NumPy arrays, so the expected values ar
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +20,7 @@ from trainspect.step import StepRecord, TensorRecord
 from trainspect.store import framing
 from trainspect.store.tensor_file import KIND_INDEX, KIND_TENSOR, TensorFileWriter, reduction_key
 
+PACKAGE_ROOT = Path(ts.__file__).resolve().parents[1]  # the child imports the trainspect this test imported
 RNG = np.random.default_rng(7)
 BIG = RNG.standard_normal(300_000).astype(np.float32)  # 1.2 MB: written past the 1 MB gathering buffer
 ARRAYS = {
@@ -132,3 +136,37 @@ def test_salvage_indexes_the_steps_whose_data_reached_the_disk(tmp_path: Path) -
     assert trial.steps() == [0]
     np.testing.assert_array_equal(trial.tensor("big").value(0), BIG)
     np.testing.assert_array_equal(trial.tensor("w").value(0), ARRAYS["w"])
+
+
+SALVAGE_CHILD = """
+import resource, signal, sys
+from pathlib import Path
+import numpy as np
+from trainspect.modes import ModeKeys
+from trainspect.step import StepRecord, TensorRecord
+from trainspect.store.tensor_file import TensorFileWriter
+
+writer = TensorFileWriter(Path(sys.argv[1]))
+for s in range(4):  # each step ends with a big array, which takes the whole step to the disk
+    tensors = {f"t{i}_{'n' * 60}": TensorRecord(f"t{i}_{'n' * 60}", np.arange(10, dtype=np.float32)) for i in range(10)}
+    tensors["big"] = TensorRecord("big", np.zeros(300_000, np.float32))
+    writer.write(StepRecord(ModeKeys.TRAIN, s, s, 1.0 + s, "worker_0", tensors))
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+print(writer.salvage())
+"""
+
+
+def test_salvage_gives_up_the_newest_steps_until_their_index_entries_fit(tmp_path: Path) -> None:
+    # the file size limit lets about two index entries through: the first, longer write fails half-way
+    folder = tmp_path / "tensors" / "worker_0"
+    proc = subprocess.run([sys.executable, "-c", SALVAGE_CHILD, str(folder), "2600"], capture_output=True, text=True,
+                          timeout=120, check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)})  # fmt: skip
+    kept = int(proc.stdout.strip())
+    index = (folder / "index-000000.idx").read_bytes()
+    scan = framing.scan_frames(index)
+    assert 1 <= kept < 4 and len(scan.records) == kept
+    assert scan.corrupt == 0 and not scan.truncated  # no half-written index record is left behind
+    trial = ts.create_trial(tmp_path)
+    assert trial.steps() == list(range(kept)) and trial.corrupt_records == 0
+    np.testing.assert_array_equal(trial.tensor("big").value(kept - 1), np.zeros(300_000, np.float32))
