@@ -144,3 +144,16 @@ def test_low_gpu_utilization_series_rounds_to_three_decimals() -> None:
     (series,) = v.series
     assert set(series.y) == {33.333}  # float32 samples of 33.33333…, rounded to 3 decimals
     assert len(series.x) == 15 - 8  # scan windows ending after more than patience=1000 samples (500 s)
+
+
+def test_bottleneck_judges_only_nodes_with_gpus_and_the_watched_metric() -> None:
+    with_gpu = system(MIN15, node="n0", **HOT, **gpus(1, 5.0))
+    cpu_only = system(MIN15, node="n1", **HOT)  # no GPU: nothing to starve on this node
+    v = CPUBottleneck().evaluate(data([with_gpu, cpu_only]))
+    assert v.details["datapoints"] == 1800 and v.details["bottleneck_percent"] == 100.0
+    no_iowait = system(MIN15, node="n1", **gpus(1, 5.0))
+    keep = [k != "cpu_iowait_percent" for k in no_iowait.keys]
+    keys = tuple(k for k in no_iowait.keys if k != "cpu_iowait_percent")
+    stripped = type(no_iowait)("n1", no_iowait.timestamps, keys, no_iowait.values[:, keep], 500)
+    io = IOBottleneck().evaluate(data([system(MIN15, node="n0", cpu_iowait_percent=70.0, **gpus(1, 5.0)), stripped]))
+    assert io.details["datapoints"] == 1800 and io.details["bottleneck_percent"] == 100.0
