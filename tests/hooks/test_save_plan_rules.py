@@ -137,3 +137,11 @@ def test_forced_plan_saves_whatever_the_schedule() -> None:
     assert planner.plan("w.weight").raw is False
     forced = planner.forced_plan("w.weight", ["scalars"])
     assert forced.raw and forced.collections == frozenset({"scalars", "weights"})
+
+
+def test_collections_created_after_construction_are_included_and_builtins_are_not() -> None:
+    planner = _planner(["weights"], interval=1)
+    planner.manager.add(Collection("mine", include_regex=["^x"]))
+    planner.begin_step(TRAIN, 0)
+    assert "mine" in planner.included and "biases" not in planner.included
+    assert planner.plan("x1").collections == frozenset({"mine"}) and planner.plan("b.bias").raw is False

@@ -157,3 +157,17 @@ def test_bottleneck_judges_only_nodes_with_gpus_and_the_watched_metric() -> None
     stripped = type(no_iowait)("n1", no_iowait.timestamps, keys, no_iowait.values[:, keep], 500)
     io = IOBottleneck().evaluate(data([system(MIN15, node="n0", cpu_iowait_percent=70.0, **gpus(1, 5.0)), stripped]))
     assert io.details["datapoints"] == 1800 and io.details["bottleneck_percent"] == 100.0
+
+
+def test_messages_state_the_observed_values_and_thresholds() -> None:
+    low = LowGPUUtilization().evaluate(data([system(MIN15, **gpus(2, 5.0))]))
+    assert low.message.startswith("n0/gpu0 underutilised: p95 utilisation 5.0% (threshold_p95 70%), p5 5.0%")
+    cpu = CPUBottleneck().evaluate(data([system(MIN15, **HOT, **gpus(1, 5.0))]))
+    assert cpu.message == ("1800 of 1800 samples (100.0%) had a GPU below 10% while CPU was above 90% "
+                           "(threshold 50% of samples)")  # fmt: skip
+
+
+def test_the_jobs_own_cpu_counts_from_exactly_cpu_threshold_of_one_core() -> None:
+    for own, expected in ((22.5, 1800), (22.25, 0)):  # x 4 cores: 90 % (the threshold) and 89 % of one core
+        arrays = system(MIN15, process_cpu_utilization_percent=own, **HOT, **gpus(1, 5.0))
+        assert CPUBottleneck().evaluate(data([arrays])).details["bottlenecks"] == expected, own

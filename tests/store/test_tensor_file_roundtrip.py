@@ -53,6 +53,7 @@ def test_arrays_round_trip_with_dtype_shape_and_step_metadata(tmp_path: Path) ->
     _write(tmp_path, [_record(0), _record(1), _record(2, ModeKeys.EVAL, 0), _record(3, ModeKeys.TRAIN, 2)])
     trial = ts.create_trial(tmp_path)
     assert trial.steps() == [0, 1, 2, 3] and trial.steps(mode=ModeKeys.TRAIN) == [0, 1, 2]
+    assert trial.workers() == ["worker_0"] and trial.tensor("w").workers(3) == ["worker_0"]
     assert trial.mode(2) is ModeKeys.EVAL and trial.mode_step(3) == 2 and trial.step_wall_time(3) == 1003.0
     for step in range(4):
         for name, arr in ARRAYS.items():
