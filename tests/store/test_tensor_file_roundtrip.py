@@ -171,3 +171,15 @@ def test_salvage_gives_up_the_newest_steps_until_their_index_entries_fit(tmp_pat
     trial = ts.create_trial(tmp_path)
     assert trial.steps() == list(range(kept)) and trial.corrupt_records == 0
     np.testing.assert_array_equal(trial.tensor("big").value(kept - 1), np.zeros(300_000, np.float32))
+
+
+def test_while_the_job_runs_a_step_is_complete_once_every_worker_wrote_it(tmp_path: Path) -> None:
+    _write(tmp_path, [_record(0), _record(1), _record(2)])
+    late = TensorFileWriter(tmp_path / "tensors" / "worker_1")
+    for s in (0, 1):
+        late.write(StepRecord(ModeKeys.TRAIN, s, s, 1000.0 + s, "worker_1", {"w": TensorRecord("w", ARRAYS["w"])}))
+    late.close()
+    trial = ts.create_trial(tmp_path)  # no end marker: the job may still be running
+    assert trial.workers() == ["worker_0", "worker_1"]
+    assert trial.steps() == [0, 1] and trial.steps(show_incomplete_steps=True) == [0, 1, 2]
+    assert trial.incomplete_steps() == {2: ["worker_1"]}
