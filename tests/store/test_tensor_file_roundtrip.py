@@ -162,7 +162,8 @@ def test_salvage_gives_up_the_newest_steps_until_their_index_entries_fit(tmp_pat
     # the file size limit lets about two index entries through: the first, longer write fails half-way
     folder = tmp_path / "tensors" / "worker_0"
     proc = subprocess.run([sys.executable, "-c", SALVAGE_CHILD, str(folder), "2600"], capture_output=True, text=True,
-                          timeout=120, check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)})  # fmt: skip
+                          timeout=120, check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
+                          cwd=tmp_path)  # fmt: skip  # not the repository root: its trainspect would shadow PYTHONPATH
     kept = int(proc.stdout.strip())
     index = (folder / "index-000000.idx").read_bytes()
     scan = framing.scan_frames(index)
