@@ -21,7 +21,7 @@ BIN = Path(sys.executable).parent
 def _torchrun(
     args: list[str], env: dict[str, str] | None = None, timeout: int = 300
 ) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1"}
+    base = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [str(BIN / "torchrun"), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
         env={**base, **(env or {})},
@@ -72,7 +72,7 @@ def test_two_simulated_nodes_share_one_directory(tmp_path: Path) -> None:
     common = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv-backend", "c10d",
               "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "twonodes"]  # fmt: skip
     script = ["examples/ddp_train.py", "--out", str(out), "--steps", "8", "--profile"]
-    base = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1"}
+    base = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1", "PYTHONPATH": str(ROOT)}
     procs = [
         subprocess.Popen(
             [str(BIN / "torchrun"), *common, "--node_rank", str(i), *script],
@@ -116,7 +116,7 @@ def test_a_killed_rank_leaves_a_readable_run_that_names_the_missing_worker(tmp_p
     script.write_text(_RANK_SCRIPT)
     out = tmp_path / "killed"
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "WORLD_SIZE": "2", "TRAINSPECT_JOB_ID": "killed-job",
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(out), "30"],

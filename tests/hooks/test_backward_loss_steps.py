@@ -90,7 +90,7 @@ def test_vae_style_loss_records_the_sum_that_is_backpropagated(tmp_path) -> None
 def test_a_loop_without_an_optimizer_counts_one_step_per_forward(tmp_path) -> None:
     # as pytorch/examples' word_language_model: manual SGD on p.data, no torch.optim object for this model
     other = nn.Linear(2, 2)
-    torch.optim.SGD(other.parameters(), lr=0.1)  # an optimizer exists in the process, but not for this model
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.1)  # an optimizer exists in the process, not for this model
     model = _model()
     hook = ts.torch.Hook(tmp_path, save_config=ts.SaveConfig(save_interval=1))
     hook.register_module(model)
@@ -107,6 +107,7 @@ def test_a_loop_without_an_optimizer_counts_one_step_per_forward(tmp_path) -> No
     assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1, 2, 3, 4]
     assert [float(v) for v in trial.tensor("loss").values().values()] == pytest.approx(seen, rel=1e-6)
     assert "loss_micro_batches" not in trial.tensor_names()
+    assert other_opt.param_groups[0]["params"][0] is other.weight  # it was alive the whole time
 
 
 def test_save_scalar_between_steps_joins_the_last_step(tmp_path) -> None:

@@ -87,7 +87,9 @@ def test_a_terminating_signal_closes_the_run_and_the_process_still_dies_of_it(tm
 def test_ctrl_c_raises_keyboard_interrupt_as_usual_and_the_run_is_complete(tmp_path):
     proc, out = _run(tmp_path, 30, "sigint")
     assert "KeyboardInterrupt" in proc.stderr
-    assert proc.returncode in (-signal.SIGINT, 130, 1)  # CPython re-raises SIGINT after finalisation on POSIX
+    # CPython ends by SIGINT after an uncaught KeyboardInterrupt only when no code runs at exit; here the hook
+    # closing at exit imports and runs the rules and the report, and CPython 3.11 then exits with status 1
+    assert proc.returncode == 1, proc.stderr
     _assert_complete(out, 30)
 
 

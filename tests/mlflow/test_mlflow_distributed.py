@@ -16,7 +16,8 @@ BIN = Path(sys.executable).parent
 def test_two_ranks_share_one_mlflow_run(mlflow_server: str, tmp_path: Path) -> None:
     out = tmp_path / "ddp-mlflow"
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1",
-           "MLFLOW_TRACKING_URI": mlflow_server, "TRAINSPECT_MLFLOW": "1"}  # fmt: skip
+           "MLFLOW_TRACKING_URI": mlflow_server, "TRAINSPECT_MLFLOW": "1",
+           "PYTHONPATH": str(ROOT)}  # fmt: skip
     proc = subprocess.run(
         [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "examples/ddp_train.py", "--out", str(out),
          "--steps", "30", "--profile"],

@@ -107,7 +107,7 @@ def test_autolog_beside_mlflow_autolog(local_store: str, tmp_path: Path) -> None
         assert sorted(m.step for m in MlflowClient().get_metric_history(run.info.run_id,
                                                                          "train/CrossEntropyLoss_output_0")) == [0, 4]  # fmt: skip
         assert data.tags["trainspect.captures"] == "tensors"
-        assert "trainspect/steps" not in data.metrics or data.metrics["trainspect/steps"] >= 0
+        assert data.metrics["trainspect/steps"] == 5  # tensors only: counted from the saved steps (0 and the last)
     finally:
         autolog(disable=True)
     from mlflow.utils.autologging_utils import autologging_is_disabled
@@ -171,6 +171,24 @@ def test_metric_keys_follow_mlflow_names() -> None:
         "big": TensorRecord("big", np.ones(3)),
     })  # fmt: skip
     assert step_metrics(rec) == {"eval/_b_loss_/b_": 0.5, "eval/w/l2": 3.0, "eval/w/abs_mean": 1.0}
+
+
+def test_system_metrics_keep_mlflow_key_names() -> None:
+    # the keys of MLflow's own system metrics monitor (mlflow/system_metrics/metrics/{cpu,gpu}_monitor.py)
+    out = system_metrics({"cpu_utilization_percent": 12.0, "cpu_memory_used_percent": 40.0,
+                          "cpu_memory_used_bytes": 3e9, "gpu1_utilization_percent": 70.0,
+                          "gpu1_memory_used_percent": 25.0, "gpu1_memory_used_bytes": 4e9,
+                          "gpu1_power_watts": 250.0, "gpu1_temperature_celsius": 60.0})  # fmt: skip
+    assert out == {
+        "system/cpu_utilization_percentage": 12.0,
+        "system/system_memory_usage_percentage": 40.0,
+        "system/system_memory_usage_megabytes": 3000.0,
+        "system/gpu_1_utilization_percentage": 70.0,
+        "system/gpu_1_memory_usage_percentage": 25.0,
+        "system/gpu_1_memory_usage_megabytes": 4000.0,
+        "system/gpu_1_power_usage_watts": 250.0,
+        "system/gpu_1_temperature_celsius": 60.0,
+    }
 
 
 def test_json_config_mlflow_key_reaches_the_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

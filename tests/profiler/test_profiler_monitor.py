@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -51,22 +53,42 @@ def test_memory_disk_network_match_proc_counters(tmp_path: Path) -> None:
     assert abs(mem.aggregate()["cpu_memory_used_percent"] - vm.percent) < 5.0
     assert abs(mem.aggregate()["cpu_memory_used_bytes"] - (vm.total - vm.available)) < 0.05 * vm.total
     disk, net = DiskSampler(), NetworkSampler()
-    io0, t0 = psutil.disk_io_counters(), time.monotonic()
+    t0, io0 = time.monotonic(), psutil.disk_io_counters()
     disk.collect()
     net.collect()
+    io_a, net_a, t_a = psutil.disk_io_counters(), psutil.net_io_counters(), time.monotonic()
     with open(tmp_path / "blob", "wb") as fh:
         fh.write(b"x" * 4_000_000)
         fh.flush()
-    time.sleep(0.3)
+        os.fsync(fh.fileno())
+    _loopback_traffic(1_000_000)
+    io_b, net_b, t_b = psutil.disk_io_counters(), psutil.net_io_counters(), time.monotonic()
     disk.collect()
     net.collect()
     io1, t1 = psutil.disk_io_counters(), time.monotonic()
+    # the samplers' counter deltas lie between the inner (a..b) and outer deltas, their periods between the
+    # inner (t_a..t_b) and outer (t0..t1) periods: their rates are bounded on both sides
     rate = disk.aggregate()["disk_write_bytes_per_second"]
-    if io0 is not None and io1 is not None:
-        expected = (io1.write_bytes - io0.write_bytes) / (t1 - t0)
-        assert rate <= expected * 1.5 + 1.0
-    assert rate >= 0.0 and all(v >= 0.0 for v in net.aggregate().values())
+    if io0 is not None and io_a is not None and io_b is not None and io1 is not None:
+        assert (io_b.write_bytes - io_a.write_bytes) / (t1 - t0) <= rate <= (io1.write_bytes - io0.write_bytes) / (t_b - t_a)
+    sent = net.aggregate()["network_sent_bytes_per_second"]
+    assert sent >= (net_b.bytes_sent - net_a.bytes_sent) / (t1 - t0) >= 1_000_000 / (t1 - t0)  # loopback counts
+    assert net.aggregate()["network_received_bytes_per_second"] >= 1_000_000 / (t1 - t0)
     assert set(net.aggregate()) == {"network_sent_bytes_per_second", "network_received_bytes_per_second"}
+
+
+def _loopback_traffic(nbytes: int) -> None:
+    """Send ``nbytes`` over a TCP connection on 127.0.0.1 (counted by the loopback interface)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        conn, _ = server.accept()
+        with client, conn:
+            client.sendall(b"y" * nbytes)
+            client.shutdown(socket.SHUT_WR)
+            got = 0
+            while chunk := conn.recv(1 << 16):
+                got += len(chunk)
+    assert got == nbytes
 
 
 def test_monitor_writes_samples_and_one_process_per_node(tmp_path: Path) -> None:

@@ -142,10 +142,11 @@ def test_rules_and_report_commands_on_a_sagemaker_folder(tmp_path: Path, capsys:
     root = _sagemaker(tmp_path, bad_line=False)
     (root / "training_job_end.ts").write_text("1\n")  # a downloaded, finished job
     code = main(["rules", str(root), "--rule", "CPUBottleneck", "--rule", "OverallSystemUsage", "--json"])
-    assert code in (0, 1)
+    assert code == 0  # no rule found an issue
     verdicts = {v["rule"]: v for v in json.loads(capsys.readouterr().out)}
     assert verdicts["OverallSystemUsage"]["status"] == "NoIssuesFound"
-    assert verdicts["CPUBottleneck"]["status"] in ("NoIssuesFound", "IssuesFound", "NoData")
+    assert verdicts["CPUBottleneck"]["status"] == "NoData"  # 40 samples, patience 1000
+    assert "patience=1000" in verdicts["CPUBottleneck"]["message"]
     report = tmp_path / "report.html"
     assert main(["report", str(root), "-o", str(report)]) == 0
     html = report.read_text()

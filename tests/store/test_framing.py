@@ -71,3 +71,41 @@ def test_truncated_profiler_frame_is_reported_at_once_when_the_job_has_ended(
     assert len(reader.read_arrays()["n0"]) == 10
     assert any("truncated" in r.getMessage() and path.name in r.getMessage() for r in caplog.records)
     assert reader.problems() and path.name in reader.problems()[0]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_payload_changed_in_place_fails_its_checksum(version: int) -> None:
+    good, bad = b'{"g":2,"m":1}', b'{"g":9,"m":1}'  # same length, valid JSON: only the checksum tells
+    buf = framing.frame(2, good, version) + bad + framing.frame(2, good, version) + good
+    scan = framing.scan_frames(buf)
+    assert [(r.offset, r.payload) for r in scan.records] == [(framing.HEADER_SIZE + len(bad), good)]
+    assert scan.corrupt == 1 and not scan.truncated and scan.newer == 0
+    with pytest.raises(framing.CorruptRecord):
+        framing.read_frame_at(buf, 0, len(bad))
+    assert bytes(framing.read_frame_at(buf, framing.HEADER_SIZE + len(bad), len(good))) == good
+
+
+def test_an_index_record_still_valid_json_but_altered_is_skipped(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    write_run(out)
+    (idx,) = (out / "tensors" / "worker_0").glob("index-*.idx")
+    raw = idx.read_bytes()
+    (rec,) = [r for r in framing.scan_frames(raw).records if r.payload.startswith(b'{"g":2,')]
+    start = rec.offset + framing.HEADER_SIZE
+    idx.write_bytes(raw[:start] + b'{"g":9,' + raw[start + 7 :])  # the JSON still parses: step 2 claims to be step 9
+    trial = ts.create_trial(out)
+    assert trial.steps() == [0, 1, 3, 4, 5, 6, 7]
+    assert trial.corrupt_records == 1
+
+
+def test_a_short_tail_is_a_record_being_written_only_when_it_starts_like_one() -> None:
+    good = framing.frame(2, b"{}") + b"{}"
+    for tail in (b"T", b"TS", b"TS\x02\x02"):  # the start of a header: still being written
+        scan = framing.scan_frames(good + tail)
+        assert scan.truncated and scan.corrupt == 0 and scan.resume_at == len(good), tail
+    for tail in (b"X", b"SX", b"TX\x02"):  # not a record's start: damage
+        scan = framing.scan_frames(good + tail)
+        assert not scan.truncated and scan.corrupt == 1 and scan.resume_at == len(good) + len(tail), tail
+    newer = framing.HEADER.pack(framing.MAGIC, 3, 2, 2, 0) + b"{}"  # a future framing version
+    scan = framing.scan_frames(good + newer + good)
+    assert scan.newer == 1 and scan.corrupt == 0 and len(scan.records) == 2

@@ -188,6 +188,12 @@ def _add_steps(out: RunSummary, framework: dict[str, Any]) -> None:
         out.dataloader_wait_percent = 100.0 * waits / sum(loops)
 
 
+def _saved_train_steps(trial: Any) -> int:
+    """Training steps of a run without framework metrics: its last saved TRAIN step + 1 (the hook saves the last)."""
+    steps = trial.steps(mode=ModeKeys.TRAIN)
+    return max(steps) + 1 if steps else 0
+
+
 def summarize(ctx: ReportContext, name: str | None = None) -> RunSummary:
     """Summarise a loaded run (see :meth:`ReportContext.load`)."""
     prof = ctx.profiler
@@ -205,6 +211,8 @@ def summarize(ctx: ReportContext, name: str | None = None) -> RunSummary:
         if isinstance(start, (int, float)) and isinstance(end, (int, float)):
             out.duration_s = float(end - start)
     _add_steps(out, prof.framework)
+    if not out.steps and ctx.trial is not None:
+        out.steps = _saved_train_steps(ctx.trial)
     if prof.system:
         util = utilization_statistics(prof)
         out.cpu_p95, out.cpu_mean = _cpu(util, "p95"), _cpu(util, "mean")

@@ -1,0 +1,282 @@
+"""Mutation testing of trainspect's store, rules and hook modules: do the tests notice when the code changes.
+
+A small self-contained AST mutator (no mutmut configuration needed). Each mutant changes one thing in one module:
+``<``↔``<=``, ``>``↔``>=``, ``==``↔``!=``, ``is``↔``is not``, ``in``↔``not in``, ``and``↔``or``, ``+``↔``-``,
+``*``→``/``, a number constant tweaked (``n`` → ``n + 1``, ``0.5`` → ``1.5``), ``True``↔``False``,
+``return x`` → ``return None``, a call statement removed, a ``not`` dropped. The mutant is written into a private copy
+of the package (``PYTHONPATH`` points the test run at it; the working tree is never touched), then the test files that
+the ``TESTS`` table maps to that module run with ``-x`` under a per-mutant timeout. A mutant is *killed* when the
+tests fail (or time out), *survived* when they pass. ``--sample N`` draws N mutants per module (seeded), so a run fits
+in the time there is.
+
+    PYTHONPATH=$PWD .venv/bin/python scripts/mutation.py --sample 12 --seed 1
+    .venv/bin/python scripts/mutation.py --modules store/framing.py --list     # the mutants, without running them
+
+Prints one line per mutant, the kill rate per module and in total, and the survivors (file:line, what changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "trainspect"
+
+# module (relative to trainspect/) -> the test files that exercise it
+_STORE = ["tests/store/test_tensor_file_roundtrip.py", "tests/store/test_framing.py",
+          "tests/store/test_crash_and_corruption.py", "tests/store/test_trial_api.py", "-knot sigkill"]
+_PROFILER_RULES = ["tests/profiler/test_profiler_rule_edges.py", "tests/profiler/test_profiler_rules.py"]
+# module (relative to trainspect/) -> the pytest arguments (test files, options) of the tests that exercise it
+TESTS: dict[str, list[str]] = {
+    "store/framing.py": ["tests/store/test_framing.py", "tests/store/test_tensor_file_roundtrip.py",
+                         "tests/store/test_crash_and_corruption.py", "tests/profiler/test_profiler_storage.py",
+                         "-knot sigkill"],
+    "store/index.py": _STORE,
+    "store/tensor_file.py": _STORE,
+    "rules/profiler/low_gpu_utilization.py": _PROFILER_RULES,
+    "rules/profiler/_bottleneck.py": _PROFILER_RULES,
+    "rules/profiler/cpu_bottleneck.py": [*_PROFILER_RULES, "tests/profiler/test_job_cpu_rules.py"],
+    "rules/profiler/io_bottleneck.py": _PROFILER_RULES,
+    "rules/vanishing_gradient.py": ["tests/rules/test_vanishing_gradient_edges.py", "tests/rules/test_rules_tensor.py"],
+    "hooks/save_plan.py": ["tests/hooks/test_save_plan_rules.py", "tests/hooks/test_save_config.py"],
+}
+DEFAULT_MODULES = list(TESTS)
+
+_SWAPS: dict[type[Any], type[Any]] = {
+    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In,
+    ast.And: ast.Or, ast.Or: ast.And, ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div,
+}
+_SYMBOL: dict[type[Any], str] = {
+    ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is",
+    ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in", ast.And: "and", ast.Or: "or", ast.Add: "+",
+    ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
+}  # fmt: skip
+_QUIET_CALLS = {"debug"}  # removing a debug log line changes nothing a test can see
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One change: the ``index``-th mutable node of ``module`` (in walk order), at ``line``."""
+
+    module: str
+    index: int
+    line: int
+    what: str
+
+
+def _mutable_nodes(tree: ast.AST) -> Iterator[ast.AST]:
+    """Nodes a mutation applies to, in a deterministic order; annotations and docstrings are skipped."""
+    for node in _walk(tree):
+        if isinstance(node, ast.Compare) and type(node.ops[0]) in _SWAPS:
+            yield node
+        elif isinstance(node, ast.BoolOp) or (isinstance(node, (ast.BinOp, ast.AugAssign))
+                                              and type(node.op) in _SWAPS):  # fmt: skip
+            yield node
+        elif isinstance(node, ast.Constant) and isinstance(node.value, (bool, int, float)):
+            yield node
+        elif isinstance(node, ast.Return) and node.value is not None and not _is_none(node.value):
+            yield node
+        elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and not _quiet(node.value):
+            yield node
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            yield node
+
+
+def _walk(node: ast.AST) -> Iterator[ast.AST]:
+    for name, value in ast.iter_fields(node):
+        if name in ("annotation", "returns", "type_comment", "decorator_list"):
+            continue
+        children = value if isinstance(value, list) else [value]
+        for i, child in enumerate(children):
+            if not isinstance(child, ast.AST):
+                continue
+            if name == "body" and i == 0 and _is_docstring(child):
+                continue
+            if isinstance(child, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in child.targets):
+                continue
+            yield child
+            yield from _walk(child)
+
+
+def _is_docstring(node: ast.AST) -> bool:
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def _is_none(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
+
+
+def _quiet(call: ast.Call) -> bool:
+    return isinstance(call.func, ast.Attribute) and call.func.attr in _QUIET_CALLS
+
+
+def _describe(node: ast.AST) -> str:
+    if isinstance(node, ast.Compare):
+        op = type(node.ops[0])
+        return f"{_SYMBOL[op]} -> {_SYMBOL[_SWAPS[op]]}"
+    if isinstance(node, ast.BoolOp):
+        return f"{_SYMBOL[type(node.op)]} -> {_SYMBOL[_SWAPS[type(node.op)]]}"
+    if isinstance(node, (ast.BinOp, ast.AugAssign)):
+        return f"{_SYMBOL[type(node.op)]} -> {_SYMBOL[_SWAPS[type(node.op)]]}"
+    if isinstance(node, ast.Constant):
+        return f"constant {node.value!r} -> {_tweak(node.value)!r}"
+    if isinstance(node, ast.Return):
+        return f"return {ast.unparse(node.value)[:40]} -> return None"  # type: ignore[arg-type]
+    if isinstance(node, ast.Expr):
+        return f"call removed: {ast.unparse(node)[:50]}"
+    return f"not dropped: {ast.unparse(node)[:50]}"
+
+
+def _tweak(value: Any) -> Any:
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    return value + 1.0 if value != 0 else 1.0
+
+
+class _Apply(ast.NodeTransformer):
+    """Mutates the node at ``target`` (an index into :func:`_mutable_nodes`)."""
+
+    def __init__(self, target: ast.AST) -> None:
+        self.target = target
+
+    def visit(self, node: ast.AST) -> ast.AST:
+        if node is not self.target:
+            return super().visit(node)
+        if isinstance(node, ast.Compare):
+            node.ops[0] = _SWAPS[type(node.ops[0])]()
+        elif isinstance(node, (ast.BoolOp, ast.BinOp, ast.AugAssign)):
+            node.op = _SWAPS[type(node.op)]()
+        elif isinstance(node, ast.Constant):
+            node.value = _tweak(node.value)
+        elif isinstance(node, ast.Return):
+            node.value = ast.Constant(None)
+        elif isinstance(node, ast.Expr):
+            return ast.Pass()
+        elif isinstance(node, ast.UnaryOp):
+            return node.operand
+        return node
+
+
+def mutants(module: str) -> list[Mutant]:
+    """Every mutant of ``module`` (relative to the package)."""
+    tree = ast.parse((PACKAGE / module).read_text())
+    return [Mutant(module, i, getattr(n, "lineno", 0), _describe(n)) for i, n in enumerate(_mutable_nodes(tree))]
+
+
+def mutated_source(m: Mutant) -> str:
+    """The source of ``m.module`` with mutant ``m`` applied."""
+    tree = ast.parse((PACKAGE / m.module).read_text())
+    target = list(_mutable_nodes(tree))[m.index]
+    mutated = _Apply(target).visit(tree)
+    return ast.unparse(ast.fix_missing_locations(mutated))
+
+
+def _run_tests(copy_root: Path, tests: list[str], timeout: float, show: bool = False) -> str:
+    tests = [t for t in tests if t.startswith("-") or (ROOT / t.split("::")[0]).exists()]  # an older checkout
+    env = {**os.environ, "PYTHONPATH": str(copy_root), "PYTHONDONTWRITEBYTECODE": "1", "TRAINSPECT_TESTING": "1",
+           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    cmd = [sys.executable, "-P", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return "timeout"
+    if show and proc.returncode != 0:
+        out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+        print(out[-3000:], err[-2000:], file=sys.stderr)
+    return "survived" if proc.returncode == 0 else ("killed" if proc.returncode == 1 else f"error{proc.returncode}")
+
+
+def main() -> int:
+    """Run (or list) the sampled mutants and print the kill rates."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--modules", nargs="*", default=DEFAULT_MODULES, help="modules under trainspect/ (TESTS keys)")
+    ap.add_argument("--sample", type=int, default=0, help="mutants per module (0: all)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant's test run")
+    ap.add_argument("--only", nargs="*", default=None, help="run only these modules' mutants (the sample is unchanged)")
+    ap.add_argument("--list", action="store_true", help="list the mutants only")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    chosen: list[Mutant] = []
+    for module in args.modules:
+        every = mutants(module)
+        picked = rng.sample(every, min(args.sample, len(every))) if args.sample else every
+        chosen += sorted(picked, key=lambda m: m.index)
+    if args.only is not None:
+        chosen = [m for m in chosen if m.module in args.only]
+        args.modules = [m for m in args.modules if m in args.only]
+    if args.list:
+        for m in chosen:
+            print(f"{m.module}:{m.line}  {m.what}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="trainspect-mut-") as tmp:
+        copy_root = Path(tmp)
+        shutil.copytree(PACKAGE, copy_root / "trainspect", ignore=shutil.ignore_patterns("__pycache__"))
+        _check_imports_the_copy(copy_root)
+        for module in args.modules:  # the unmutated copy must pass, or every mutant would count as killed
+            if _run_tests(copy_root, TESTS[module], args.timeout * 2, show=True) != "survived":
+                print(f"baseline: the tests of {module} fail without any mutant; fix them first", file=sys.stderr)
+                return 2
+        results = _run_all(chosen, copy_root, args.timeout)
+    return _summary(results)
+
+
+def _check_imports_the_copy(copy_root: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(copy_root), "PYTHONDONTWRITEBYTECODE": "1"}
+    where = subprocess.run([sys.executable, "-P", "-c", "import trainspect; print(trainspect.__file__)"], cwd=ROOT,
+                           env=env, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    if not where.startswith(str(copy_root)):
+        raise SystemExit(f"the tests would import {where}, not the mutated copy under {copy_root}")
+
+
+def _run_all(chosen: list[Mutant], copy_root: Path, timeout: float) -> list[tuple[Mutant, str]]:
+    results = []
+    for n, m in enumerate(chosen, 1):
+        target = copy_root / "trainspect" / m.module
+        original = target.read_text()
+        target.write_text(mutated_source(m))
+        start = time.monotonic()
+        try:
+            outcome = _run_tests(copy_root, TESTS[m.module], timeout)
+        finally:
+            target.write_text(original)
+        results.append((m, outcome))
+        print(f"[{n}/{len(chosen)}] {outcome:8s} {m.module}:{m.line}  {m.what}  ({time.monotonic() - start:.0f}s)",
+              flush=True)  # fmt: skip
+    return results
+
+
+def _summary(results: list[tuple[Mutant, str]]) -> int:
+    print("\nmodule                                    killed/total  kill rate")
+    for module in dict.fromkeys(m.module for m, _ in results):
+        mine = [o for m, o in results if m.module == module]
+        killed = sum(o != "survived" for o in mine)
+        print(f"{module:42s} {killed:5d}/{len(mine):<5d}  {100.0 * killed / len(mine):6.1f} %")
+    killed = sum(o != "survived" for _, o in results)
+    total = len(results)
+    print(f"{'TOTAL':42s} {killed:5d}/{total:<5d}  {100.0 * killed / max(total, 1):6.1f} %")
+    survivors = [m for m, o in results if o == "survived"]
+    if survivors:
+        print("\nsurvivors:")
+        for m in survivors:
+            print(f"  {m.module}:{m.line}  {m.what}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
