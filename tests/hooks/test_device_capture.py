@@ -17,6 +17,7 @@ from torch import nn
 
 import trainspect as ts
 from trainspect.hooks import torch_tensors
+from trainspect.hooks.save_plan import TensorPlan
 
 torch.set_num_threads(1)
 
@@ -168,3 +169,19 @@ def test_reduction_dtype_per_device_kind() -> None:
     assert torch_tensors.reduction_dtype("cuda") is torch.float64
     assert torch_tensors.reduction_dtype("mps") is torch.float32
     assert torch_tensors.device_kind(torch.ones(1)) == "cpu"
+
+
+def test_one_event_per_stream_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorded: list[str] = []
+
+    class Event:
+        def record(self, stream: str) -> None:
+            recorded.append(stream)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    plan = TensorPlan(True, (), False, frozenset())
+    staged = [torch_tensors.Staged(n, plan, None, None, (), stream) for n, stream in
+              (("a", "cuda:0"), ("b", "cuda:1"), ("c", "cuda:0"), ("d", None))]  # fmt: skip
+    assert len(torch_tensors.record_fence(staged)) == 2
+    assert recorded == ["cuda:0", "cuda:1"]
+    assert torch_tensors.record_fence([staged[3]]) == []

@@ -16,11 +16,12 @@ from trainspect.hooks._guard import guarded
 from trainspect.hooks.collector import Collector
 from trainspect.hooks.step_state import Captures
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
+from trainspect.hooks.torch_staging import StepStaging
 
 if TYPE_CHECKING:
     from trainspect.hooks.torch_hook import Hook
 
-__all__ = ["StepHooks", "decide_captures", "wanted"]
+__all__ = ["StepHooks", "decide_captures", "stage_optimizer_variables", "wanted"]
 
 
 def wanted(collector: Collector, name: str) -> bool:
@@ -38,6 +39,15 @@ def decide_captures(collector: Collector, params: list[tuple[str, nn.Parameter]]
         module_io=collector.planner.takes_modules,
         optimizer=wanted(collector, "optimizer/lr_group_0") or wanted(collector, "optimizer/momentum_group_0"),
     )
+
+
+def stage_optimizer_variables(collector: Collector, staging: StepStaging, optimizer: torch.optim.Optimizer) -> None:
+    """Stage each parameter group's learning rate and momentum that the open step saves."""
+    for i, group in enumerate(optimizer.param_groups):
+        for key in ("lr", "momentum"):
+            name = f"optimizer/{key}_group_{i}"
+            if isinstance(group.get(key), (int, float)) and wanted(collector, name):
+                staging.stage(name, torch.tensor(float(group[key]), dtype=torch.float64), collector.plan(name))
 
 
 def _outputs(value: Any) -> list[Any]:

@@ -25,7 +25,7 @@ from trainspect.hooks.step_state import TrainingStep
 from trainspect.hooks.torch_backward import STATE as _TAP
 from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
-from trainspect.hooks.torch_captures import StepHooks, decide_captures, wanted
+from trainspect.hooks.torch_captures import StepHooks, decide_captures, stage_optimizer_variables
 from trainspect.hooks.torch_staging import StepLosses, StepStaging
 from trainspect.modes import ModeKeys, parse_mode
 
@@ -381,7 +381,7 @@ class Hook(HookAPI):
             if not state.open:
                 return
             if state.saving and step.captures.optimizer:
-                self._stage_optimizer_variables(optimizer)
+                stage_optimizer_variables(self.collector, self.staging, optimizer)
             step.optimizer_stepped = True
             if self.collector.mode in _TRAINING:
                 self._end_step()
@@ -389,12 +389,3 @@ class Hook(HookAPI):
             raise
         except Exception as exc:
             self._internal_error("_on_optimizer_post", exc)
-
-    def _stage_optimizer_variables(self, optimizer: torch.optim.Optimizer) -> None:
-        collector = self.collector
-        for i, group in enumerate(optimizer.param_groups):
-            for key in ("lr", "momentum"):
-                name = f"optimizer/{key}_group_{i}"
-                if isinstance(group.get(key), (int, float)) and wanted(collector, name):
-                    value = torch.tensor(float(group[key]), dtype=torch.float64)
-                    self.staging.stage(name, value, collector.plan(name))

@@ -2,7 +2,7 @@
 
 :class:`StepStaging` collects the step's staged tensors (:func:`~trainspect.hooks.torch_tensors.stage`) and hands
 them to the collector when the step ends. With ``defer`` (the default configuration: nothing else reads the step's
-record), copies still in flight from a CUDA device are not waited for: an event per device is recorded after them,
+record), copies still in flight from a CUDA device are not waited for: an event per CUDA stream is recorded after them,
 and they are read when the next step ends (or at close), joining their own step's record — the training thread does
 not wait for the GPU to record a loss. :class:`StepLosses` keeps the step's loss values (one per micro-batch).
 """
@@ -68,8 +68,8 @@ class StepStaging:
             if fence:
                 step = self.collector.open_step()
                 if step is not None:
-                    self._late = (step, [s for s in staged if s.device is not None], fence)
-                    staged = [s for s in staged if s.device is None]
+                    self._late = (step, [s for s in staged if s.stream is not None], fence)
+                    staged = [s for s in staged if s.stream is None]
         add = self.collector.add
         for s, value, reds in materialize(staged):
             add(s.name, s.plan, value, reds, s.shape)

@@ -3,9 +3,9 @@
 Devices, by :func:`device_kind`:
 
 * ``cpu``: NumPy copies, nothing to wait for.
-* ``cuda``: non-blocking copies into pinned memory; :func:`record_fence` records one CUDA event per device on its
-  current stream after them, and :func:`materialize` waits for those events only (never ``torch.cuda.synchronize``,
-  which waits for one device's every stream, and only the current device's). The PyTorch hook reads a step's
+* ``cuda``: non-blocking copies into pinned memory on the tensor's device's current stream; :func:`record_fence`
+  records one CUDA event per such stream after them, and :func:`materialize` waits for those events only (never
+  ``torch.cuda.synchronize``, which waits for every stream of the current device only). The PyTorch hook reads a step's
   copies one step later (``Hook._end_step``), so the training thread does not wait for the GPU.
 * any other accelerator (``mps``, ``xpu``, …): blocking copies (``Tensor.cpu()``), reductions in float32 (MPS has no
   float64); ``torch.cuda`` is never touched for them.
@@ -37,8 +37,8 @@ class Staged:
     raw: np.ndarray | torch.Tensor | None
     reductions: np.ndarray | torch.Tensor | None
     shape: tuple[int, ...]
-    device: torch.device | None = None
-    """The CUDA device whose copies into ``raw`` / ``reductions`` may still be running; None: they are done."""
+    stream: Any = None
+    """The CUDA stream the copies into ``raw`` / ``reductions`` were issued on (may still run); None: done."""
 
 
 _OPS: dict[str, Any] = {
@@ -169,16 +169,17 @@ def stage(name: str, tensor: Any, plan: TensorPlan) -> Staged | None:
         vals = [_reduce(tensor, n, a, dtype).to(dtype) for n, a in plan.reductions]
         reds = _host_copy(torch.stack(vals))
     raw = _host_copy(tensor) if plan.raw else None
-    return Staged(name, plan, raw, reds, tuple(tensor.shape), tensor.device if kind == "cuda" else None)
+    stream = torch.cuda.current_stream(tensor.device) if kind == "cuda" else None
+    return Staged(name, plan, raw, reds, tuple(tensor.shape), stream)
 
 
 def record_fence(staged: list[Staged]) -> list[Any]:
-    """One CUDA event per device with copies in flight, recorded on its current stream after them (none: [])."""
-    devices = {s.device for s in staged if s.device is not None}
+    """One CUDA event per stream (so per device) with copies in flight, recorded after them; none in flight: []."""
+    streams = {s.stream: None for s in staged if s.stream is not None}
     events = []
-    for device in devices:
+    for stream in streams:
         event = torch.cuda.Event()
-        event.record(torch.cuda.current_stream(device))
+        event.record(stream)
         events.append(event)
     return events
 
@@ -187,7 +188,7 @@ def materialize(
     staged: list[Staged], fence: list[Any] | None = None
 ) -> list[tuple[Staged, np.ndarray | None, dict[ReductionKey, float]]]:
     """Wait for the copies in flight (the events of ``fence``, else of a fence recorded now), return host values."""
-    if fence is None and any(s.device is not None for s in staged):
+    if fence is None and any(s.stream is not None for s in staged):
         fence = record_fence(staged)
     for event in fence or ():
         event.synchronize()  # this device's copies only: never a global torch.cuda.synchronize()
