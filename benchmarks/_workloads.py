@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from trainspect.hooks.step_state import NO_CAPTURES
+
 torch.set_num_threads(1)
 
 
@@ -105,7 +107,7 @@ def toggled_ratio(
         hook._top.clear()
         hook._params.clear()
         hook._submodules.clear()
-        hook._params_generation = -1
+        hook._step.captures = NO_CAPTURES
         hook._globals_installed = False
         hook.register_module(model)
         hook.register_loss(loss_fn)

@@ -97,6 +97,55 @@ def test_a_submodule_called_on_its_own_is_not_a_second_model(tmp_path: Path) -> 
     assert trial.steps(ts.modes.TRAIN) == [0, 1, 2]
 
 
+class _WithLoss(nn.Module):
+    """A model that computes its loss inside its forward pass with a loss module (as Hugging Face models do)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body, self.crit = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 3)), nn.CrossEntropyLoss()
+        self.globals_inside: list[int] = []
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        from torch.nn.modules import module as module_mod
+
+        self.globals_inside.append(len(module_mod._global_forward_pre_hooks) + len(module_mod._global_forward_hooks))
+        if x.shape[0] == 1:
+            raise ValueError("bad batch")
+        return self.crit(self.body(x), y)
+
+
+def test_a_model_runs_without_the_global_hooks_and_its_loss_module_is_recorded(tmp_path: Path) -> None:
+    from torch.nn.modules import module as module_mod
+
+    before = len(module_mod._global_forward_pre_hooks) + len(module_mod._global_forward_hooks)
+    logger = ts.autolog(out_dir=tmp_path / "run")
+    assert logger is not None
+    torch.manual_seed(0)
+    model = _WithLoss()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    x, y = torch.randn(16, 6), torch.randint(0, 3, (16,))
+    seen = []
+    try:
+        for _ in range(4):
+            opt.zero_grad()
+            loss = model(x, y)
+            loss.backward()
+            opt.step()
+            seen.append(loss.item())
+        with pytest.raises(ValueError):
+            model(x[:1], y[:1])  # a forward pass that raises puts the global hooks back too
+        assert len(module_mod._global_forward_pre_hooks) + len(module_mod._global_forward_hooks) == before + 2
+    finally:
+        logger.close()
+    # the first forward pass finds the model (the global hooks see it); from the second on they are out
+    assert model.globals_inside == [before + 2] + [before] * 4
+    assert len(module_mod._global_forward_pre_hooks) + len(module_mod._global_forward_hooks) == before
+    trial = ts.create_trial(tmp_path / "run")
+    assert trial.tensor_names() == ["CrossEntropyLoss_output_0", "loss"]
+    for name in trial.tensor_names():
+        assert [float(v) for v in trial.tensor(name).values(ts.modes.TRAIN).values()] == seen
+
+
 def test_trainspect_disable_turns_autolog_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINSPECT_DISABLE", "1")
     assert ts.autolog(out_dir=tmp_path / "run") is None

@@ -3,7 +3,9 @@
 Framework adapters (``hooks/torch_hook.py``, ``hooks/keras_hook.py``, through ``hooks/hook_api.py``) translate
 framework events into calls on this class and hand it host-side NumPy values and reductions (``torch_tensors.py``,
 ``keras_tensors.py``); everything else happens here. Live rule evaluation, profiling and MLflow logging are in
-``hooks/hook_extras.py``.
+``hooks/hook_extras.py``. The step lifecycle is :class:`~trainspect.hooks.step_state.StepState`
+(``collector.state``), changed only by :meth:`Collector.begin_step`, :meth:`Collector.end_step` and
+:meth:`Collector.close`.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from trainspect.exceptions import ConfigError
 from trainspect.hooks._guard import Guarded, guarded
 from trainspect.hooks.distributed import identity
 from trainspect.hooks.save_plan import SavePlanner, TensorPlan
+from trainspect.hooks.step_state import StepState
 from trainspect.modes import ModeKeys, parse_mode
 from trainspect.step import ReductionKey, Scalar, ScalarStep, StepRecord, TensorRecord, scalar_record
 from trainspect.store.layout import RunLayout
@@ -37,7 +40,12 @@ from trainspect.store.manifest import (
 from trainspect.store.remote import spool_for
 from trainspect.store.run_writer import RunWriter
 
-__all__ = ["Collector"]
+__all__ = ["Collector", "StepKey", "LateTensor"]
+
+StepKey = tuple[ModeKeys, int, int, float]
+"""A step's (mode, mode step, global step, wall time)."""
+LateTensor = tuple[str, TensorPlan, "np.ndarray | None", "dict[ReductionKey, float] | None", "tuple[int, ...] | None"]
+"""(name, plan, raw value, reductions, shape) of a tensor added to a finished step."""
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +157,14 @@ class Collector(Guarded):
         self.mode_steps: dict[ModeKeys, int] = {}
         self.global_step = -1
         self._record: dict[str, TensorRecord] | None = None
-        self.step_open = False
-        """Whether a step is open (an attribute, not a property: hooks read it several times per step)."""
-        self._record_step: tuple[ModeKeys, int, int, float] | None = None
-        self._last_step: tuple[ModeKeys, int, int, float] | None = None
+        self.state = StepState()
+        """The step lifecycle (hooks read ``state.open`` and ``state.saving`` at every event)."""
+        self._record_step: StepKey | None = None
+        self._last_step: StepKey | None = None
         self._scalars: list[Scalar] = []  # deferred scalars of the open step (see add_scalar)
         self._writer: RunWriter | None = None
         self._known_names: set[str] = set()
+        self._new_scalar_names = False  # a scalar of the open step is not in _known_names yet
         self._members: dict[str, set[str]] = {}
         self._histograms: set[str] = set()
         self._started = False
@@ -166,6 +175,11 @@ class Collector(Guarded):
         self._config_doc[key] = value
 
     # --- lifecycle -----------------------------------------------------------------------------------------
+    @property
+    def step_open(self) -> bool:
+        """Whether a step is open (``state.open``)."""
+        return self.state.open
+
     @property
     def records_tensors(self) -> bool:
         """Whether this worker writes tensors (``include_workers="one"`` keeps only the chief's)."""
@@ -222,6 +236,7 @@ class Collector(Guarded):
             return
         self.end_step()
         self._closed = True
+        self.state.close()
         if self._writer is not None:
             self._writer.write_collections(self._collections_doc())
             self._writer.close()
@@ -245,15 +260,16 @@ class Collector(Guarded):
             self.end_step()
             self.mode = new
 
-    @guarded(False)
     def begin_step(self) -> bool:
-        """Open the next step; return whether anything is saved at it."""
-        return self.next_step()
+        """Open the next step (ending the open one); return whether anything is saved at it.
 
-    def next_step(self) -> bool:
-        """:meth:`begin_step` without the guard, for framework hooks whose callbacks guard themselves."""
+        Unguarded: the framework hooks' callbacks, its only callers, guard themselves. After :meth:`close` no step
+        opens (returns False).
+        """
         if self._record is not None:
-            self.finish_step()
+            self.end_step()
+        if self._closed:
+            return False
         if not self._started:
             self.start()
         self.global_step += 1
@@ -261,8 +277,13 @@ class Collector(Guarded):
         self.mode_steps[self.mode] = mode_step
         self._record_step = (self.mode, mode_step, self.global_step, time.time())
         self._record = {}
-        self.step_open = True
-        return self.planner.begin_step(self.mode, mode_step) and not self.writer_failed
+        state = self.state
+        state.begin(False)
+        saving = self.planner.begin_step(self.mode, mode_step)
+        if saving and self._writer is not None and self._writer.failed:
+            saving = False
+        state.saving = saving
+        return saving
 
     def reopen_last_step(self) -> bool:
         """Open the last finished step again for tensors saved after it ended (their record joins that step's).
@@ -272,7 +293,7 @@ class Collector(Guarded):
         if self._record is not None or self._last_step is None or self._closed:
             return False
         self._record_step, self._record = self._last_step, {}
-        self.step_open = True
+        self.state.begin(True)
         return True
 
     @property
@@ -280,19 +301,17 @@ class Collector(Guarded):
         """Whether the writer disabled itself (disk full, …)."""
         return self._writer is not None and self._writer.failed
 
-    @guarded()
     def end_step(self) -> StepRecord | None:
-        """Close the open step and hand its record to the writer; return the record (None if nothing)."""
-        return self.finish_step()
+        """Close the open step and hand its record to the writer; return the record (None if nothing).
 
-    def finish_step(self) -> StepRecord | None:
-        """:meth:`end_step` without the guard, for framework hooks whose callbacks guard themselves."""
+        Unguarded, like :meth:`begin_step`.
+        """
         if self._record is None or self._record_step is None:
             return None
         tensors, (mode, mode_step, gs, wall) = self._record, self._record_step
         self._last_step = self._record_step
         self._record = self._record_step = None
-        self.step_open = False
+        self.state.end()
         if self._scalars:
             scalars, self._scalars = self._scalars, []
             if not tensors:
@@ -300,6 +319,7 @@ class Collector(Guarded):
                 return None
             for scalar in scalars:
                 tensors[scalar[0]] = scalar_record(scalar)
+            self._new_scalar_names = False  # _submit notes the names of every tensor of the record
         if not tensors and not self.planner.any_active:
             return None
         record = StepRecord(mode, mode_step, gs, wall, self.worker, tensors)
@@ -323,7 +343,8 @@ class Collector(Guarded):
         if self._writer is None:
             return
         self._writer.submit_scalars(step)
-        if not self._known_names.issuperset(name for name, _, _, _ in step.scalars):
+        if self._new_scalar_names:
+            self._new_scalar_names = False
             self._note_members([(name, colls) for name, _, _, colls in step.scalars])
 
     def _note_members(self, tensors: list[tuple[str, frozenset[str]]]) -> None:
@@ -354,10 +375,31 @@ class Collector(Guarded):
         if self._record is None:
             return
         self._record[name] = TensorRecord(name, value, reductions or {}, plan.collections, shape)
+        self._note_histogram(name, plan)
+
+    def _note_histogram(self, name: str, plan: TensorPlan) -> None:
         if plan.histogram:
             self._histograms.add(name)
         elif self._histograms:
             self._histograms.discard(name)
+
+    def open_step(self) -> StepKey | None:
+        """The open step's (mode, mode step, global step, wall time), for :meth:`add_late`; None between steps."""
+        return self._record_step
+
+    def add_late(self, step: StepKey, tensors: list[LateTensor]) -> None:
+        """Add tensors of a finished step whose host values arrived after it ended (a device copy read later).
+
+        They are written as a record that joins that step's, before the open step's record.
+        """
+        if self._writer is None or not tensors:
+            return
+        mode, mode_step, gs, wall = step
+        records = {}
+        for name, plan, value, reductions, shape in tensors:
+            records[name] = TensorRecord(name, value, reductions or {}, plan.collections, shape)
+            self._note_histogram(name, plan)
+        self._submit(StepRecord(mode, mode_step, gs, wall, self.worker, records))
 
     def add_scalar(self, name: str, plan: TensorPlan, value: float | int | bool | complex, dtype: np.dtype) -> None:
         """Add a raw scalar (a Python value of NumPy ``dtype``) to the open step; ``plan`` must not ask reductions.
@@ -366,6 +408,8 @@ class Collector(Guarded):
         None, so use this only where nothing reads the step's record (no live rules, profiler or MLflow logging).
         """
         if self._record is not None:
+            if name not in self._known_names:
+                self._new_scalar_names = True
             self._scalars.append((name, value, dtype, plan.collections))
 
     def _collections_doc(self) -> dict[str, Any]:

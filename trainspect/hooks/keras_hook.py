@@ -66,7 +66,7 @@ class Hook(keras.callbacks.Callback, HookAPI):
             profiler_config=profiler_config, mlflow_run=mlflow_run, always_saved=("metrics",),
         )  # fmt: skip
         self._view: ModelView | None = None
-        self._saving = False
+        self._state = self.collector.state  # IDLE / OPEN / CLOSED (trainspect.hooks.step_state)
         self._window_set = False
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -101,7 +101,8 @@ class Hook(keras.callbacks.Callback, HookAPI):
 
     # --- steps ---------------------------------------------------------------------------------------------
     # A step ends when the next one begins (or at the end of the epoch, evaluation or prediction): overriding
-    # ``on_*_batch_end`` would stop Keras from dispatching batch-end callbacks on its background thread.
+    # ``on_*_batch_end`` would stop Keras from dispatching batch-end callbacks on its background thread. The
+    # lifecycle is trainspect.hooks.step_state's, shared with the PyTorch hook.
     def _begin_step(self, mode: ModeKeys) -> None:
         if self._view is None:
             self._attach()
@@ -111,17 +112,17 @@ class Hook(keras.callbacks.Callback, HookAPI):
             collector.set_mode(mode)
         if not extras.quiet:
             extras.check_stop(collector)
-        self._saving = collector.begin_step()
+        saving = collector.begin_step()
         if not extras.quiet:
             extras.on_step_start(collector)
         assert self._view is not None
-        self._view.begin_step(self._saving, mode)
+        self._view.begin_step(saving, mode)
 
     def _end_step(self, metrics: bool = False) -> None:
-        if not self.collector.step_open:
+        if not self._state.open:
             return
         if self._view is not None and not self.disabled:
-            self._view.end_step(self._saving, metrics, defer=self._extras.quiet)
+            self._view.end_step(self._state.saving, metrics, defer=self._extras.quiet)
         record = self.collector.end_step()
         if not self._extras.quiet:
             self._extras.on_step_end(self.collector, record)
@@ -191,8 +192,8 @@ class Hook(keras.callbacks.Callback, HookAPI):
         from trainspect.hooks.keras_tensors import to_host
 
         self.start()
-        if not self.collector.step_open:
-            self._saving = self.collector.begin_step()
+        if not self._state.open:
+            self.collector.begin_step()
         plan = self.collector.planner.forced_plan(name, colls)
         raw, reds, shape = to_host(np.asarray(value) if not hasattr(value, "shape") else value, plan)
         self.collector.add(name, plan, raw, reds, shape)

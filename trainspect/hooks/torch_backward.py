@@ -45,6 +45,9 @@ class _State:
         self.factor = 1.0
         self.mode: ModeKeys | None = None
         """A mode a framework's loop imposes (Lightning's predict loop: PREDICT); None: follow the model."""
+        self.suspended = 0
+        """Nesting of model forward passes running without ``autolog``'s global module hooks (see ``AutoLogger``):
+        there a loss module is recorded through the functional loss it calls."""
 
 
 STATE = _State()
@@ -118,6 +121,9 @@ def _wrap_functional(original: Any, name: str) -> Any:
                 if not isinstance(caller, torch.nn.modules.loss._Loss):
                     for listener in list(STATE.listeners):
                         listener._on_functional_loss(name, out)
+                elif STATE.suspended:  # no global hook sees the loss module: record its output from here
+                    for listener in list(STATE.listeners):
+                        listener.record_loss(f"{type(caller).__name__}_output_0", out)
             except Exception as exc:
                 _failed(name, exc)
         return out

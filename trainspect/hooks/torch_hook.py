@@ -1,4 +1,10 @@
-"""The PyTorch hook: translates module, autograd and optimizer events into calls on the neutral collector."""
+"""The PyTorch hook: translates module, autograd and optimizer events into calls on the neutral collector.
+
+The step lifecycle is :mod:`trainspect.hooks.step_state` (``collector.state``, and this hook's ``_step``); a step's
+tensors travel through :class:`~trainspect.hooks.torch_staging.StepStaging`, its losses through
+:class:`~trainspect.hooks.torch_staging.StepLosses`, its gradient and module hooks through
+:class:`~trainspect.hooks.torch_captures.StepHooks`.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,6 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -16,30 +21,19 @@ from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.exceptions import TrainingStopped
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
-from trainspect.hooks.save_plan import TensorPlan
+from trainspect.hooks.step_state import TrainingStep
 from trainspect.hooks.torch_backward import STATE as _TAP
-from trainspect.hooks.torch_backward import BackwardTap, micro_batches_name, optimizer_holds
+from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
-from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, snapshot, stage
+from trainspect.hooks.torch_captures import StepHooks, decide_captures, stage_optimizer_variables
+from trainspect.hooks.torch_staging import StepLosses, StepStaging
 from trainspect.modes import ModeKeys, parse_mode
 
 __all__ = ["Hook"]
 
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # modes whose steps end at optimizer.step()
-_LOSSES = ("losses",)
-_MICRO_BATCHES = TensorPlan(True, (), False, frozenset())
 BACKWARD_LOSS = "loss"
 """The name of the loss that ``.backward()`` was called on (collection ``losses``), as Keras names its loss."""
-
-
-def _outputs(value: Any) -> list[Any]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [v for v in value if isinstance(v, torch.Tensor)]
-    if isinstance(value, dict):
-        return [v for v in value.values() if isinstance(v, torch.Tensor)]
-    return []
 
 
 def _unwrap(module: nn.Module) -> nn.Module:
@@ -96,23 +90,15 @@ class Hook(HookAPI):
         self._params: list[tuple[str, nn.Parameter]] = []
         self._submodules: list[tuple[str, nn.Module]] = []
         self._known: set[int] = set()  # ids of the registered models' submodules
-        self._step_handles: list[Any] = []
-        self._staged: list[Staged] = []
-        self._grads: dict[str, Staged] = {}
-        self._depth = 0
+        self._state = self.collector.state  # IDLE / OPEN / CLOSED, and whether the open step saves
+        self._step = TrainingStep()  # forward depth, optimizer seen/stepped, what a saving step captures
+        self.staging = StepStaging(self.collector)
+        self._losses = StepLosses()
+        self._step_hooks = StepHooks(self)
         self._loss_names: set[str] = set()
-        self._step_losses: dict[str, list[HostScalar | torch.Tensor]] = {}
-        self._last_snapshot: tuple[torch.Tensor, HostScalar | torch.Tensor] | None = None  # until the step ends
         self._pending: list[tuple[str, torch.Tensor, tuple[str, ...]]] = []
-        self._accumulates: bool | None = None
-        self._optimizer_seen = False
-        self._optimizer_stepped = False
-        self._saving = False
         self._globals_installed = False
         self._mode_explicit = False
-        self._params_generation = -1
-        self._params_now: list[tuple[str, nn.Parameter]] = []
-        self._grads_now = self._grads_active = self._io_active = self._io_now = self._optimizer_now = False
         self._timer_recorder: Any = None
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -139,7 +125,14 @@ class Hook(HookAPI):
             self._handles.append(BackwardTap(self))
 
     def _close_steps(self) -> list[Any]:
-        return [self._end_step, self._remove_handles]
+        return [lambda: self._end_step(final=True), self._remove_handles]
+
+    @guarded(True)
+    def flush(self, timeout: float | None = 30.0) -> bool:
+        """Block until everything recorded so far is on disk (the last step's loss read from its device too)."""
+        if self.staging.has_late:
+            self.staging.complete_late()
+        return super().flush(timeout)
 
     def _remove_handles(self) -> None:
         for handle in self._handles:
@@ -162,7 +155,7 @@ class Hook(HookAPI):
         self._top.add(id(module))
         own_hook_dicts(module)
         self._handles.append(module.register_forward_pre_hook(Callback(self._on_top_forward_pre)))
-        self._handles.append(module.register_forward_hook(Callback(self._on_top_forward)))
+        self._handles.append(module.register_forward_hook(Callback(self._on_top_forward), always_call=True))
         module = _unwrap(module)
         self._top.add(id(module))
         prefix = type(module).__name__
@@ -178,27 +171,6 @@ class Hook(HookAPI):
     def knows(self, module: nn.Module) -> bool:
         """Whether ``module`` is a registered model or one of its submodules."""
         return id(module) in self._known or id(module) in self._top
-
-    def _attach_step_hooks(self) -> None:
-        """Hook gradients and module inputs/outputs for this step only.
-
-        A module or tensor with a hook takes PyTorch's slower call path, so steps that save none of them run
-        without these hooks.
-        """
-        if self._grads_active:
-            for name, param in self._params:
-                if param.requires_grad:
-                    hook = self._grad_hook(f"gradient/{name}")
-                    self._step_handles.append(param.register_post_accumulate_grad_hook(Callback(hook)))
-        if self._io_active:
-            for path, sub in self._submodules:
-                own_hook_dicts(sub)
-                self._step_handles.append(sub.register_forward_hook(Callback(self._io_hook(path))))
-
-    def _detach_step_hooks(self) -> None:
-        handles, self._step_handles = self._step_handles, []
-        for handle in handles:
-            handle.remove()
 
     @guarded()
     def register_loss(self, loss_module: nn.Module) -> None:
@@ -244,112 +216,68 @@ class Hook(HookAPI):
     def _save_now(self, name: str, value: torch.Tensor, colls: tuple[str, ...]) -> None:
         """Save at the open step; between steps, at the last step (before the first step: at the first)."""
         self.start()
-        if self.collector.step_open:
+        if self._state.open:
             self._stage_forced(name, value, colls)
         elif self.collector.reopen_last_step():
             self._stage_forced(name, value, colls)
-            staged, self._staged = self._staged, []
-            for s, host, reds in materialize(staged):
-                self.collector.add(s.name, s.plan, host, reds, s.shape)
-            self.collector.finish_step()
+            self.staging.commit(defer=False)
+            self.collector.end_step()
         else:
             self._pending.append((name, value.detach().clone(), colls))
 
     def _stage_forced(self, name: str, value: torch.Tensor, colls: tuple[str, ...]) -> None:
-        staged = stage(name, value, self.collector.planner.forced_plan(name, colls))
-        if staged is not None:
-            self._staged.append(staged)
+        self.staging.stage(name, value, self.collector.planner.forced_plan(name, colls))
 
-    # --- step boundaries -----------------------------------------------------------------------------------
+    # --- step boundaries (see trainspect.hooks.step_state) -------------------------------------------------
     def _begin_step(self) -> None:
-        collector, extras = self.collector, self._extras
-        if self._step_handles or collector.step_open:
+        collector, extras, step = self.collector, self._extras, self._step
+        if self._step_hooks.handles or self._state.open:
             self._end_step()
         if not extras.quiet:
             extras.check_stop(collector)
-        self._saving = collector.next_step()
-        self._optimizer_stepped = False
+        saving = collector.begin_step()
+        step.optimizer_stepped = False
         if self._pending:
             pending, self._pending = self._pending, []
             for name, value, colls in pending:
                 self._stage_forced(name, value, colls)
         if not extras.quiet:
             extras.on_step_start(collector)
-        self._grads_active = self._io_active = False
-        if self._saving:
-            if self._params_generation != collector.planner.generation:
-                self._decide_saving()
-            for name, param in self._params_now:
-                self._stage(name, param)
-            self._grads_active, self._io_active = self._grads_now, self._io_now
-            if self._grads_active or self._io_active:
-                self._attach_step_hooks()
+        if saving:
+            captures = step.captures
+            if captures.generation != collector.planner.generation:
+                step.captures = captures = decide_captures(collector, self._params)
+            for name, param in captures.params:
+                self.staging.stage(name, param, collector.plan(name))
+            if captures.gradients or captures.module_io:
+                self._step_hooks.attach(captures, self._params, self._submodules)
 
-    def _decide_saving(self) -> None:
-        """What a saving step records (decided again only when the planner's set of saving collections changes)."""
-        planner = self.collector.planner
-        self._params_generation = planner.generation
-        self._params_now = [(n, p) for n, p in self._params if self._wanted(n)]
-        self._grads_now = any(self._wanted(f"gradient/{n}") for n, _ in self._params)
-        self._optimizer_now = self._wanted("optimizer/lr_group_0") or self._wanted("optimizer/momentum_group_0")
-        self._io_now = planner.takes_modules
-
-    def _wanted(self, name: str) -> bool:
-        plan = self.collector.plan(name)
-        return plan.raw or bool(plan.reductions)
-
-    def _end_step(self) -> None:
-        if self._step_handles:
-            self._detach_step_hooks()
-        if not self.collector.step_open:
+    def _end_step(self, final: bool = False) -> None:
+        """End the open step. Device copies are read a step later unless something reads the record now."""
+        if self._step_hooks.handles:
+            self._step_hooks.detach()
+        staging, quiet = self.staging, self._extras.quiet
+        if not self._state.open:
+            if final and staging.has_late:
+                staging.complete_late()
             return
-        if self._step_losses:
-            self._last_snapshot = None
-            self._flush_losses()
-        staged = self._staged
-        if self._grads:
-            staged += self._grads.values()
-            self._grads = {}
-        self._staged = []
-        collector = self.collector
-        for s, value, reds in materialize(staged):
-            collector.add(s.name, s.plan, value, reds, s.shape)
-        record = collector.finish_step()
-        if not self._extras.quiet:
-            self._extras.on_step_end(collector, record)
-
-    def _flush_losses(self) -> None:
-        """Add the step's losses: one value each, the mean of its micro-batches' (also saved as ``*_micro_batches``)."""
-        losses, self._step_losses = self._step_losses, {}
-        for name, values in losses.items():
-            plan = self.collector.planner.plan(name, _LOSSES)
-            value, micro = combine(values)
-            if micro is not None and (plan.raw or plan.reductions):
-                self._stage(micro_batches_name(name), micro, plan=_MICRO_BATCHES)
-            if isinstance(value, tuple):
-                if plan.raw and not plan.reductions and self._extras.quiet:
-                    self.collector.add_scalar(name, plan, *value)  # the common case: no NumPy on this thread
-                    continue
-                value = torch.from_numpy(np.array(value[0], dtype=value[1]))
-            self._stage(name, value, plan=plan)
-
-    def _stage(self, name: str, tensor: Any, extra: Iterable[str] = (), plan: TensorPlan | None = None) -> None:
-        if plan is None:
-            plan = self.collector.plan(name, extra)
-        if plan.raw or plan.reductions:
-            staged = stage(name, tensor, plan)
-            if staged is not None:
-                self._staged.append(staged)
+        if self._losses.values:
+            self._losses.flush(staging, quiet)
+        staging.commit(defer=quiet and not final)
+        record = self.collector.end_step()
+        if not quiet:
+            self._extras.on_step_end(self.collector, record)
 
     # --- torch callbacks -----------------------------------------------------------------------------------
-    # The four callbacks below run at every step: they inline the guard (``Guarded._internal_error``) instead of
-    # taking ``@guarded``'s extra call, and call the collector's unguarded step methods.
+    # The callbacks below run at every step: they inline the guard (``Guarded._internal_error``) instead of
+    # taking ``@guarded``'s extra call.
     def _on_top_forward_pre(self, module: nn.Module, args: Any) -> None:
         if self.disabled:
             return
         try:
-            self._depth += 1
-            if self._depth > 1:
+            step = self._step
+            step.forward_depth += 1
+            if step.forward_depth > 1:
                 return
             collector = self.collector
             if not self._mode_explicit:
@@ -358,10 +286,10 @@ class Hook(HookAPI):
                     self._end_step()
                     collector.set_mode(inferred)
             if (
-                not collector.step_open
+                not self._state.open
                 or collector.mode not in _TRAINING
-                or self._optimizer_stepped
-                or not (self._optimizer_seen or self._optimizer_exists())
+                or step.optimizer_stepped
+                or not (step.optimizer_seen or self._optimizer_exists())
             ):
                 self._begin_step()  # a training step with an optimizer spans every forward until optimizer.step()
             if not self._extras.quiet:
@@ -375,40 +303,19 @@ class Hook(HookAPI):
         if self.disabled:
             return
         try:
-            self._depth = max(0, self._depth - 1)
-            if self._depth == 0 and not self._extras.quiet:
+            step = self._step
+            step.forward_depth = max(0, step.forward_depth - 1)
+            if step.forward_depth == 0 and not self._extras.quiet:
                 self._extras.on_forward_end()
         except Exception as exc:
             self._internal_error("_on_top_forward", exc)
 
     def _optimizer_exists(self) -> bool:
         """Whether an optimizer updates the model: decided once, at the first forward that could accumulate."""
-        if self._accumulates is None:
-            self._accumulates = optimizer_holds([p for _, p in self._params])
-        return self._accumulates
-
-    def _io_hook(self, path: str) -> Any:
-        @guarded()
-        def hook(hook_self: Hook, module: nn.Module, args: Any, output: Any) -> None:
-            ins, outs = self.collector.planner.module_collections(path, type(module).__name__, module)
-            for i, t in enumerate(_outputs(args)):  # by module (ins) or by name (include_regex)
-                self._stage(f"{path}_input_{i}", t, ins)
-            for i, t in enumerate(_outputs(output)):
-                self._stage(f"{path}_output_{i}", t, outs)
-
-        return lambda module, args, output: hook(self, module, args, output)
-
-    def _grad_hook(self, name: str) -> Any:
-        @guarded()
-        def hook(hook_self: Hook, param: torch.Tensor) -> None:
-            if param.grad is not None:
-                plan = self.collector.plan(name)
-                if plan.raw or plan.reductions:
-                    staged = stage(name, param.grad, plan)
-                    if staged is not None:
-                        self._grads[name] = staged
-
-        return lambda param: hook(self, param)
+        step = self._step
+        if step.accumulates is None:
+            step.accumulates = optimizer_holds([p for _, p in self._params])
+        return step.accumulates
 
     def _loss_hook(self, name: str) -> Any:
         return lambda module, args, output: self.record_loss(name, output)
@@ -418,22 +325,14 @@ class Hook(HookAPI):
         if self.disabled or not isinstance(value, torch.Tensor):
             return
         try:
-            if not self.collector.step_open:
+            if not self._state.open:
                 self._begin_step()
+                if not self._state.open:
+                    return  # closed
             if name not in self._loss_names:
                 self._loss_names.add(name)
                 self.collector.collections.get("losses").add_tensor_name(name)
-            last = self._last_snapshot
-            if last is not None and last[0] is value:
-                value = last[1]  # the backward loss is the loss module's output: one host copy, not two
-            else:
-                snap = snapshot(value)  # the value now, whatever the script does to the tensor later
-                self._last_snapshot, value = (value, snap), snap
-            values = self._step_losses.get(name)
-            if values is None:
-                self._step_losses[name] = [value]
-            else:
-                values.append(value)  # gradient accumulation: one value per micro-batch
+            self._losses.add(name, value)
         except TrainingStopped:
             raise
         except Exception as exc:
@@ -441,7 +340,7 @@ class Hook(HookAPI):
 
     def _on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step."""
-        if not self.disabled and self.collector.step_open:
+        if not self.disabled and self._state.open:
             self.record_loss(BACKWARD_LOSS, loss)
 
     def _on_functional_loss(self, name: str, value: Any) -> None:
@@ -449,7 +348,7 @@ class Hook(HookAPI):
 
         Only inside a step (one a forward pass of the model opened): a loss computed elsewhere opens none.
         """
-        if not self.disabled and self.collector.step_open:
+        if not self.disabled and self._state.open:
             self.record_loss(name, value)
 
     def _on_scaler_step(self) -> None:
@@ -457,8 +356,8 @@ class Hook(HookAPI):
         if self.disabled:
             return
         try:
-            if self.collector.step_open and self.collector.mode in _TRAINING:
-                self._optimizer_seen = self._optimizer_stepped = True
+            if self._state.open and self.collector.mode in _TRAINING:
+                self._step.optimizer_seen = self._step.optimizer_stepped = True
                 self._end_step()
         except TrainingStopped:
             raise
@@ -467,31 +366,26 @@ class Hook(HookAPI):
 
     @guarded()
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        self._optimizer_seen = True
+        self._step.optimizer_seen = True
         self._extras.on_optimizer_start()
 
     def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.disabled:
             return
         try:
-            self._optimizer_seen = True
+            step = self._step
+            step.optimizer_seen = True
             if not self._extras.quiet:
                 self._extras.on_optimizer_end()
-            if not self.collector.step_open:
+            state = self._state
+            if not state.open:
                 return
-            if self._saving and self._optimizer_now:
-                self._stage_optimizer_variables(optimizer)
-            self._optimizer_stepped = True
+            if state.saving and step.captures.optimizer:
+                stage_optimizer_variables(self.collector, self.staging, optimizer)
+            step.optimizer_stepped = True
             if self.collector.mode in _TRAINING:
                 self._end_step()
         except TrainingStopped:
             raise
         except Exception as exc:
             self._internal_error("_on_optimizer_post", exc)
-
-    def _stage_optimizer_variables(self, optimizer: torch.optim.Optimizer) -> None:
-        for i, group in enumerate(optimizer.param_groups):
-            for key in ("lr", "momentum"):
-                name = f"optimizer/{key}_group_{i}"
-                if isinstance(group.get(key), (int, float)) and self._wanted(name):
-                    self._stage(name, torch.tensor(float(group[key]), dtype=torch.float64))

@@ -1,4 +1,15 @@
-"""Moving PyTorch tensors to the host: reductions on the device, one copy per saved tensor, one sync per step."""
+"""Moving PyTorch tensors to the host: reductions on the device, one copy per saved tensor, one wait per device.
+
+Devices, by :func:`device_kind`:
+
+* ``cpu``: NumPy copies, nothing to wait for.
+* ``cuda``: non-blocking copies into pinned memory on the tensor's device's current stream; :func:`record_fence`
+  records one CUDA event per such stream after them, and :func:`materialize` waits for those events only (never
+  ``torch.cuda.synchronize``, which waits for every stream of the current device only). The PyTorch hook reads a step's
+  copies one step later (``Hook._end_step``), so the training thread does not wait for the GPU.
+* any other accelerator (``mps``, ``xpu``, …): blocking copies (``Tensor.cpu()``), reductions in float32 (MPS has no
+  float64); ``torch.cuda`` is never touched for them.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +23,10 @@ from trainspect.hooks.save_plan import TensorPlan
 from trainspect.reductions import device_table
 from trainspect.step import ReductionKey
 
-__all__ = ["Staged", "stage", "materialize", "scalar_on_host", "snapshot", "combine", "HostScalar"]
+__all__ = [
+    "Staged", "stage", "materialize", "record_fence", "device_kind", "reduction_dtype", "scalar_on_host", "snapshot",
+    "combine", "HostScalar",
+]  # fmt: skip
 
 
 @dataclass
@@ -24,6 +38,8 @@ class Staged:
     raw: np.ndarray | torch.Tensor | None
     reductions: np.ndarray | torch.Tensor | None
     shape: tuple[int, ...]
+    stream: Any = None
+    """The CUDA stream the copies into ``raw`` / ``reductions`` were issued on (may still run); None: done."""
 
 
 _OPS: dict[str, Any] = device_table(
@@ -94,22 +110,36 @@ def combine(values: list[HostScalar | torch.Tensor]) -> tuple[HostScalar | torch
     device = next(t.device for t in tensors if t.device.type != "cpu") if any(
         t.device.type != "cpu" for t in tensors) else torch.device("cpu")  # fmt: skip
     micro = torch.stack([t.to(device) for t in tensors])
-    return (micro if micro.is_floating_point() else micro.double()).mean(), micro
+    return (micro if micro.is_floating_point() else micro.to(reduction_dtype(device.type))).mean(), micro
 
 
-def _reduce(t: torch.Tensor, name: str, absolute: bool) -> torch.Tensor:
+def device_kind(t: torch.Tensor) -> str:
+    """The kind of device a tensor lives on: ``"cpu"``, ``"cuda"``, ``"mps"``, ``"xpu"``, … (``device.type``).
+
+    Everything device-specific in capture branches on this (a stable function: GPU checks call it too).
+    """
+    return t.device.type
+
+
+def reduction_dtype(kind: str) -> torch.dtype:
+    """The dtype reductions are computed and copied in on a device kind: float64, float32 where not supported."""
+    return torch.float64 if kind in ("cpu", "cuda") else torch.float32
+
+
+def _reduce(t: torch.Tensor, name: str, absolute: bool, dtype: torch.dtype = torch.float64) -> torch.Tensor:
     x = t.detach()
     if not x.is_floating_point():
-        x = x.double()
+        x = x.to(dtype)
     if absolute:
         x = x.abs()
     return _OPS[name](x)
 
 
 def _host_copy(t: torch.Tensor) -> np.ndarray | torch.Tensor:
-    """A host copy: a NumPy array for CPU tensors, a pinned tensor being filled asynchronously for device ones."""
+    """A host copy: a NumPy array, or for a CUDA tensor a pinned tensor being filled asynchronously."""
     x = t.detach()
-    if x.is_cpu and x.dtype in _NUMPY_DTYPES and x.layout == torch.strided and not x.is_conj():
+    kind = device_kind(x)
+    if kind == "cpu" and x.dtype in _NUMPY_DTYPES and x.layout == torch.strided and not x.is_conj():
         return x.numpy().copy()  # the common case (losses, CPU weights) in as few calls as possible
     if x.dtype == torch.bfloat16:
         x = x.float()
@@ -117,34 +147,57 @@ def _host_copy(t: torch.Tensor) -> np.ndarray | torch.Tensor:
         x = x.to_dense()
     if x.is_conj():
         x = x.resolve_conj()
-    if x.device.type == "cpu":
+    if kind == "cpu":
         return x.numpy().copy()
-    out = torch.empty(x.shape, dtype=x.dtype, pin_memory=torch.cuda.is_available())
+    if kind != "cuda":
+        return x.to("cpu", copy=True).numpy()  # blocking: no stream or event API is assumed for other devices
+    out = _pinned_empty(x.shape, x.dtype)
     out.copy_(x, non_blocking=True)
     return out
+
+
+def _pinned_empty(shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+    """Page-locked host memory for a non-blocking copy from a CUDA device."""
+    return torch.empty(shape, dtype=dtype, pin_memory=True)
 
 
 def stage(name: str, tensor: Any, plan: TensorPlan) -> Staged | None:
     """Start copying what ``plan`` asks of ``tensor`` to the host (non-blocking on CUDA); None if not a tensor."""
     if not isinstance(tensor, torch.Tensor):
         return None
+    kind = device_kind(tensor)
     reds = None
     if plan.reductions and tensor.numel() > 0:
-        vals = [_reduce(tensor, n, a).to(torch.float64) for n, a in plan.reductions]
+        dtype = reduction_dtype(kind)
+        vals = [_reduce(tensor, n, a, dtype).to(dtype) for n, a in plan.reductions]
         reds = _host_copy(torch.stack(vals))
     raw = _host_copy(tensor) if plan.raw else None
-    return Staged(name, plan, raw, reds, tuple(tensor.shape))
+    stream = torch.cuda.current_stream(tensor.device) if kind == "cuda" else None
+    return Staged(name, plan, raw, reds, tuple(tensor.shape), stream)
 
 
-def materialize(staged: list[Staged]) -> list[tuple[Staged, np.ndarray | None, dict[ReductionKey, float]]]:
-    """Wait once for pending device copies, then return NumPy values and reductions."""
+def record_fence(staged: list[Staged]) -> list[Any]:
+    """One CUDA event per stream (so per device) with copies in flight, recorded after them; none in flight: []."""
+    streams = {s.stream: None for s in staged if s.stream is not None}
+    events = []
+    for stream in streams:
+        event = torch.cuda.Event()
+        event.record(stream)
+        events.append(event)
+    return events
+
+
+def materialize(
+    staged: list[Staged], fence: list[Any] | None = None
+) -> list[tuple[Staged, np.ndarray | None, dict[ReductionKey, float]]]:
+    """Wait for the copies in flight (the events of ``fence``, else of a fence recorded now), return host values."""
+    if fence is None and any(s.stream is not None for s in staged):
+        fence = record_fence(staged)
+    for event in fence or ():
+        event.synchronize()  # this device's copies only: never a global torch.cuda.synchronize()
     out = []
-    synced = False
     for s in staged:
         raw, reductions = s.raw, s.reductions
-        if not synced and (isinstance(raw, torch.Tensor) or isinstance(reductions, torch.Tensor)):
-            torch.cuda.synchronize()  # device copies were issued non-blocking: one wait per saved step
-            synced = True
         value = raw.numpy() if isinstance(raw, torch.Tensor) else raw
         reds: dict[ReductionKey, float] = {}
         if reductions is not None:

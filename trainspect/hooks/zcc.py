@@ -16,8 +16,10 @@ import time
 from typing import Any
 
 from trainspect import env
-from trainspect.hooks._guard import Guarded, guarded
+from trainspect.exceptions import TrainingStopped
+from trainspect.hooks._guard import Guarded
 from trainspect.hooks.shutdown import CLOSERS
+from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 
 __all__ = ["autolog", "AutoLogger", "FUNCTIONAL_LOSSES", "active_hook"]
 
@@ -49,7 +51,13 @@ _ACTIVE: list[AutoLogger] = []
 
 
 class AutoLogger(Guarded):
-    """Patches installed by :func:`autolog`; :meth:`close` removes them and closes the hook."""
+    """Patches installed by :func:`autolog`; :meth:`close` removes them and closes the hook.
+
+    Global module hooks find models and loss modules, but while any global hook exists every module call takes
+    PyTorch's slower call path. So a model's forward pass runs without them: the model's own pre-hook takes the global
+    hooks out and its ``always_call`` forward hook puts them back. Inside a model's forward pass a loss module is
+    recorded through the functional loss it calls (:data:`~trainspect.hooks.torch_backward.STATE` ``.suspended``).
+    """
 
     def __init__(
         self, hook: Any, companions: list[Any] | None = None, hook_kwargs: dict[str, Any] | None = None
@@ -60,40 +68,90 @@ class AutoLogger(Guarded):
         self.hook = hook
         self.hook_kwargs = dict(hook_kwargs or {})
         self.companions = list(companions or [])
-        self._torch = torch
+        self._loss_type = torch.nn.modules.loss._Loss
         self._depth = 0
         self._loss_depth = 0
-        self._handles = [
-            module_mod.register_module_forward_pre_hook(self._pre),
-            module_mod.register_module_forward_hook(self._post),
+        pre = module_mod.register_module_forward_pre_hook(self._pre)
+        post = module_mod.register_module_forward_hook(self._post)
+        self._handles = [pre, post]
+        self._globals: list[tuple[dict[int, Any], int, Any]] = [
+            (module_mod._global_forward_pre_hooks, pre.id, self._pre),
+            (module_mod._global_forward_hooks, post.id, self._post),
         ]
+        self._quiet_models: set[int] = set()  # models whose forward passes run without the global hooks
         self._closed = False
-        from trainspect.hooks.torch_backward import hold
+        from trainspect.hooks.torch_backward import STATE, hold
 
+        self._tap = STATE
         self._release_tap = hold()
 
-    def _is_loss(self, module: Any) -> bool:
-        return isinstance(module, self._torch.nn.modules.loss._Loss)
-
-    @guarded()
+    # The global hooks run at every module call outside a model's forward pass: the guard is inlined.
     def _pre(self, module: Any, args: Any) -> None:
-        if self._is_loss(module):
-            self._loss_depth += 1
+        if self.disabled:
             return
-        # a model's own submodule called on its own (``model.decode(z)``) is no new model and opens no step
-        if self._depth == 0 and not self.hook.knows(module) and any(True for _ in module.parameters()):
-            self.hook.register_module(module)
-            self.hook._on_top_forward_pre(module, args)
-        self._depth += 1
+        try:
+            if isinstance(module, self._loss_type):
+                self._loss_depth += 1
+                return
+            if self._depth == 0:
+                self._top_level(module, args)
+            self._depth += 1
+        except TrainingStopped:
+            raise
+        except Exception as exc:
+            self._internal_error("_pre", exc)
 
-    @guarded()
+    def _top_level(self, module: Any, args: Any) -> None:
+        # a model's own submodule called on its own (``model.decode(z)``) is no new model and opens no step
+        hook = self.hook
+        if not hook.knows(module):
+            if not any(True for _ in module.parameters()):
+                return
+            hook.register_module(module)
+            hook._on_top_forward_pre(module, args)
+        if id(module) not in self._quiet_models:
+            self._quiet_models.add(id(module))
+            own_hook_dicts(module)
+            self._handles.append(module.register_forward_pre_hook(Callback(self._suspend)))
+            self._handles.append(module.register_forward_hook(Callback(self._resume), always_call=True))
+
     def _post(self, module: Any, args: Any, output: Any) -> None:
-        if self._is_loss(module):
-            self._loss_depth = max(0, self._loss_depth - 1)
-            if self._loss_depth == 0:
-                self.hook.record_loss(f"{type(module).__name__}_output_0", output)
+        if self.disabled:
             return
-        self._depth = max(0, self._depth - 1)
+        try:
+            if isinstance(module, self._loss_type):
+                self._loss_depth = max(0, self._loss_depth - 1)
+                if self._loss_depth == 0:
+                    self.hook.record_loss(f"{type(module).__name__}_output_0", output)
+                return
+            self._depth = max(0, self._depth - 1)
+        except TrainingStopped:
+            raise
+        except Exception as exc:
+            self._internal_error("_post", exc)
+
+    def _suspend(self, module: Any, args: Any) -> None:
+        """A known model's forward pass begins: its submodules run without the global hooks."""
+        tap = self._tap
+        tap.suspended += 1
+        if tap.suspended == 1:
+            for hooks, key, _ in self._globals:
+                hooks.pop(key, None)
+
+    def _resume(self, module: Any, args: Any, output: Any) -> None:
+        """A known model's forward pass ended (or raised): the global hooks are back."""
+        tap = self._tap
+        if tap.suspended == 0:
+            return  # the model's first forward pass: these hooks were attached during it
+        tap.suspended -= 1
+        if tap.suspended == 0:
+            self._restore_globals()
+            self._depth = max(0, self._depth - 1)  # the global post-hook missed this module's end
+
+    def _restore_globals(self) -> None:
+        if not self._closed:
+            for hooks, key, fn in self._globals:
+                hooks[key] = fn
 
     def adopt(self, hook: Any) -> None:
         """Record with the script's own hook from now on (its settings were merged by :func:`join_autolog`)."""
@@ -111,6 +169,7 @@ class AutoLogger(Guarded):
         if self._closed:
             return
         self._closed = True
+        self._tap.suspended = 0
         for handle in self._handles:
             handle.remove()
         for companion in self.companions:

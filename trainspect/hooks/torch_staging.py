@@ -1,0 +1,134 @@
+"""One PyTorch step's host copies on their way to the collector, and the losses recorded in it.
+
+:class:`StepStaging` collects the step's staged tensors (:func:`~trainspect.hooks.torch_tensors.stage`) and hands
+them to the collector when the step ends. With ``defer`` (the default configuration: nothing else reads the step's
+record), copies still in flight from a CUDA device are not waited for: an event per CUDA stream is recorded after them,
+and they are read when the next step ends (or at close), joining their own step's record — the training thread does
+not wait for the GPU to record a loss. :class:`StepLosses` keeps the step's loss values (one per micro-batch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainspect.hooks.collector import Collector, StepKey
+from trainspect.hooks.save_plan import TensorPlan
+from trainspect.hooks.torch_backward import micro_batches_name
+from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, record_fence, snapshot, stage
+
+__all__ = ["StepStaging", "StepLosses"]
+
+_LOSSES = ("losses",)
+_MICRO_BATCHES = TensorPlan(True, (), False, frozenset())
+
+
+class StepStaging:
+    """The open step's staged tensors (gradients keyed by name: the last accumulation wins) and late copies."""
+
+    __slots__ = ("collector", "staged", "grads", "_late")
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self.staged: list[Staged] = []
+        self.grads: dict[str, Staged] = {}
+        self._late: tuple[StepKey, list[Staged], list[Any]] | None = None
+
+    def stage(self, name: str, tensor: Any, plan: TensorPlan) -> None:
+        """Start the host copy of what ``plan`` asks of ``tensor`` (nothing when it asks nothing)."""
+        if plan.raw or plan.reductions:
+            staged = stage(name, tensor, plan)
+            if staged is not None:
+                self.staged.append(staged)
+
+    def stage_gradient(self, name: str, grad: torch.Tensor, plan: TensorPlan) -> None:
+        """Stage a gradient (accumulated: a later one replaces an earlier one of the same step)."""
+        staged = stage(name, grad, plan)
+        if staged is not None:
+            self.grads[name] = staged
+
+    def commit(self, defer: bool) -> None:
+        """Add the staged tensors to the collector's open step; with ``defer``, CUDA copies in flight join it later.
+
+        The previous step's late copies are read first (their event was recorded a step ago).
+        """
+        if self._late is not None:
+            self.complete_late()
+        staged = self.staged
+        if self.grads:
+            staged += self.grads.values()
+            self.grads = {}
+        if not staged:
+            return
+        self.staged = []
+        if defer:
+            fence = record_fence(staged)
+            if fence:
+                step = self.collector.open_step()
+                if step is not None:
+                    self._late = (step, [s for s in staged if s.stream is not None], fence)
+                    staged = [s for s in staged if s.stream is None]
+        add = self.collector.add
+        for s, value, reds in materialize(staged):
+            add(s.name, s.plan, value, reds, s.shape)
+
+    def complete_late(self) -> None:
+        """Read the copies a past step left in flight (waiting for their devices' events) and add them to it."""
+        late, self._late = self._late, None
+        if late is not None:
+            step, staged, fence = late
+            done = materialize(staged, fence)
+            self.collector.add_late(step, [(s.name, s.plan, value, reds, s.shape) for s, value, reds in done])
+
+    @property
+    def has_late(self) -> bool:
+        """Whether copies of a finished step are still to be read."""
+        return self._late is not None
+
+
+class StepLosses:
+    """The losses recorded in the open step: per name, one value per micro-batch, each taken when recorded.
+
+    A tensor recorded under two names (the backward loss that is a loss module's output) is copied once.
+    """
+
+    __slots__ = ("values", "_last")
+
+    def __init__(self) -> None:
+        self.values: dict[str, list[HostScalar | torch.Tensor]] = {}
+        self._last: tuple[torch.Tensor, HostScalar | torch.Tensor] | None = None
+
+    def add(self, name: str, value: torch.Tensor) -> None:
+        """Record ``value`` now (whatever the script does to the tensor later)."""
+        last = self._last
+        if last is not None and last[0] is value:
+            snap = last[1]
+        else:
+            snap = snapshot(value)
+            self._last = (value, snap)
+        values = self.values.get(name)
+        if values is None:
+            self.values[name] = [snap]
+        else:
+            values.append(snap)  # gradient accumulation: one value per micro-batch
+
+    def flush(self, staging: StepStaging, quiet: bool) -> None:
+        """Add the step's losses: one value each, the mean of its micro-batches' (also saved as ``*_micro_batches``).
+
+        ``quiet``: nothing reads the step's record, so a plain scalar loss skips NumPy (``Collector.add_scalar``).
+        """
+        losses, self.values, self._last = self.values, {}, None
+        collector = staging.collector
+        for name, values in losses.items():
+            plan = collector.planner.plan(name, _LOSSES)
+            value, micro = combine(values)
+            if micro is not None and (plan.raw or plan.reductions):
+                staging.stage(micro_batches_name(name), micro, _MICRO_BATCHES)
+            if isinstance(value, tuple):
+                if plan.raw and not plan.reductions and quiet:
+                    collector.add_scalar(name, plan, *value)  # the common case: no NumPy on this thread
+                    continue
+                value = torch.from_numpy(np.array(value[0], dtype=value[1]))
+            staging.stage(name, value, plan)
