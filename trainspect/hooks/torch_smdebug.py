@@ -101,8 +101,7 @@ class SmdebugHook(Hook):
 
     def _on_backward(self, loss: torch.Tensor) -> None:
         """Record the backpropagated loss once: smdebug records a registered loss module's output, not a copy."""
-        last = getattr(self, "_last_snapshot", None)
-        if last is not None and last[0] is loss:
+        if self._losses.recorded(loss):
             return
         super()._on_backward(loss)
 

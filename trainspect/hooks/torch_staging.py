@@ -114,6 +114,10 @@ class StepLosses:
         else:
             values.append(snap)  # gradient accumulation: one value per micro-batch
 
+    def recorded(self, value: torch.Tensor) -> bool:
+        """Whether ``value`` is the tensor recorded last in the open step (under any name)."""
+        return self._last is not None and self._last[0] is value
+
     def flush(self, staging: StepStaging, quiet: bool) -> None:
         """Add the step's losses: one value each, the mean of its micro-batches' (also saved as ``*_micro_batches``).
 
