@@ -67,6 +67,7 @@ class Hook(keras.callbacks.Callback, HookAPI):
         )  # fmt: skip
         self._view: ModelView | None = None
         self._state = self.collector.state  # IDLE / OPEN / CLOSED (trainspect.hooks.step_state)
+        self._pending: list[tuple[str, Any, tuple[str, ...]]] = []  # saved before the first step
         self._window_set = False
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -113,6 +114,9 @@ class Hook(keras.callbacks.Callback, HookAPI):
         if not extras.quiet:
             extras.check_stop(collector)
         saving = collector.begin_step()
+        pending, self._pending = self._pending, []
+        for name, value, colls in pending:
+            self._add_forced(name, value, colls)
         if not extras.quiet:
             extras.on_step_start(collector)
         assert self._view is not None
@@ -189,11 +193,19 @@ class Hook(keras.callbacks.Callback, HookAPI):
         self._save_now(tensor_name, tensor_value, tuple(colls))
 
     def _save_now(self, name: str, value: Any, colls: tuple[str, ...]) -> None:
+        self.start()
+        value = np.asarray(value) if not hasattr(value, "shape") else value
+        if self._state.open:
+            self._add_forced(name, value, colls)
+        elif self.collector.reopen_last_step():  # between steps: it belongs to the last step, never opens one
+            self._add_forced(name, value, colls)
+            self.collector.end_step()
+        else:  # before the first step: saved at the first
+            self._pending.append((name, np.array(value, copy=True), colls))  # the value now
+
+    def _add_forced(self, name: str, value: Any, colls: tuple[str, ...]) -> None:
         from trainspect.hooks.keras_tensors import to_host
 
-        self.start()
-        if not self._state.open:
-            self.collector.begin_step()
         plan = self.collector.planner.forced_plan(name, colls)
-        raw, reds, shape = to_host(np.asarray(value) if not hasattr(value, "shape") else value, plan)
+        raw, reds, shape = to_host(value, plan)
         self.collector.add(name, plan, raw, reds, shape)
