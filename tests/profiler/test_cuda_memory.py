@@ -186,3 +186,24 @@ def test_the_report_and_the_profiler_tab_show_the_jobs_gpu_memory(tmp_path: Path
     rec.close()
     assert '<li id="cuda-memory" data-section="cuda-memory" data-empty="1">' in render_report(empty)  # CPU: why
     assert '<li id="cuda-memory"' not in html
+
+
+def test_the_pytorch_hook_records_the_jobs_cuda_memory_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import trainspect as ts
+    from trainspect.hooks import cuda_memory
+
+    cuda = FakeCuda([3 * GIB])
+    monkeypatch.setattr(cuda_memory.CudaMemoryProbe, "_module", lambda self: cuda)
+    model = torch.nn.Linear(4, 1)
+    hook = ts.torch.Hook(out_dir=str(tmp_path / "run"), profiler_config=ProfilerConfig())
+    hook.register_module(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(4):
+        cuda.used[0] = (3 + step) * GIB
+        opt.zero_grad()
+        model(torch.randn(8, 4)).pow(2).mean().backward()
+        opt.step()
+    hook.close()
+    metrics = FrameworkMetricsReader(tmp_path / "run").read_tables()["worker_0"].step_metrics
+    assert list(metrics["global_step"]) == [0, 1, 2, 3]
+    assert list(metrics["gpu0_memory_allocated_bytes"]) == [3 * GIB, 4 * GIB, 5 * GIB, 6 * GIB]

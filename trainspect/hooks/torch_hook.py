@@ -110,9 +110,11 @@ class Hook(HookAPI):
         self._close_at_exit_once()
         recorder = self._extras.framework_recorder
         if recorder is not None and self._timer_recorder is None:
+            from trainspect.hooks.cuda_memory import install_cuda_memory
             from trainspect.hooks.torch_profiling import TorchProfilingWindow, install_dataloader_timer
 
             install_dataloader_timer(recorder)
+            install_cuda_memory(recorder)  # the job's CUDA memory per step (allocator counters, no sync)
             self._timer_recorder = recorder
             self._extras.set_window(
                 TorchProfilingWindow(self.out_dir, self.collector.worker, self._extras.profiler_config)
