@@ -48,8 +48,9 @@ class SmdebugHook(Hook):
             kwargs["include_collections"] = [_declared(item) for item in included]
         super().__init__(*args, **kwargs)
         planner = self.collector.planner
-        job_hook = active_hook() is self  # under `trainspect run`/autolog: its rules want the loss at every step
-        if not job_hook and not kwargs.get("rules") and "losses" not in planner._user_configured:
+        # under `trainspect run`/autolog or with rules, trainspect's rules and report want its own loss records
+        self._smdebug_literal = active_hook() is not self and not kwargs.get("rules")
+        if self._smdebug_literal and "losses" not in planner._user_configured:
             # smdebug saves losses on the hook's save steps; trainspect's own hook saves them at every step
             planner.manager.get("losses").save_config = None
 
@@ -100,8 +101,8 @@ class SmdebugHook(Hook):
         return bool(collector.planner.save_config.modes[collector.mode].should_save(step))
 
     def _on_backward(self, loss: torch.Tensor) -> None:
-        """Record the backpropagated loss once: smdebug records a registered loss module's output, not a copy."""
-        if self._losses.recorded(loss):
+        """Record the backpropagated loss as ``loss``; as smdebug, not again when it is a recorded loss's tensor."""
+        if self._smdebug_literal and self._losses.recorded(loss):
             return
         super()._on_backward(loss)
 
