@@ -166,36 +166,15 @@ def upward_imports(graph: dict[str, set[str]], layers: tuple[tuple[str, ...], ..
     return out
 
 
-KNOWN_TANGLE = {
-    "trainspect.hooks.hook_api": {"trainspect.hooks.zcc"},  # join_autolog
-    "trainspect.hooks.torch_backward": {"trainspect.hooks.zcc", "trainspect.hooks.torch_frameworks"},
-    "trainspect.hooks.zcc": {"trainspect.smdebug_compat"},  # autolog(smdebug=True) installs the smdebug modules
-}
-"""The imports of the one remaining tangle, in hooks/ (zcc, torch_backward, torch_frameworks, hook_api) and up to
-smdebug_compat, left to the hook refactoring of issue 18 (step lifecycle). Without them there is no cycle and no
-upward import; remove each entry as its import goes (:func:`test_the_known_tangle_is_still_there` says when)."""
-
-
-def _untangled(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    return {m: imports - KNOWN_TANGLE.get(m, set()) for m, imports in graph.items()}
-
-
 def test_no_module_depends_on_itself_through_others() -> None:
-    assert cycles(_untangled(import_graph(PKG))) == []
+    assert cycles(import_graph(PKG)) == []
 
 
 def test_imports_point_down_the_layers() -> None:
     graph = import_graph(PKG)
-    assert upward_imports(_untangled(graph), LAYERS) == []
+    assert upward_imports(graph, LAYERS) == []
     used = {_layer(m, LAYERS)[1] for m in graph}
     assert {p for parts in LAYERS for p in parts} - used == set()  # no stale part in LAYERS
-
-
-def test_the_known_tangle_is_still_there() -> None:
-    graph = import_graph(PKG)
-    gone = {f"{m} -> {t}" for m, targets in KNOWN_TANGLE.items() for t in targets if t not in graph.get(m, set())}
-    assert gone == set(), "these imports are gone: remove them from KNOWN_TANGLE"
-    assert cycles(graph) != []  # with them, the checker sees the cycle
 
 
 def test_the_checker_flags_a_synthetic_cycle_and_an_upward_import(tmp_path: Path) -> None:

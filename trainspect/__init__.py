@@ -49,5 +49,6 @@ def __getattr__(name: str) -> Any:
 def autolog(*args: Any, **kwargs: Any) -> Any:
     """Instrument the frameworks in this process with no other change to the script (see ``trainspect.hooks.zcc``)."""
     from trainspect.hooks.zcc import autolog as _autolog
+    from trainspect.smdebug_compat import install
 
-    return _autolog(*args, **kwargs)
+    return _autolog(*args, smdebug_installer=install, **kwargs)

@@ -14,8 +14,8 @@ from trainspect.hooks._guard import Guarded
 from trainspect.hooks.close_errors import one_line_for_write_errors
 from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_extras import HookExtras
+from trainspect.hooks.job import join_autolog
 from trainspect.hooks.shutdown import CLOSERS
-from trainspect.hooks.zcc import join_autolog
 
 __all__ = ["HookAPI"]
 
@@ -53,7 +53,7 @@ class HookAPI(Guarded):
 
         Under ``trainspect run`` or ``autolog()``, a hook the script creates itself becomes the job's one hook: it
         records into the run directory of ``trainspect run`` with the script's settings where the script gives them
-        (see :func:`trainspect.hooks.zcc.join_autolog`).
+        (see :func:`trainspect.hooks.job.join_autolog`).
         """
         given: dict[str, Any] = {
             "out_dir": out_dir, "export_tensorboard": export_tensorboard, "tensorboard_dir": tensorboard_dir,

@@ -2,7 +2,7 @@
 
 While at least one PyTorch hook is started, ``torch.Tensor.backward`` and ``torch.autograd.backward`` are wrapped:
 a backward pass on a one-element tensor hands that tensor to the listening hooks (recorded as ``loss``). Functional
-losses (``F.mse_loss`` …, :data:`~trainspect.hooks.zcc.FUNCTIONAL_LOSSES`) called outside a loss module are handed
+losses (``F.mse_loss`` …, :data:`FUNCTIONAL_LOSSES`) called outside a loss module are handed
 over too (recorded as ``MSELoss_output_0`` …, in every mode). The wrappers are removed when the last hook closes.
 Helpers that change the loss before its backward pass are wrapped, so that the loss recorded is the one the script
 computed (the frameworks' in :mod:`trainspect.hooks.torch_frameworks`):
@@ -23,12 +23,42 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 
 from trainspect import env
-from trainspect.hooks.zcc import FUNCTIONAL_LOSSES
 from trainspect.modes import ModeKeys
 
-__all__ = ["BackwardTap", "STATE", "hold", "micro_batches_name", "optimizer_holds"]
+__all__ = [
+    "BackwardTap",
+    "FUNCTIONAL_LOSSES",
+    "STATE",
+    "register_adapter",
+    "hold",
+    "micro_batches_name",
+    "optimizer_holds",
+]
 
 log = logging.getLogger(__name__)
+
+FUNCTIONAL_LOSSES = {
+    "cross_entropy": "CrossEntropyLoss",
+    "nll_loss": "NLLLoss",
+    "mse_loss": "MSELoss",
+    "l1_loss": "L1Loss",
+    "smooth_l1_loss": "SmoothL1Loss",
+    "huber_loss": "HuberLoss",
+    "binary_cross_entropy": "BCELoss",
+    "binary_cross_entropy_with_logits": "BCEWithLogitsLoss",
+    "kl_div": "KLDivLoss",
+    "cosine_embedding_loss": "CosineEmbeddingLoss",
+    "margin_ranking_loss": "MarginRankingLoss",
+    "hinge_embedding_loss": "HingeEmbeddingLoss",
+    "poisson_nll_loss": "PoissonNLLLoss",
+    "gaussian_nll_loss": "GaussianNLLLoss",
+    "triplet_margin_loss": "TripletMarginLoss",
+    "soft_margin_loss": "SoftMarginLoss",
+    "multilabel_soft_margin_loss": "MultiLabelSoftMarginLoss",
+    "multi_margin_loss": "MultiMarginLoss",
+    "ctc_loss": "CTCLoss",
+}
+"""Functional losses recorded as the loss module of the same name (``F.mse_loss`` → ``MSELoss_output_0``)."""
 
 
 class _State:
@@ -51,6 +81,20 @@ class _State:
 
 
 STATE = _State()
+
+Target = tuple[Any, str, Callable[[Any], Any]]
+"""(owner, attribute, wrapper factory) of one patch."""
+
+ADAPTERS: list[tuple[Callable[[], list[Target]], Any]] = []
+"""Framework adapters, registered by their modules at import (:mod:`trainspect.hooks.torch_frameworks`, imported
+with the PyTorch hook): a function giving the patches of the frameworks imported so far, and a ``sys.meta_path``
+finder installed with the tap (it patches those frameworks when the script imports them)."""
+
+
+def register_adapter(targets: Callable[[], list[Target]], finder: Any) -> None:
+    """Patch a framework's loss helpers with the tap (once per adapter)."""
+    if all(existing is not targets for existing, _ in ADAPTERS):
+        ADAPTERS.append((targets, finder))
 
 
 def _loss_of(tensor: torch.Tensor) -> tuple[torch.Tensor, float]:
@@ -156,9 +200,9 @@ def _wrap_scaler_step(original: Any) -> Any:
     return step
 
 
-def _targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
+def _targets() -> list[Target]:
     """(owner, attribute, wrapper factory) of everything patched, for the frameworks imported so far."""
-    targets: list[tuple[Any, str, Callable[[Any], Any]]] = [
+    targets: list[Target] = [
         (torch.Tensor, "backward", _wrap_backward),
         (torch.autograd, "backward", _wrap_backward),
         (torch.amp.GradScaler, "scale", _wrap_scale),
@@ -166,16 +210,15 @@ def _targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
     ]
     for fname, cls_name in FUNCTIONAL_LOSSES.items():
         targets.append((F, fname, functools.partial(_wrap_functional, name=f"{cls_name}_output_0")))
-    from trainspect.hooks.torch_frameworks import framework_targets
-
-    return targets + framework_targets()
+    for adapter_targets, _ in ADAPTERS:
+        targets += adapter_targets()
+    return targets
 
 
 def _install() -> None:
-    from trainspect.hooks.torch_frameworks import FINDER
-
-    if FINDER not in sys.meta_path:
-        sys.meta_path.insert(0, FINDER)
+    for _, finder in ADAPTERS:
+        if finder not in sys.meta_path:
+            sys.meta_path.insert(0, finder)
     for owner, attr, wrap in _targets():
         key = (owner, attr)
         if key in STATE.originals or attr not in vars(owner):
@@ -186,10 +229,9 @@ def _install() -> None:
 
 
 def _uninstall() -> None:
-    from trainspect.hooks.torch_frameworks import FINDER
-
-    if FINDER in sys.meta_path:
-        sys.meta_path.remove(FINDER)
+    for _, finder in ADAPTERS:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
     for (owner, attr), original in STATE.originals.items():
         setattr(owner, attr, original)
     STATE.originals.clear()

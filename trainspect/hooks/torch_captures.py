@@ -7,7 +7,7 @@ only when the planner's set of saving collections changes (:func:`decide_capture
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -18,10 +18,14 @@ from trainspect.hooks.step_state import Captures
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 from trainspect.hooks.torch_staging import StepStaging
 
-if TYPE_CHECKING:
-    from trainspect.hooks.torch_hook import Hook
-
 __all__ = ["StepHooks", "decide_captures", "stage_optimizer_variables", "wanted"]
+
+
+class Owner(Protocol):
+    """What the step's hooks use of the PyTorch hook (``trainspect.hooks.torch_hook.Hook``, which imports this)."""
+
+    collector: Collector
+    staging: StepStaging
 
 
 def wanted(collector: Collector, name: str) -> bool:
@@ -63,7 +67,7 @@ def _outputs(value: Any) -> list[Any]:
 class StepHooks:
     """Gradient and module input/output hooks of one step; :meth:`detach` removes them when the step ends."""
 
-    def __init__(self, hook: Hook) -> None:
+    def __init__(self, hook: Owner) -> None:
         self._hook = hook
         self.handles: list[Any] = []
 
@@ -89,7 +93,7 @@ class StepHooks:
         owner = self._hook
 
         @guarded()
-        def hook(hook_self: Hook, module: nn.Module, args: Any, output: Any) -> None:
+        def hook(hook_self: Owner, module: nn.Module, args: Any, output: Any) -> None:
             collector = owner.collector
             ins, outs = collector.planner.module_collections(path, type(module).__name__, module)
             for i, t in enumerate(_outputs(args)):  # by module (ins) or by name (include_regex)
@@ -105,7 +109,7 @@ class StepHooks:
         owner = self._hook
 
         @guarded()
-        def hook(hook_self: Hook, param: torch.Tensor) -> None:
+        def hook(hook_self: Owner, param: torch.Tensor) -> None:
             if param.grad is not None:
                 plan = owner.collector.plan(name)
                 if plan.raw or plan.reductions:

@@ -1,5 +1,8 @@
 """Framework adapters of the backward tap (:mod:`trainspect.hooks.torch_backward`): Lightning, Hugging Face Trainer.
 
+Importing this module registers them with the tap (:func:`~trainspect.hooks.torch_backward.register_adapter`);
+``trainspect.hooks.torch_hook`` imports it.
+
 Both rescale the loss before its backward pass, and Lightning runs a loop with a mode of its own:
 
 * Lightning's ``ClosureResult.from_training_step_output`` divides ``training_step``'s loss by
@@ -23,7 +26,7 @@ from typing import Any
 import torch
 
 from trainspect.hooks.import_watch import ImportWatcher
-from trainspect.hooks.torch_backward import STATE
+from trainspect.hooks.torch_backward import STATE, _install, register_adapter
 from trainspect.modes import ModeKeys
 
 __all__ = ["FINDER", "framework_targets"]
@@ -93,10 +96,10 @@ _WATCHED = frozenset({
 
 def _framework_imported(module: ModuleType) -> None:
     if STATE.originals:
-        from trainspect.hooks.torch_backward import _install
-
         _install()
 
 
 FINDER = ImportWatcher(_WATCHED, _framework_imported)
 """The finder installed while the tap is."""
+
+register_adapter(framework_targets, FINDER)

@@ -19,6 +19,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.exceptions import TrainingStopped
+from trainspect.hooks import torch_frameworks  # noqa: F401  (registers Lightning's and transformers' adapters)
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.step_state import TrainingStep

@@ -16,10 +16,10 @@ from torch import nn
 
 from trainspect.collections import Collection
 from trainspect.hooks._guard import guarded
+from trainspect.hooks.job import active_hook
 from trainspect.hooks.save_plan import KNOWN_COLLECTIONS
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 from trainspect.hooks.torch_hook import Hook
-from trainspect.hooks.zcc import active_hook
 
 __all__ = ["SmdebugHook"]
 

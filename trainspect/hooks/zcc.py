@@ -13,44 +13,22 @@ import importlib.util
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from trainspect import env
 from trainspect.exceptions import TrainingStopped
 from trainspect.hooks._guard import Guarded
+from trainspect.hooks.job import _ACTIVE, PyTorchJob, active_hook, join_autolog
 from trainspect.hooks.shutdown import CLOSERS
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 
-__all__ = ["autolog", "AutoLogger", "FUNCTIONAL_LOSSES", "active_hook"]
+__all__ = ["autolog", "AutoLogger", "active_hook", "join_autolog"]
 
 log = logging.getLogger(__name__)
 
-FUNCTIONAL_LOSSES = {
-    "cross_entropy": "CrossEntropyLoss",
-    "nll_loss": "NLLLoss",
-    "mse_loss": "MSELoss",
-    "l1_loss": "L1Loss",
-    "smooth_l1_loss": "SmoothL1Loss",
-    "huber_loss": "HuberLoss",
-    "binary_cross_entropy": "BCELoss",
-    "binary_cross_entropy_with_logits": "BCEWithLogitsLoss",
-    "kl_div": "KLDivLoss",
-    "cosine_embedding_loss": "CosineEmbeddingLoss",
-    "margin_ranking_loss": "MarginRankingLoss",
-    "hinge_embedding_loss": "HingeEmbeddingLoss",
-    "poisson_nll_loss": "PoissonNLLLoss",
-    "gaussian_nll_loss": "GaussianNLLLoss",
-    "triplet_margin_loss": "TripletMarginLoss",
-    "soft_margin_loss": "SoftMarginLoss",
-    "multilabel_soft_margin_loss": "MultiLabelSoftMarginLoss",
-    "multi_margin_loss": "MultiMarginLoss",
-    "ctc_loss": "CTCLoss",
-}
 
-_ACTIVE: list[AutoLogger] = []
-
-
-class AutoLogger(Guarded):
+class AutoLogger(Guarded, PyTorchJob):
     """Patches installed by :func:`autolog`; :meth:`close` removes them and closes the hook.
 
     Global module hooks find models and loss modules, but while any global hook exists every module call takes
@@ -184,6 +162,8 @@ def autolog(
     out_dir: str | os.PathLike[str] | None = None,
     config: str | os.PathLike[str] | None = None,
     smdebug: bool | None = None,
+    *,
+    smdebug_installer: Callable[[], object] | None = None,
     **hook_kwargs: Any,
 ) -> AutoLogger | None:
     """Instrument PyTorch training in this process; return the patches (None when disabled).
@@ -193,6 +173,8 @@ def autolog(
         config: a JSON hook config (default: ``TRAINSPECT_CONFIG``, else ``SMDEBUG_CONFIG_FILE_PATH``).
         smdebug: answer ``import smdebug…`` with trainspect when the real smdebug is not installed (default: under
             ``trainspect run`` or with ``TRAINSPECT_SMDEBUG=1``).
+        smdebug_installer: what answers those imports (``trainspect.autolog`` passes
+            :func:`trainspect.smdebug_compat.install`, a layer above this module); None: nothing does.
         **hook_kwargs: further ``trainspect.torch.Hook`` arguments.
 
     Returns:
@@ -202,9 +184,8 @@ def autolog(
         log.info("trainspect: disabled by TRAINSPECT_DISABLE=1")
         return None
     if smdebug or (smdebug is None and (env.TRAINSPECT_RUN_ACTIVE.get() or env.TRAINSPECT_SMDEBUG.get())):
-        from trainspect.smdebug_compat import install
-
-        install()
+        if smdebug_installer is not None:
+            smdebug_installer()
     if _ACTIVE:
         return _ACTIVE[0]
     from trainspect.hook_config import config_path, hook_kwargs_from_json
@@ -237,41 +218,12 @@ def autolog(
     return logger
 
 
-_DEFAULTS: dict[str, Any] = {
-    "export_tensorboard": True, "tensorboard_dir": None, "dry_run": False, "reduction_config": None,
-    "save_config": None, "include_regex": None, "include_collections": None, "save_all": False,
-    "include_workers": "one", "rules": None, "profiler_config": None, "mlflow_run": None,
-}  # fmt: skip
+def __getattr__(name: str) -> Any:
+    if name == "FUNCTIONAL_LOSSES":  # now in torch_backward, which imports torch: loaded on first use
+        from trainspect.hooks.torch_backward import FUNCTIONAL_LOSSES
 
-
-def join_autolog(framework: str, given: dict[str, Any]) -> tuple[dict[str, Any], AutoLogger | None]:
-    """Settings for a PyTorch hook the script creates while autolog is active: one hook, one run directory per job.
-
-    The run directory stays ``trainspect run``'s; every setting the script gives (anything but a default) wins, the
-    others come from ``trainspect run``'s configuration, and included collections are the union of both. Returns the
-    settings and the :class:`AutoLogger` that must adopt the new hook (None when autolog is not active).
-    """
-    logger = _ACTIVE[0] if _ACTIVE and isinstance(_ACTIVE[0], AutoLogger) else None
-    if logger is None or framework != "pytorch" or logger.hook.disabled:
-        return given, None
-    if logger.hook.collector.step_open or logger.hook.collector.global_step >= 0:
-        log.warning("trainspect: the script created its own hook after recording began; this job keeps recording "
-                    "into %s with trainspect run's settings and the script's hook records nothing",
-                    logger.hook.out_dir)  # fmt: skip
-        return {**given, "dry_run": True}, None
-    merged = {**_DEFAULTS, **logger.hook_kwargs}
-    for key, value in given.items():
-        if key == "out_dir" or value is None or (key in _DEFAULTS and value == _DEFAULTS[key]):
-            continue
-        if key == "include_collections" and merged.get(key):
-            value = [*merged[key], *(v for v in value if v not in merged[key])]
-        merged[key] = value
-    return merged, logger
-
-
-def active_hook() -> Any:
-    """The hook that ``autolog()``/``trainspect run`` records with in this process (None when not active)."""
-    return _ACTIVE[0].hook if _ACTIVE and isinstance(_ACTIVE[0], AutoLogger) else None
+        return FUNCTIONAL_LOSSES
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _default_out_dir() -> str:

@@ -59,11 +59,12 @@ def autolog(
         **hook_kwargs: further ``trainspect.torch.Hook`` arguments (``rules=``, ``profiler_config=`` …).
     """
     from trainspect.hooks.zcc import autolog
+    from trainspect.smdebug_compat import install
 
     _CLOSER.close()
     if disable:
         return
     hook_kwargs.setdefault("mlflow_run", {"run": None, "log_run_dir": log_run_dir})
-    _CLOSER.logger = autolog(out_dir, **hook_kwargs)
+    _CLOSER.logger = autolog(out_dir, smdebug_installer=install, **hook_kwargs)
     safe_patch(FLAVOR_NAME, mlflow.tracking.fluent, "end_run", _CLOSER.patch)
     safe_patch(FLAVOR_NAME, mlflow, "end_run", _CLOSER.patch)
