@@ -53,7 +53,7 @@ class TrainspectPlugin(base_plugin.TBPlugin):
         >>> import tempfile
         >>> plugin = TrainspectPlugin(base_plugin.TBContext(logdir=tempfile.mkdtemp()))
         >>> plugin.is_active(), sorted(plugin.get_plugin_apps())[:3]
-        (False, ['/cards', '/dataloader', '/heatmap'])
+        (False, ['/cards', '/cuda_memory', '/dataloader'])
     """
 
     plugin_name = metadata.PLUGIN_NAME
