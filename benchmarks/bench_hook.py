@@ -36,16 +36,7 @@ SMD_PY = ROOT / "bench-env" / "smdebug" / "bin" / "python"
 # ~0.6 s blocks: the writer wakes (every 0.5 s) during a block as it does in a real run, so the part of its work
 # that flush() serialises at the block's end stays small; shorter blocks overstate it, longer ones add drift
 BLOCK_STEPS = {"W1": 100, "W2": 32}
-TOGGLED = {
-    "default (losses every step)": (dict(), 1.03),
-    "weights+gradients+losses every 100": (
-        dict(
-            include_collections=["weights", "biases", "gradients", "losses"],
-            save_config=ts.SaveConfig(save_interval=100),
-        ),
-        1.05,
-    ),
-}
+TOGGLED = wl.TOGGLED
 CONFIGS = {
     "save_all every step, no TensorBoard": (
         dict(save_all=True, save_config=ts.SaveConfig(save_interval=1), export_tensorboard=False),

@@ -31,16 +31,7 @@ from conftest import S3Server, make_fs  # noqa: E402
 import trainspect as ts  # noqa: E402
 
 BLOCK_STEPS = 100
-TOGGLED = {
-    "default (losses every step)": (dict(), 1.03),
-    "weights+gradients+losses every 100": (
-        dict(
-            include_collections=["weights", "biases", "gradients", "losses"],
-            save_config=ts.SaveConfig(save_interval=100),
-        ),
-        1.05,
-    ),
-}
+TOGGLED = wl.TOGGLED
 
 
 def _server(tmp: Path) -> S3Server:

@@ -83,3 +83,13 @@ def make_fs():  # type: ignore[no-untyped-def]
     import s3fs
 
     return s3fs.S3FileSystem(endpoint_url=os.environ["AWS_ENDPOINT_URL"], skip_instance_cache=True, use_listings_cache=False)
+
+
+def wait_for(check, timeout: float = 30.0):  # noqa: ANN001, ANN202
+    """Poll ``check()`` every 0.1 s until it returns something true or ``timeout`` passes; return its last result."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result or time.monotonic() > deadline:
+            return result
+        time.sleep(0.1)

@@ -4,26 +4,16 @@ and a spool that fills up (capture pauses, training does not)."""
 from __future__ import annotations
 
 import logging
-import time
 
 import numpy as np
 import pytest
 from _train import Job
-from conftest import BUCKET, S3Server, make_fs
+from conftest import BUCKET, S3Server, make_fs, wait_for
 
 import trainspect as ts
 from trainspect.cli import main
 
 URL = f"s3://{BUCKET}/exp2"
-
-
-def wait_for(check, timeout: float = 30.0):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.1)
 
 
 def warnings_about(caplog: pytest.LogCaptureFixture, text: str) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _train import Job
-from conftest import BUCKET, S3Server, make_fs
+from conftest import BUCKET, S3Server, make_fs, wait_for
 
 import trainspect as ts
 from trainspect.cli import main
@@ -20,15 +20,6 @@ from trainspect.store.remote import UnsupportedURL
 
 URL = f"s3://{BUCKET}/exp1"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def wait_for(check, timeout: float = 30.0):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.1)
 
 
 def assert_bit_exact(trial: ts.Trial, job: Job) -> None:
