@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _workloads as wl  # noqa: E402
+from _toggled import TOGGLED  # noqa: E402
 
 import trainspect as ts  # noqa: E402
 
@@ -36,7 +37,6 @@ SMD_PY = ROOT / "bench-env" / "smdebug" / "bin" / "python"
 # ~0.6 s blocks: the writer wakes (every 0.5 s) during a block as it does in a real run, so the part of its work
 # that flush() serialises at the block's end stays small; shorter blocks overstate it, longer ones add drift
 BLOCK_STEPS = {"W1": 100, "W2": 32}
-TOGGLED = wl.TOGGLED
 CONFIGS = {
     "save_all every step, no TensorBoard": (
         dict(save_all=True, save_config=ts.SaveConfig(save_interval=1), export_tensorboard=False),

@@ -26,12 +26,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "objstore
 
 import _workloads as wl  # noqa: E402
 import torch  # noqa: E402
+from _toggled import TOGGLED  # noqa: E402
 from conftest import S3Server, make_fs  # noqa: E402
 
 import trainspect as ts  # noqa: E402
 
 BLOCK_STEPS = 100
-TOGGLED = wl.TOGGLED
 
 
 def _server(tmp: Path) -> S3Server:
