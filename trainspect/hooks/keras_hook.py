@@ -114,9 +114,10 @@ class Hook(keras.callbacks.Callback, HookAPI):
         if not extras.quiet:
             extras.check_stop(collector)
         saving = collector.begin_step()
-        pending, self._pending = self._pending, []
-        for name, value, colls in pending:
-            self._add_forced(name, value, colls)
+        if self._pending:  # saved before the first step
+            pending, self._pending = self._pending, []
+            for name, value, colls in pending:
+                self._add_forced(name, value, colls)
         if not extras.quiet:
             extras.on_step_start(collector)
         assert self._view is not None
