@@ -71,6 +71,18 @@ def test_hook_writes_parts_and_trial_reads_bit_exact(s3: S3Server) -> None:
     assert mirror.requests <= 2 + len(keys)  # one listing, one read per object
 
 
+def test_a_losses_only_run_reads_back_whole(s3: S3Server) -> None:
+    # the default configuration writes no raw values: the data file is empty, and must still exist in the store
+    job = Job(URL, include_collections=["losses"])
+    job.train(6)
+    job.hook.close()
+    keys = [k.removeprefix(f"{BUCKET}/exp1/") for k in make_fs().find(f"{BUCKET}/exp1")]
+    assert "tensors/worker_0/data-000000.bin.parts/0000000000000000" in keys
+    trial = ts.create_trial(URL)
+    assert trial.problems == []
+    assert [float(trial.tensor("MSELoss_output_0").value(s)) for s in trial.steps()] == pytest.approx(job.losses)
+
+
 def test_commands_read_and_write_back(s3: S3Server, capsys: pytest.CaptureFixture[str]) -> None:
     job = Job(URL)
     job.train(15)

@@ -121,7 +121,7 @@ class Mirror:
             for offset, key, size in sorted(parts):
                 if offset > have:
                     break  # a gap: a part not listed yet; the next refresh fills it
-                if offset + size > have:
+                if offset + size > have or (not size and rel not in self._sizes):  # an empty part: the file exists
                     target.append((rel, key, have - offset, offset, size))
                     have = offset + size
         return first, last

@@ -125,6 +125,8 @@ class SpoolSync:
         for rel, size in sizes.items():
             start = self.sent.get(rel, 0)
             target = plan.last if rel.endswith(_INDEX_SUFFIXES) else plan.first
+            if size == 0 and rel not in self.sent:  # an empty file (losses only: no raw values) still exists
+                target[join(self.root, part_key(rel, 0))] = (rel, 0, 0)
             while start < size:
                 end = min(size, start + _PART_BYTES)
                 target[join(self.root, part_key(rel, start))] = (rel, start, end)
