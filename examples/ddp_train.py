@@ -31,6 +31,11 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
+    # The end-of-job barrier runs on a group of its own. A gloo barrier keeps the collectives still in flight on its
+    # group until gloo's worker thread releases it; DDP's all-reduces, started inside backward(), carry that backward
+    # pass's Python context, and a release that comes after the interpreter began to exit makes PyTorch abort the
+    # process ("terminate called without an active exception"); README, "Distributed training".
+    end_of_job = dist.new_group(backend="gloo")
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = DistributedDataParallel(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)))
@@ -56,7 +61,7 @@ def main() -> None:
         if rank == args.kill_rank and step == args.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
     hook.close()
-    dist.barrier()
+    dist.barrier(group=end_of_job)  # every rank's run files are complete before rank 0 reads the run
     dist.destroy_process_group()
     if rank == 0:
         trial = ts.create_trial(args.out)
