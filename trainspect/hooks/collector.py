@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +163,7 @@ class Collector(Guarded):
         self._last_step: StepKey | None = None
         self._scalars: list[Scalar] = []  # deferred scalars of the open step (see add_scalar)
         self._writer: RunWriter | None = None
+        self._scalar_sink: Callable[[ScalarStep], bool] | None = None
         self._known_names: set[str] = set()
         self._new_scalar_names = False  # a scalar of the open step is not in _known_names yet
         self._members: dict[str, set[str]] = {}
@@ -213,6 +214,7 @@ class Collector(Guarded):
                 self.layout, self.worker, tensorboard=self._tensorboard, tensorboard_dir=tb_dir, chief=False
             )
             self._writer.start()
+            self._scalar_sink = self._writer.scalar_sink()
             self._writer.write_collections(self.collections.to_dict())
         if self.remote is not None:
             self.remote.on_full = self._pause_capture
@@ -340,9 +342,9 @@ class Collector(Guarded):
             self._note_members([(t.name, t.collections) for t in tensors.values()])
 
     def _submit_scalars(self, step: ScalarStep) -> None:
-        if self._writer is None:
+        if self._scalar_sink is None:
             return
-        self._writer.submit_scalars(step)
+        self._scalar_sink(step)
         if self._new_scalar_names:
             self._new_scalar_names = False
             self._note_members([(name, colls) for name, _, _, colls in step.scalars])

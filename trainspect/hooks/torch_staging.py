@@ -125,9 +125,10 @@ class StepLosses:
         """
         losses, self.values, self._last = self.values, {}, None
         collector = staging.collector
+        plan_of = collector.planner.plan
         for name, values in losses.items():
-            plan = collector.planner.plan(name, _LOSSES)
-            value, micro = combine(values)
+            plan = plan_of(name, _LOSSES)
+            value, micro = (values[0], None) if len(values) == 1 else combine(values)
             if micro is not None and (plan.raw or plan.reductions):
                 staging.stage(micro_batches_name(name), micro, _MICRO_BATCHES)
             if isinstance(value, tuple):

@@ -57,6 +57,7 @@ class AutoLogger(Guarded, PyTorchJob):
             (module_mod._global_forward_hooks, post.id, self._post),
         ]
         self._quiet_models: set[int] = set()  # models whose forward passes run without the global hooks
+        self._settled: set[int] = set()  # quiet models the hook records: their calls need nothing of _top_level
         self._closed = False
         from trainspect.hooks.torch_backward import STATE, hold
 
@@ -71,7 +72,7 @@ class AutoLogger(Guarded, PyTorchJob):
             if isinstance(module, self._loss_type):
                 self._loss_depth += 1
                 return
-            if self._depth == 0:
+            if self._depth == 0 and id(module) not in self._settled:
                 self._top_level(module, args)
             self._depth += 1
         except TrainingStopped:
@@ -92,6 +93,8 @@ class AutoLogger(Guarded, PyTorchJob):
             own_hook_dicts(module)
             self._handles.append(module.register_forward_pre_hook(Callback(self._suspend)))
             self._handles.append(module.register_forward_hook(Callback(self._resume), always_call=True))
+        if hook.knows(module):
+            self._settled.add(id(module))
 
     def _post(self, module: Any, args: Any, output: Any) -> None:
         if self.disabled:
@@ -123,17 +126,15 @@ class AutoLogger(Guarded, PyTorchJob):
             return  # the model's first forward pass: these hooks were attached during it
         tap.suspended -= 1
         if tap.suspended == 0:
-            self._restore_globals()
+            if not self._closed:  # the global hooks back (inlined: this runs at every step)
+                for hooks, key, fn in self._globals:
+                    hooks[key] = fn
             self._depth = max(0, self._depth - 1)  # the global post-hook missed this module's end
-
-    def _restore_globals(self) -> None:
-        if not self._closed:
-            for hooks, key, fn in self._globals:
-                hooks[key] = fn
 
     def adopt(self, hook: Any) -> None:
         """Record with the script's own hook from now on (its settings were merged by :func:`join_autolog`)."""
         previous, self.hook = self.hook, hook
+        self._settled.clear()  # the models are new to this hook
         previous.disabled = True  # it never started: nothing was written
         log.info("trainspect: the script's own hook records this job into %s", hook.out_dir)
 

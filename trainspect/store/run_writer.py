@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,9 +86,12 @@ class RunWriter:
             return False
         return self._bg.submit(("step", record, histograms), _nbytes(record))
 
-    def submit_scalars(self, step: ScalarStep) -> bool:
-        """Queue a step of scalars only; its record is built on the writer thread."""
-        return self._bg.submit(("scalars", step, None), 0)
+    def scalar_sink(self) -> Callable[[ScalarStep], bool]:
+        """Where to queue a step of scalars only (its record is built on the writer thread).
+
+        The writer's queue itself: most steps save only their loss, and this is the one call such a step costs.
+        """
+        return self._bg.submit
 
     def write_collections(self, collections: dict[str, Any]) -> None:
         """Queue a rewrite of the collections file (names, regexes and members of every collection)."""
@@ -111,14 +115,18 @@ class RunWriter:
         assert files is not None
         index_at = time.monotonic() + _INDEX_EVERY
         written: list[tuple[StepRecord, frozenset[str]]] = []
-        for kind, payload, extra in batch:
-            if kind == "collections":
-                write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, {"schema_version": 1, "collections": payload})
-                continue
-            if kind == "scalars":
-                payload, extra = payload.record(), frozenset()
-            files.write(payload)
-            written.append((payload, extra))
+        for item in batch:
+            if type(item) is ScalarStep:  # noqa: E721 - most steps save only scalars (their loss)
+                record, histograms = item.record(), frozenset[str]()
+            else:
+                kind, payload, extra = item
+                if kind == "collections":
+                    doc = {"schema_version": 1, "collections": payload}
+                    write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, doc)
+                    continue
+                record, histograms = payload, extra
+            files.write(record)
+            written.append((record, histograms))
             if time.monotonic() > index_at:  # a long batch (a backlog) becomes readable as it goes
                 files.flush()
                 index_at = time.monotonic() + _INDEX_EVERY
