@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from trainspect.profiler.metrics import CATALOGUE
+from trainspect.reductions import format_key
 from trainspect.step import StepRecord
 
 __all__ = ["system_key", "system_metrics", "step_metrics", "step_values", "safe_key", "issues_tags", "verdict_tags",
@@ -86,7 +87,7 @@ def step_values(record: StepRecord) -> dict[str, float]:
             out[safe_key(f"{mode}/{name}")] = float(t.value.reshape(-1)[0])
         for (red, absolute), v in t.reductions.items():
             if v is not None:
-                out[safe_key(f"{mode}/{name}/{'abs_' if absolute else ''}{red}")] = float(v)
+                out[safe_key(f"{mode}/{name}/{format_key(red, absolute)}")] = float(v)
     return out
 
 
