@@ -185,19 +185,24 @@ class CollectionManager:
 
     def __init__(self) -> None:
         self._collections: dict[str, Collection] = {}
+        self.size = 0
+        """How many collections there are (a plain attribute: the save planner reads it at every step)."""
 
     def get(self, name: str) -> Collection:
         """Return the collection, creating it (with its built-in regexes, if any) when missing."""
-        if name not in self._collections:
-            self._collections[name] = _builtin(name)
-        return self._collections[name]
+        coll = self._collections.get(name)
+        if coll is None:
+            coll = self._collections[name] = _builtin(name)
+            self.size = len(self._collections)
+        return coll
 
     def add(self, collection: Collection) -> None:
         """Add or replace a collection."""
         self._collections[collection.name] = collection
+        self.size = len(self._collections)
 
     def __len__(self) -> int:
-        return len(self._collections)
+        return self.size
 
     def __contains__(self, name: object) -> bool:
         return name in self._collections

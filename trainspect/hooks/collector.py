@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from trainspect.hooks.save_plan import SavePlanner, TensorPlan
 from trainspect.hooks.step_state import StepState
 from trainspect.modes import ModeKeys, parse_mode
 from trainspect.step import ReductionKey, Scalar, ScalarStep, StepRecord, TensorRecord, scalar_record
+from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import (
     all_workers_ended,
@@ -161,9 +162,9 @@ class Collector(Guarded):
         """The step lifecycle (hooks read ``state.open`` and ``state.saving`` at every event)."""
         self._record_step: StepKey | None = None
         self._last_step: StepKey | None = None
-        self._scalars: list[Scalar] = []  # deferred scalars of the open step (see add_scalar)
+        self._scalars: list[Scalar] = []  # deferred scalars of the open step (see add_scalars)
         self._writer: RunWriter | None = None
-        self._scalar_sink: Callable[[ScalarStep], bool] | None = None
+        self._scalar_queue: BackgroundWriter | None = None  # the writer's queue (see add_scalars)
         self._known_names: set[str] = set()
         self._new_scalar_names = False  # a scalar of the open step is not in _known_names yet
         self._members: dict[str, set[str]] = {}
@@ -214,7 +215,7 @@ class Collector(Guarded):
                 self.layout, self.worker, tensorboard=self._tensorboard, tensorboard_dir=tb_dir, chief=False
             )
             self._writer.start()
-            self._scalar_sink = self._writer.scalar_sink()
+            self._scalar_queue = self._writer.scalar_queue()
             self._writer.write_collections(self.collections.to_dict())
         if self.remote is not None:
             self.remote.on_full = self._pause_capture
@@ -280,11 +281,12 @@ class Collector(Guarded):
         self._record_step = (self.mode, mode_step, self.global_step, time.time())
         self._record = {}
         state = self.state
-        state.begin(False)
+        if state.open or state.closed:
+            state.begin(False)  # refuses the transition
         saving = self.planner.begin_step(self.mode, mode_step)
-        if saving and self._writer is not None and self._writer.failed:
-            saving = False
-        state.saving = saving
+        if saving and self._scalar_queue is not None and self._scalar_queue.failed is not None:
+            saving = False  # the writer disabled itself
+        state.open, state.saving = True, saving  # IDLE → OPEN: StepState.begin, inlined (every step)
         return saving
 
     def reopen_last_step(self) -> bool:
@@ -313,11 +315,19 @@ class Collector(Guarded):
         tensors, (mode, mode_step, gs, wall) = self._record, self._record_step
         self._last_step = self._record_step
         self._record = self._record_step = None
-        self.state.end()
+        state = self.state
+        if not state.open:
+            state.end()  # refuses the transition
+        state.open = state.saving = False  # OPEN → IDLE: StepState.end, inlined (every step)
         if self._scalars:
             scalars, self._scalars = self._scalars, []
-            if not tensors:
-                self._submit_scalars(ScalarStep(mode, mode_step, gs, wall, self.worker, scalars))
+            if not tensors:  # the common step: its loss only, handed to the writer as Python values
+                queue = self._scalar_queue
+                if queue is not None:
+                    queue.submit(ScalarStep(mode, mode_step, gs, wall, self.worker, scalars))
+                    if self._new_scalar_names:
+                        self._new_scalar_names = False
+                        self._note_members([(name, colls) for name, _, _, colls in scalars])
                 return None
             for scalar in scalars:
                 tensors[scalar[0]] = scalar_record(scalar)
@@ -340,14 +350,6 @@ class Collector(Guarded):
         self._writer.submit(record, hist)
         if not self._known_names.issuperset(tensors):
             self._note_members([(t.name, t.collections) for t in tensors.values()])
-
-    def _submit_scalars(self, step: ScalarStep) -> None:
-        if self._scalar_sink is None:
-            return
-        self._scalar_sink(step)
-        if self._new_scalar_names:
-            self._new_scalar_names = False
-            self._note_members([(name, colls) for name, _, _, colls in step.scalars])
 
     def _note_members(self, tensors: list[tuple[str, frozenset[str]]]) -> None:
         """Record new tensor names as members of their collections and queue a rewrite of the collections file."""
@@ -403,16 +405,18 @@ class Collector(Guarded):
             self._note_histogram(name, plan)
         self._submit(StepRecord(mode, mode_step, gs, wall, self.worker, records))
 
-    def add_scalar(self, name: str, plan: TensorPlan, value: float | int | bool | complex, dtype: np.dtype) -> None:
-        """Add a raw scalar (a Python value of NumPy ``dtype``) to the open step; ``plan`` must not ask reductions.
+    def add_scalars(self, scalars: list[Scalar]) -> None:
+        """Add raw scalars ``(name, Python value, NumPy dtype, collections)`` to the open step (no reductions).
 
         If the step saves only scalars, its record is built on the writer thread and :meth:`end_step` returns
         None, so use this only where nothing reads the step's record (no live rules, profiler or MLflow logging).
         """
         if self._record is not None:
-            if name not in self._known_names:
-                self._new_scalar_names = True
-            self._scalars.append((name, value, dtype, plan.collections))
+            known = self._known_names
+            for scalar in scalars:
+                if scalar[0] not in known:
+                    self._new_scalar_names = True
+            self._scalars += scalars
 
     def _collections_doc(self) -> dict[str, Any]:
         doc = self.collections.to_dict()

@@ -137,7 +137,7 @@ class ModelView:
         if loss is not None and mode is not ModeKeys.PREDICT:
             plan = self.collector.plan(LOSS)
             if defer and plan.raw and not plan.reductions:
-                self.collector.add_scalar(LOSS, plan, float(loss), _FLOAT32)
+                self.collector.add_scalars([(LOSS, float(loss), _FLOAT32, plan.collections)])
             else:
                 self._add(LOSS, np.asarray(loss))
         if metrics:

@@ -163,9 +163,9 @@ class SavePlanner:
     # --- per step ------------------------------------------------------------------------------------------
     def _include_user_collections(self) -> None:
         """Include collections the user created on the hook (``hook.get_collection("x")``) after construction."""
-        if len(self.manager) == self._known_count:
+        if self.manager.size == self._known_count:
             return
-        self._known_count = len(self.manager)
+        self._known_count = self.manager.size
         custom = {n for n in self.manager.names() if n not in KNOWN_COLLECTIONS} - self.included
         if custom:
             self.included |= custom
@@ -180,7 +180,7 @@ class SavePlanner:
         (``SaveConfigMode.stable_until``): steps before it reuse it, unless the mode, the included collections or a
         collection's ``save_config`` changed.
         """
-        if len(self.manager) != self._known_count:
+        if self.manager.size != self._known_count:
             self._include_user_collections()
         if self._module_plans:
             self._module_plans.clear()  # collections may have gained modules since the last step

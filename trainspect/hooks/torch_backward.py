@@ -1,6 +1,6 @@
 """The loss that was backpropagated: ``Tensor.backward`` and ``torch.autograd.backward`` tapped while a hook listens.
 
-While at least one PyTorch hook is started, ``torch.Tensor.backward`` and ``torch.autograd.backward`` are wrapped:
+While at least one PyTorch hook is started, ``torch.autograd.backward`` is wrapped (``Tensor.backward`` calls it):
 a backward pass on a one-element tensor hands that tensor to the listening hooks (recorded as ``loss``). Functional
 losses (``F.mse_loss`` …, :data:`FUNCTIONAL_LOSSES`) called outside a loss module are handed
 over too (recorded as ``MSELoss_output_0`` …, in every mode). The wrappers are removed when the last hook closes.
@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F  # noqa: N812
+from torch.nn.modules.loss import _Loss
 
 from trainspect import env
 from trainspect.modes import ModeKeys
@@ -65,8 +66,9 @@ class _State:
     """Process-wide state of the tap (the patches are process-wide too)."""
 
     def __init__(self) -> None:
-        self.listeners: list[Any] = []
-        """Hooks with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and ``_on_scaler_step()``."""
+        self.listeners: tuple[Any, ...] = ()
+        """Hooks with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and ``_on_scaler_step()`` (a tuple,
+        replaced on change: the wrappers iterate it without copying)."""
         self.originals: dict[tuple[Any, str], Any] = {}
         self.depth = 0
         self.functional_depth = 0
@@ -116,7 +118,7 @@ def _failed(where: str, exc: Exception) -> None:
         raise exc
     log.warning("trainspect: recording losses failed in %s (%s: %s); losses of backward passes and functional "
                 "losses are no longer recorded", where, type(exc).__name__, exc)  # fmt: skip
-    STATE.listeners.clear()
+    STATE.listeners = ()
 
 
 def _notify(tensors: Any) -> None:
@@ -129,7 +131,7 @@ def _notify(tensors: Any) -> None:
     loss, factor = _loss_of(tensors)
     if factor != 1.0:
         loss = loss.detach() * factor
-    for listener in list(STATE.listeners):
+    for listener in STATE.listeners:
         listener._on_backward(loss)
     STATE.derived.clear()
 
@@ -161,12 +163,13 @@ def _wrap_functional(original: Any, name: str) -> Any:
             STATE.functional_depth -= 1
         if STATE.functional_depth == 0 and STATE.listeners:
             try:
-                caller = sys._getframe(1).f_locals.get("self")  # a loss module's forward: recorded as that module
-                if not isinstance(caller, torch.nn.modules.loss._Loss):
-                    for listener in list(STATE.listeners):
+                frame = sys._getframe(1)  # a loss module's forward: recorded as that module (f_locals costs a dict)
+                caller = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
+                if not isinstance(caller, _Loss):
+                    for listener in STATE.listeners:
                         listener._on_functional_loss(name, out)
                 elif STATE.suspended:  # no global hook sees the loss module: record its output from here
-                    for listener in list(STATE.listeners):
+                    for listener in STATE.listeners:
                         listener.record_loss(f"{type(caller).__name__}_output_0", out)
             except Exception as exc:
                 _failed(name, exc)
@@ -191,7 +194,7 @@ def _wrap_scaler_step(original: Any) -> Any:
     def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         out = original(self, optimizer, *args, **kwargs)
         try:
-            for listener in list(STATE.listeners):
+            for listener in STATE.listeners:
                 listener._on_scaler_step()
         except Exception as exc:
             _failed("GradScaler.step", exc)
@@ -203,8 +206,7 @@ def _wrap_scaler_step(original: Any) -> Any:
 def _targets() -> list[Target]:
     """(owner, attribute, wrapper factory) of everything patched, for the frameworks imported so far."""
     targets: list[Target] = [
-        (torch.Tensor, "backward", _wrap_backward),
-        (torch.autograd, "backward", _wrap_backward),
+        (torch.autograd, "backward", _wrap_backward),  # Tensor.backward calls it (looked up at every call)
         (torch.amp.GradScaler, "scale", _wrap_scale),
         (torch.amp.GradScaler, "step", _wrap_scaler_step),
     ]
@@ -247,7 +249,7 @@ class BackwardTap:
 
     def __init__(self, hook: Any) -> None:
         self._hook = hook
-        STATE.listeners.append(hook)
+        STATE.listeners += (hook,)
         _install()
 
     @staticmethod
@@ -259,7 +261,7 @@ class BackwardTap:
     def remove(self) -> None:
         """Stop listening; the last subscriber's removal restores the originals."""
         if self._hook in STATE.listeners:
-            STATE.listeners.remove(self._hook)
+            STATE.listeners = tuple(h for h in STATE.listeners if h is not self._hook)
         if not STATE.listeners and not STATE.holds:
             _uninstall()
 

@@ -133,7 +133,7 @@ class Hook(HookAPI):
     @guarded(True)
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Block until everything recorded so far is on disk (the last step's loss read from its device too)."""
-        if self.staging.has_late:
+        if self.staging.late is not None:
             self.staging.complete_late()
         return super().flush(timeout)
 
@@ -261,12 +261,13 @@ class Hook(HookAPI):
             self._step_hooks.detach()
         staging, quiet = self.staging, self._extras.quiet
         if not self._state.open:
-            if final and staging.has_late:
+            if final and staging.late is not None:
                 staging.complete_late()
             return
         if self._losses.values:
             self._losses.flush(staging, quiet)
-        staging.commit(defer=quiet and not final)
+        if staging.staged or staging.grads or staging.late is not None:
+            staging.commit(defer=quiet and not final)
         record = self.collector.end_step()
         if not quiet:
             self._extras.on_step_end(self.collector, record)
@@ -343,16 +344,22 @@ class Hook(HookAPI):
 
     def _on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step."""
-        if not self.disabled and self._state.open:
-            self.record_loss(BACKWARD_LOSS, loss)
+        self._on_functional_loss(BACKWARD_LOSS, loss)
 
     def _on_functional_loss(self, name: str, value: Any) -> None:
         """A functional loss (``F.mse_loss`` …) was computed outside a loss module: record it as that module's.
 
         Only inside a step (one a forward pass of the model opened): a loss computed elsewhere opens none.
         """
-        if not self.disabled and self._state.open:
+        if self.disabled or not self._state.open:
+            return
+        if name not in self._loss_names or not isinstance(value, torch.Tensor):
             self.record_loss(name, value)
+            return
+        try:
+            self._losses.add(name, value)  # record_loss's steady state, inlined: a loss is taken at every step
+        except Exception as exc:
+            self._internal_error("_on_functional_loss", exc)
 
     def _on_scaler_step(self) -> None:
         """``GradScaler.step()`` returned: a step the scaler skipped (inf/NaN gradients) ends here too."""

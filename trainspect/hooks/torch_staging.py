@@ -28,13 +28,14 @@ _MICRO_BATCHES = TensorPlan(True, (), False, frozenset())
 class StepStaging:
     """The open step's staged tensors (gradients keyed by name: the last accumulation wins) and late copies."""
 
-    __slots__ = ("collector", "staged", "grads", "_late")
+    __slots__ = ("collector", "staged", "grads", "late")
 
     def __init__(self, collector: Collector) -> None:
         self.collector = collector
         self.staged: list[Staged] = []
         self.grads: dict[str, Staged] = {}
-        self._late: tuple[StepKey, list[Staged], list[Any]] | None = None
+        self.late: tuple[StepKey, list[Staged], list[Any]] | None = None
+        """The copies a finished step left in flight (its key, the staged tensors, their devices' events)."""
 
     def stage(self, name: str, tensor: Any, plan: TensorPlan) -> None:
         """Start the host copy of what ``plan`` asks of ``tensor`` (nothing when it asks nothing)."""
@@ -54,7 +55,7 @@ class StepStaging:
 
         The previous step's late copies are read first (their event was recorded a step ago).
         """
-        if self._late is not None:
+        if self.late is not None:
             self.complete_late()
         staged = self.staged
         if self.grads:
@@ -68,7 +69,7 @@ class StepStaging:
             if fence:
                 step = self.collector.open_step()
                 if step is not None:
-                    self._late = (step, [s for s in staged if s.stream is not None], fence)
+                    self.late = (step, [s for s in staged if s.stream is not None], fence)
                     staged = [s for s in staged if s.stream is None]
         add = self.collector.add
         for s, value, reds in materialize(staged):
@@ -76,16 +77,11 @@ class StepStaging:
 
     def complete_late(self) -> None:
         """Read the copies a past step left in flight (waiting for their devices' events) and add them to it."""
-        late, self._late = self._late, None
+        late, self.late = self.late, None
         if late is not None:
             step, staged, fence = late
             done = materialize(staged, fence)
             self.collector.add_late(step, [(s.name, s.plan, value, reds, s.shape) for s, value, reds in done])
-
-    @property
-    def has_late(self) -> bool:
-        """Whether copies of a finished step are still to be read."""
-        return self._late is not None
 
 
 class StepLosses:
@@ -94,11 +90,13 @@ class StepLosses:
     A tensor recorded under two names (the backward loss that is a loss module's output) is copied once.
     """
 
-    __slots__ = ("values", "_last")
+    __slots__ = ("values", "_last", "_plans", "_generation")
 
     def __init__(self) -> None:
         self.values: dict[str, list[HostScalar | torch.Tensor]] = {}
         self._last: tuple[torch.Tensor, HostScalar | torch.Tensor] | None = None
+        self._plans: dict[str, TensorPlan] = {}  # the planner's plans of the losses, for one planner generation
+        self._generation = -1
 
     def add(self, name: str, value: torch.Tensor) -> None:
         """Record ``value`` now (whatever the script does to the tensor later)."""
@@ -121,19 +119,27 @@ class StepLosses:
     def flush(self, staging: StepStaging, quiet: bool) -> None:
         """Add the step's losses: one value each, the mean of its micro-batches' (also saved as ``*_micro_batches``).
 
-        ``quiet``: nothing reads the step's record, so a plain scalar loss skips NumPy (``Collector.add_scalar``).
+        ``quiet``: nothing reads the step's record, so a plain scalar loss skips NumPy (``Collector.add_scalars``).
         """
         losses, self.values, self._last = self.values, {}, None
         collector = staging.collector
-        plan_of = collector.planner.plan
+        planner = collector.planner
+        if planner.generation != self._generation:
+            self._plans, self._generation = {}, planner.generation
+        plans = self._plans
+        scalars = []
         for name, values in losses.items():
-            plan = plan_of(name, _LOSSES)
+            plan = plans.get(name)
+            if plan is None:
+                plan = plans[name] = planner.plan(name, _LOSSES)
             value, micro = (values[0], None) if len(values) == 1 else combine(values)
             if micro is not None and (plan.raw or plan.reductions):
                 staging.stage(micro_batches_name(name), micro, _MICRO_BATCHES)
             if isinstance(value, tuple):
                 if plan.raw and not plan.reductions and quiet:
-                    collector.add_scalar(name, plan, *value)  # the common case: no NumPy on this thread
+                    scalars.append((name, value[0], value[1], plan.collections))  # no NumPy on this thread
                     continue
                 value = torch.from_numpy(np.array(value[0], dtype=value[1]))
             staging.stage(name, value, plan)
+        if scalars:
+            collector.add_scalars(scalars)

@@ -75,7 +75,7 @@ _SCALAR_DTYPES: dict[torch.dtype, np.dtype] = {
 def scalar_on_host(t: torch.Tensor) -> tuple[float | int | bool, np.dtype] | None:
     """Return a CPU 0-d tensor's value as a Python scalar with its NumPy dtype, or None for any other tensor.
 
-    Cheaper than a NumPy copy on the training thread (see ``Collector.add_scalar``); exact for the dtypes taken.
+    Cheaper than a NumPy copy on the training thread (see ``Collector.add_scalars``); exact for the dtypes taken.
     """
     if t.is_cpu and t.dim() == 0:
         dtype = _SCALAR_DTYPES.get(t.dtype)

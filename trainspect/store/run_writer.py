@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +85,13 @@ class RunWriter:
             return False
         return self._bg.submit(("step", record, histograms), _nbytes(record))
 
-    def scalar_sink(self) -> Callable[[ScalarStep], bool]:
-        """Where to queue a step of scalars only (its record is built on the writer thread).
+    def scalar_queue(self) -> BackgroundWriter:
+        """The queue to ``submit`` a step of scalars only to (its record is built on the writer thread).
 
-        The writer's queue itself: most steps save only their loss, and this is the one call such a step costs.
+        The writer's queue itself: most steps save only their loss, and its ``submit`` is the one call such a step
+        costs; its ``failed`` is the writer's.
         """
-        return self._bg.submit
+        return self._bg
 
     def write_collections(self, collections: dict[str, Any]) -> None:
         """Queue a rewrite of the collections file (names, regexes and members of every collection)."""
