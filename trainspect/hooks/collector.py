@@ -166,7 +166,6 @@ class Collector(Guarded):
         self._writer: RunWriter | None = None
         self._scalar_queue: BackgroundWriter | None = None  # the writer's queue (see add_scalars)
         self._known_names: set[str] = set()
-        self._new_scalar_names = False  # a scalar of the open step is not in _known_names yet
         self._members: dict[str, set[str]] = {}
         self._histograms: set[str] = set()
         self._started = False
@@ -305,39 +304,45 @@ class Collector(Guarded):
         """Whether the writer disabled itself (disk full, …)."""
         return self._writer is not None and self._writer.failed
 
-    def end_step(self) -> StepRecord | None:
+    def end_step(self, scalars: list[Scalar] | None = None) -> StepRecord | None:
         """Close the open step and hand its record to the writer; return the record (None if nothing).
 
-        Unguarded, like :meth:`begin_step`.
+        ``scalars``: raw scalars to add first (see :meth:`add_scalars`). Unguarded, like :meth:`begin_step`.
         """
         if self._record is None or self._record_step is None:
             return None
-        tensors, (mode, mode_step, gs, wall) = self._record, self._record_step
-        self._last_step = self._record_step
+        tensors, key = self._record, self._record_step
+        self._last_step = key
         self._record = self._record_step = None
         state = self.state
         if not state.open:
             state.end()  # refuses the transition
         state.open = state.saving = False  # OPEN → IDLE: StepState.end, inlined (every step)
         if self._scalars:
-            scalars, self._scalars = self._scalars, []
+            scalars, self._scalars = self._scalars + (scalars or []), []
+        if scalars:
             if not tensors:  # the common step: its loss only, handed to the writer as Python values
-                queue = self._scalar_queue
-                if queue is not None:
-                    queue.submit(ScalarStep(mode, mode_step, gs, wall, self.worker, scalars))
-                    if self._new_scalar_names:
-                        self._new_scalar_names = False
-                        self._note_members([(name, colls) for name, _, _, colls in scalars])
+                self._queue_scalars(ScalarStep(*key, self.worker, scalars))
                 return None
             for scalar in scalars:
                 tensors[scalar[0]] = scalar_record(scalar)
-            self._new_scalar_names = False  # _submit notes the names of every tensor of the record
         if not tensors and not self.planner.any_active:
             return None
-        record = StepRecord(mode, mode_step, gs, wall, self.worker, tensors)
+        record = StepRecord(*key, self.worker, tensors)
         if self._writer is not None and tensors:
             self._submit(record)
         return record
+
+    def _queue_scalars(self, step: ScalarStep) -> None:
+        queue = self._scalar_queue
+        if queue is None:
+            return
+        queue.submit(step)
+        known = self._known_names
+        for scalar in step.scalars:
+            if scalar[0] not in known:
+                self._note_members([(name, colls) for name, _, _, colls in step.scalars])
+                return
 
     def _submit(self, record: StepRecord) -> None:
         assert self._writer is not None
@@ -412,10 +417,6 @@ class Collector(Guarded):
         None, so use this only where nothing reads the step's record (no live rules, profiler or MLflow logging).
         """
         if self._record is not None:
-            known = self._known_names
-            for scalar in scalars:
-                if scalar[0] not in known:
-                    self._new_scalar_names = True
             self._scalars += scalars
 
     def _collections_doc(self) -> dict[str, Any]:

@@ -264,11 +264,10 @@ class Hook(HookAPI):
             if final and staging.late is not None:
                 staging.complete_late()
             return
-        if self._losses.values:
-            self._losses.flush(staging, quiet)
+        scalars = self._losses.flush(staging, quiet) if self._losses.values else None
         if staging.staged or staging.grads or staging.late is not None:
             staging.commit(defer=quiet and not final)
-        record = self.collector.end_step()
+        record = self.collector.end_step(scalars)
         if not quiet:
             self._extras.on_step_end(self.collector, record)
 

@@ -18,6 +18,7 @@ from trainspect.hooks.collector import Collector, StepKey
 from trainspect.hooks.save_plan import TensorPlan
 from trainspect.hooks.torch_backward import micro_batches_name
 from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, record_fence, snapshot, stage
+from trainspect.step import Scalar
 
 __all__ = ["StepStaging", "StepLosses"]
 
@@ -116,10 +117,11 @@ class StepLosses:
         """Whether ``value`` is the tensor recorded last in the open step (under any name)."""
         return self._last is not None and self._last[0] is value
 
-    def flush(self, staging: StepStaging, quiet: bool) -> None:
-        """Add the step's losses: one value each, the mean of its micro-batches' (also saved as ``*_micro_batches``).
+    def flush(self, staging: StepStaging, quiet: bool) -> list[Scalar]:
+        """Stage the step's losses: one value each, the mean of its micro-batches' (also saved as ``*_micro_batches``).
 
-        ``quiet``: nothing reads the step's record, so a plain scalar loss skips NumPy (``Collector.add_scalars``).
+        ``quiet``: nothing reads the step's record, so a plain scalar loss skips NumPy: those are returned, for
+        ``Collector.end_step``.
         """
         losses, self.values, self._last = self.values, {}, None
         collector = staging.collector
@@ -127,7 +129,7 @@ class StepLosses:
         if planner.generation != self._generation:
             self._plans, self._generation = {}, planner.generation
         plans = self._plans
-        scalars = []
+        scalars: list[Scalar] = []
         for name, values in losses.items():
             plan = plans.get(name)
             if plan is None:
@@ -141,5 +143,4 @@ class StepLosses:
                     continue
                 value = torch.from_numpy(np.array(value[0], dtype=value[1]))
             staging.stage(name, value, plan)
-        if scalars:
-            collector.add_scalars(scalars)
+        return scalars

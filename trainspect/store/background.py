@@ -64,6 +64,7 @@ class BackgroundWriter:
         self.failed: BaseException | None = None
         self._idle = threading.Event()
         self._idle.set()
+        self._busy = False  # mirrors "not _idle.is_set()" under the lock (submit reads it without a call)
 
     def start(self) -> None:
         """Start the thread (idempotent)."""
@@ -86,7 +87,8 @@ class BackgroundWriter:
                 return False
             self._pending += nbytes
             self._items.append((item, nbytes))
-            if self._idle.is_set():
+            if not self._busy:
+                self._busy = True
                 self._idle.clear()
             wake = self._pending >= self._wake_bytes
         if wake:
@@ -134,10 +136,10 @@ class BackgroundWriter:
                 self._safe(functools.partial(self._handle, batch))
             self._safe(self._flush)
             with self._lock:
-                if not self._items:
+                if not self._items or stop:
+                    self._busy = False
                     self._idle.set()
             if stop:
-                self._idle.set()
                 return
 
     def _drain(self) -> list[Any]:
