@@ -9,10 +9,12 @@ import numpy as np
 
 from trainspect.modes import ModeKeys
 
-__all__ = ["ReductionKey", "TensorRecord", "StepRecord", "Scalar", "ScalarStep", "scalar_record"]
+__all__ = ["ReductionKey", "StepKey", "TensorRecord", "StepRecord", "Scalar", "ScalarStep", "scalar_record"]
 
 ReductionKey = tuple[str, bool]
 """A reduction: a :class:`~trainspect.reductions.Reduction`, or the equal ``(name, absolute)`` tuple."""
+StepKey = tuple[ModeKeys, int, int, float]
+"""A step's (mode, mode step, global step, wall time)."""
 
 
 @dataclass(frozen=True)

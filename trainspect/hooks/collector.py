@@ -28,7 +28,7 @@ from trainspect.hooks.distributed import identity
 from trainspect.hooks.save_plan import SavePlanner, TensorPlan
 from trainspect.hooks.step_state import StepState
 from trainspect.modes import ModeKeys, parse_mode
-from trainspect.step import ReductionKey, Scalar, ScalarStep, StepRecord, TensorRecord, scalar_record
+from trainspect.step import ReductionKey, Scalar, StepKey, StepRecord, TensorRecord, scalar_record
 from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import (
@@ -43,12 +43,13 @@ from trainspect.store.run_writer import RunWriter
 
 __all__ = ["Collector", "StepKey", "LateTensor"]
 
-StepKey = tuple[ModeKeys, int, int, float]
-"""A step's (mode, mode step, global step, wall time)."""
 LateTensor = tuple[str, TensorPlan, "np.ndarray | None", "dict[ReductionKey, float] | None", "tuple[int, ...] | None"]
 """(name, plan, raw value, reductions, shape) of a tensor added to a finished step."""
 
 log = logging.getLogger(__name__)
+
+SCALAR_BATCH_SECONDS = 0.05
+"""How long fast scalar-only steps gather before they are queued together (see ``Collector._queue_scalars``)."""
 
 
 def _out_dir_problem(path: Path) -> str | None:
@@ -164,7 +165,9 @@ class Collector(Guarded):
         self._last_step: StepKey | None = None
         self._scalars: list[Scalar] = []  # deferred scalars of the open step (see add_scalars)
         self._writer: RunWriter | None = None
-        self._scalar_queue: BackgroundWriter | None = None  # the writer's queue (see add_scalars)
+        self._tensor_queue: BackgroundWriter | None = None  # the writer's queue (its ``failed``)
+        self._scalar_steps: list[tuple[StepKey, list[Scalar]]] = []  # scalar-only steps not yet queued
+        self._last_wall = 0.0  # when the last scalar-only step began
         self._known_names: set[str] = set()
         self._members: dict[str, set[str]] = {}
         self._histograms: set[str] = set()
@@ -214,7 +217,7 @@ class Collector(Guarded):
                 self.layout, self.worker, tensorboard=self._tensorboard, tensorboard_dir=tb_dir, chief=False
             )
             self._writer.start()
-            self._scalar_queue = self._writer.scalar_queue()
+            self._tensor_queue = self._writer.tensor_queue
             self._writer.write_collections(self.collections.to_dict())
         if self.remote is not None:
             self.remote.on_full = self._pause_capture
@@ -240,6 +243,7 @@ class Collector(Guarded):
         self._closed = True
         self.state.close()
         if self._writer is not None:
+            self._send_scalar_steps()
             self._writer.write_collections(self._collections_doc())
             self._writer.close()
         if self._started and not self.dry_run:
@@ -252,7 +256,10 @@ class Collector(Guarded):
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every step handed to the writer is on disk; return whether that happened in ``timeout``."""
-        return self._writer is None or self._writer.wait_idle(timeout)
+        if self._writer is None:
+            return True
+        self._send_scalar_steps()
+        return self._writer.wait_idle(timeout)
 
     # --- steps ---------------------------------------------------------------------------------------------
     def set_mode(self, mode: ModeKeys | str) -> None:
@@ -283,7 +290,7 @@ class Collector(Guarded):
         if state.open or state.closed:
             state.begin(False)  # refuses the transition
         saving = self.planner.begin_step(self.mode, mode_step)
-        if saving and self._scalar_queue is not None and self._scalar_queue.failed is not None:
+        if saving and self._tensor_queue is not None and self._tensor_queue.failed is not None:
             saving = False  # the writer disabled itself
         state.open, state.saving = True, saving  # IDLE → OPEN: StepState.begin, inlined (every step)
         return saving
@@ -322,7 +329,7 @@ class Collector(Guarded):
             scalars, self._scalars = self._scalars + (scalars or []), []
         if scalars:
             if not tensors:  # the common step: its loss only, handed to the writer as Python values
-                self._queue_scalars(ScalarStep(*key, self.worker, scalars))
+                self._queue_scalars(key, scalars)
                 return None
             for scalar in scalars:
                 tensors[scalar[0]] = scalar_record(scalar)
@@ -333,19 +340,35 @@ class Collector(Guarded):
             self._submit(record)
         return record
 
-    def _queue_scalars(self, step: ScalarStep) -> None:
-        queue = self._scalar_queue
-        if queue is None:
+    def _queue_scalars(self, key: StepKey, scalars: list[Scalar]) -> None:
+        """Queue a scalar-only step; fast steps go to the writer a few at a time.
+
+        A step is sent with the next one that begins :data:`SCALAR_BATCH_SECONDS` after the first unsent one (at
+        once when steps are that slow), so the writer receives each step at most about twice that after it ended.
+        """
+        if self._writer is None:
             return
-        queue.submit(step)
+        pending = self._scalar_steps
+        pending.append((key, scalars))
+        wall = key[3]
+        if wall - pending[0][0][3] >= SCALAR_BATCH_SECONDS or wall - self._last_wall >= SCALAR_BATCH_SECONDS:
+            self._send_scalar_steps()
+        self._last_wall = wall
         known = self._known_names
-        for scalar in step.scalars:
+        for scalar in scalars:
             if scalar[0] not in known:
-                self._note_members([(name, colls) for name, _, _, colls in step.scalars])
+                self._note_members([(name, colls) for name, _, _, colls in scalars])
                 return
+
+    def _send_scalar_steps(self) -> None:
+        """Hand the scalar-only steps not yet queued to the writer (before anything else is queued after them)."""
+        if self._scalar_steps and self._writer is not None:
+            steps, self._scalar_steps = self._scalar_steps, []
+            self._writer.submit_scalar_steps(steps)
 
     def _submit(self, record: StepRecord) -> None:
         assert self._writer is not None
+        self._send_scalar_steps()
         tensors = record.tensors
         hist = _NO_HISTOGRAMS
         if self._histograms and self._tensorboard:
@@ -359,6 +382,7 @@ class Collector(Guarded):
     def _note_members(self, tensors: list[tuple[str, frozenset[str]]]) -> None:
         """Record new tensor names as members of their collections and queue a rewrite of the collections file."""
         assert self._writer is not None
+        self._send_scalar_steps()
         for name, colls in tensors:
             self._known_names.add(name)
             for cname in colls:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainspect.step import ScalarStep, StepRecord
+from trainspect.step import Scalar, ScalarStep, StepKey, StepRecord
 from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import mark_job_end, write_json_atomic, write_worker_manifest
@@ -21,6 +21,7 @@ COLLECTIONS_FILE = "collections.json"
 FLUSH_INTERVAL = 0.1
 """Seconds between the writer's batches; with :data:`_INDEX_EVERY` it bounds what a SIGKILL loses (docs/format.md)."""
 _INDEX_EVERY = 0.05  # within a long batch, steps are indexed at least this often
+_NO_HISTOGRAMS: frozenset[str] = frozenset()
 
 
 def _nbytes(record: StepRecord) -> int:
@@ -85,12 +86,18 @@ class RunWriter:
             return False
         return self._bg.submit(("step", record, histograms), _nbytes(record))
 
-    def scalar_queue(self) -> BackgroundWriter:
-        """The queue to ``submit`` a step of scalars only to (its record is built on the writer thread).
+    def submit_scalar_steps(self, steps: list[tuple[StepKey, list[Scalar]]]) -> bool:
+        """Queue steps that saved only scalars, as Python values: their records are built on the writer thread.
 
-        The writer's queue itself: most steps save only their loss, and its ``submit`` is the one call such a step
-        costs; its ``failed`` is the writer's.
+        Most steps save only their loss; the collector hands them over a few at a time (one queue item each time).
         """
+        if self.paused:
+            return False
+        return self._bg.submit(("scalar_steps", steps, None))
+
+    @property
+    def tensor_queue(self) -> BackgroundWriter:
+        """The tensor writer's queue (its ``failed`` is read at every step)."""
         return self._bg
 
     def write_collections(self, collections: dict[str, Any]) -> None:
@@ -115,21 +122,23 @@ class RunWriter:
         assert files is not None
         index_at = time.monotonic() + _INDEX_EVERY
         written: list[tuple[StepRecord, frozenset[str]]] = []
-        for item in batch:
-            if type(item) is ScalarStep:  # noqa: E721 - most steps save only scalars (their loss)
-                record, histograms = item.record(), frozenset[str]()
+        for kind, payload, extra in batch:
+            if kind == "collections":
+                doc = {"schema_version": 1, "collections": payload}
+                write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, doc)
+                continue
+            if kind == "scalar_steps":  # most steps save only scalars (their loss)
+                worker = self.worker
+                steps = [ScalarStep(m, ms, gs, wall, worker, scalars) for (m, ms, gs, wall), scalars in payload]
+                records = [(step.record(), _NO_HISTOGRAMS) for step in steps]
             else:
-                kind, payload, extra = item
-                if kind == "collections":
-                    doc = {"schema_version": 1, "collections": payload}
-                    write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, doc)
-                    continue
-                record, histograms = payload, extra
-            files.write(record)
-            written.append((record, histograms))
-            if time.monotonic() > index_at:  # a long batch (a backlog) becomes readable as it goes
-                files.flush()
-                index_at = time.monotonic() + _INDEX_EVERY
+                records = [(payload, extra)]
+            for record, histograms in records:
+                files.write(record)
+                written.append((record, histograms))
+                if time.monotonic() > index_at:  # a long batch (a backlog) becomes readable as it goes
+                    files.flush()
+                    index_at = time.monotonic() + _INDEX_EVERY
         files.flush()
         if self._tb is not None and written:
             self._tb_bg.submit(written, sum(_nbytes(record) for record, _ in written))
