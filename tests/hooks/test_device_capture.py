@@ -51,7 +51,7 @@ class _FakeCuda:
 def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> _FakeCuda:
     fake = _FakeCuda()
     monkeypatch.setattr(torch_tensors, "device_kind", lambda t: "cuda")
-    monkeypatch.setattr(torch_tensors, "scalar_on_host", lambda t: None)  # a device loss is no host scalar
+    monkeypatch.setattr(torch_tensors, "snapshot", lambda t: t.detach().clone())  # a device loss is no host scalar
     monkeypatch.setattr(torch_tensors, "_pinned_empty", lambda shape, dtype: torch.empty(shape, dtype=dtype))
     monkeypatch.setattr(torch.cuda, "Event", fake.Event)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: "stream")
@@ -140,7 +140,7 @@ def test_flush_reads_the_last_step_in_flight(tmp_path, fake_cuda: _FakeCuda) -> 
 
 def test_an_mps_like_device_never_touches_torch_cuda(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch_tensors, "device_kind", lambda t: "mps")
-    monkeypatch.setattr(torch_tensors, "scalar_on_host", lambda t: None)
+    monkeypatch.setattr(torch_tensors, "snapshot", lambda t: t.detach().clone())
     for name in ("Event", "current_stream", "synchronize", "is_available", "Stream"):
         monkeypatch.setattr(torch.cuda, name, _forbidden)
     dtypes: list[torch.dtype] = []

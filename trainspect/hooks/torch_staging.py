@@ -14,10 +14,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainspect.hooks import torch_tensors
 from trainspect.hooks.collector import Collector, StepKey
 from trainspect.hooks.save_plan import TensorPlan
 from trainspect.hooks.torch_backward import micro_batches_name
-from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, record_fence, snapshot, stage
+from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, record_fence, stage
 from trainspect.step import Scalar
 
 __all__ = ["StepStaging", "StepLosses"]
@@ -105,7 +106,7 @@ class StepLosses:
         if last is not None and last[0] is value:
             snap = last[1]
         else:
-            snap = snapshot(value)
+            snap = torch_tensors.snapshot(value)  # looked up here: tests fake a device at this boundary
             self._last = (value, snap)
         values = self.values.get(name)
         if values is None:

@@ -24,7 +24,7 @@ from trainspect.reductions import device_table
 from trainspect.step import ReductionKey
 
 __all__ = [
-    "Staged", "stage", "materialize", "record_fence", "device_kind", "reduction_dtype", "scalar_on_host", "snapshot",
+    "Staged", "stage", "materialize", "record_fence", "device_kind", "reduction_dtype", "snapshot",
     "combine", "HostScalar",
 ]  # fmt: skip
 
@@ -69,29 +69,24 @@ _SCALAR_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.int16: np.dtype(np.int16), torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8),
     torch.bool: np.dtype(np.bool_),
 }  # fmt: skip
-"""Dtypes whose CPU scalars ``scalar_on_host`` takes (``Tensor.item()`` is exact for each; bfloat16 as float32)."""
+"""Dtypes whose CPU scalars :func:`snapshot` takes (``Tensor.item()`` is exact for each; bfloat16 as float32)."""
 
 
-def scalar_on_host(t: torch.Tensor) -> tuple[float | int | bool, np.dtype] | None:
-    """Return a CPU 0-d tensor's value as a Python scalar with its NumPy dtype, or None for any other tensor.
+HostScalar = tuple[float | int | bool, np.dtype]
+"""A CPU scalar tensor's value as a Python scalar with its NumPy dtype (taken by :func:`snapshot`)."""
 
-    Cheaper than a NumPy copy on the training thread (see ``Collector.add_scalars``); exact for the dtypes taken.
+
+def snapshot(t: torch.Tensor) -> HostScalar | torch.Tensor:
+    """A loss's value now (a later in-place change does not reach it): a host scalar, or a detached copy.
+
+    A CPU 0-d tensor of a dtype ``Tensor.item()`` reads exactly becomes a Python scalar (cheaper than a NumPy copy on
+    the training thread, see ``Collector.add_scalars``); any other tensor a detached copy (a device's is read later).
     """
     if t.is_cpu and t.dim() == 0:
         dtype = _SCALAR_DTYPES.get(t.dtype)
         if dtype is not None:
             return t.item(), dtype
-    return None
-
-
-HostScalar = tuple[float | int | bool, np.dtype]
-"""A CPU scalar tensor's value taken with :func:`scalar_on_host`."""
-
-
-def snapshot(t: torch.Tensor) -> HostScalar | torch.Tensor:
-    """A loss's value now (a later in-place change does not reach it): a host scalar, or a detached copy."""
-    host = scalar_on_host(t)
-    return host if host is not None else t.detach().clone()
+    return t.detach().clone()
 
 
 def combine(values: list[HostScalar | torch.Tensor]) -> tuple[HostScalar | torch.Tensor, torch.Tensor | None]:
