@@ -184,3 +184,30 @@ def test_while_the_job_runs_a_step_is_complete_once_every_worker_wrote_it(tmp_pa
     assert trial.workers() == ["worker_0", "worker_1"]
     assert trial.steps() == [0, 1] and trial.steps(show_incomplete_steps=True) == [0, 1, 2]
     assert trial.incomplete_steps() == {2: ["worker_1"]}
+
+
+def test_a_scalar_only_step_is_indexed_exactly_as_its_record(tmp_path: Path) -> None:
+    """``write_scalars`` (no record, no array) writes the index entry ``write(step.record())`` writes, byte for byte."""
+    from trainspect.step import ScalarStep
+
+    scalars = [
+        ("f32", 0.1, np.dtype(np.float32), frozenset({"losses"})),  # not a float32 value: rounded as the array would
+        ("f64", 0.1, np.dtype(np.float64), frozenset()),
+        ("f16", 1 / 3, np.dtype(np.float16), frozenset()),
+        ("nan", math.nan, np.dtype(np.float32), frozenset()),
+        ("inf", -math.inf, np.dtype(np.float64), frozenset()),
+        ("i64", 7, np.dtype(np.int64), frozenset()),
+        ("u8", 200, np.dtype(np.uint8), frozenset()),
+        ("b", True, np.dtype(np.bool_), frozenset()),
+        ("int_as_float", 3, np.dtype(np.float32), frozenset()),
+    ]
+    step = ScalarStep(ModeKeys.EVAL, 4, 9, 1234.5, "worker_0", scalars)
+    fast, slow = TensorFileWriter(tmp_path / "fast"), TensorFileWriter(tmp_path / "slow")
+    fast.write_scalars(step)
+    slow.write(step.record())
+    for writer in (fast, slow):
+        writer.close()
+    index = [(d / "index-000000.idx").read_bytes() for d in (tmp_path / "fast", tmp_path / "slow")]
+    assert index[0] == index[1] and index[0]
+    entries = framing.scan_frames(index[0]).records
+    assert len(entries) == 1 and b'"n":"nan","v":"NaN"' in entries[0].payload

@@ -21,7 +21,6 @@ COLLECTIONS_FILE = "collections.json"
 FLUSH_INTERVAL = 0.1
 """Seconds between the writer's batches; with :data:`_INDEX_EVERY` it bounds what a SIGKILL loses (docs/format.md)."""
 _INDEX_EVERY = 0.05  # within a long batch, steps are indexed at least this often
-_NO_HISTOGRAMS: frozenset[str] = frozenset()
 
 
 def _nbytes(record: StepRecord) -> int:
@@ -121,32 +120,41 @@ class RunWriter:
         files = self._files
         assert files is not None
         index_at = time.monotonic() + _INDEX_EVERY
-        written: list[tuple[StepRecord, frozenset[str]]] = []
+        written: list[ScalarStep | tuple[StepRecord, frozenset[str]]] = []
+        nbytes = 0
         for kind, payload, extra in batch:
             if kind == "collections":
                 doc = {"schema_version": 1, "collections": payload}
                 write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, doc)
                 continue
-            if kind == "scalar_steps":  # most steps save only scalars (their loss)
+            if kind == "scalar_steps":  # most steps save only scalars (their loss): no record is built for them
                 worker = self.worker
-                steps = [ScalarStep(m, ms, gs, wall, worker, scalars) for (m, ms, gs, wall), scalars in payload]
-                records = [(step.record(), _NO_HISTOGRAMS) for step in steps]
+                for (mode, mode_step, gs, wall), scalars in payload:
+                    step = ScalarStep(mode, mode_step, gs, wall, worker, scalars)
+                    files.write_scalars(step)
+                    written.append(step)
             else:
-                records = [(payload, extra)]
-            for record, histograms in records:
-                files.write(record)
-                written.append((record, histograms))
-                if time.monotonic() > index_at:  # a long batch (a backlog) becomes readable as it goes
-                    files.flush()
-                    index_at = time.monotonic() + _INDEX_EVERY
+                files.write(payload)
+                written.append((payload, extra))
+                nbytes += _nbytes(payload)
+            if time.monotonic() > index_at:  # a long batch (a backlog) becomes readable as it goes
+                files.flush()
+                index_at = time.monotonic() + _INDEX_EVERY
         files.flush()
         if self._tb is not None and written:
-            self._tb_bg.submit(written, sum(_nbytes(record) for record, _ in written))
+            self._tb_bg.submit(written, nbytes)
 
-    def _handle_tb(self, batches: list[list[tuple[StepRecord, frozenset[str]]]]) -> None:
+    def _handle_tb(self, batches: list[list[ScalarStep | tuple[StepRecord, frozenset[str]]]]) -> None:
+        assert self._tb is not None
         for batch in batches:
-            for record, histograms in batch:
-                self._write_tb(record, histograms)
+            for item in batch:
+                if type(item) is ScalarStep:
+                    tb, step, wall = self._tb, item.global_step, item.wall_time
+                    for name, value, dtype, _ in item.scalars:
+                        if dtype.kind in "fiub" and not isinstance(value, complex):
+                            tb.scalar(tb_tag(name, item.mode), float(value), step, wall)
+                else:
+                    self._write_tb(*item)
 
     def _write_tb(self, record: StepRecord, histograms: frozenset[str]) -> None:
         assert self._tb is not None

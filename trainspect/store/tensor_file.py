@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from trainspect.reductions import format_key
-from trainspect.step import StepRecord, TensorRecord
+from trainspect.step import ScalarStep, StepRecord, TensorRecord
 from trainspect.store.framing import HEADER_SIZE, frame
 
 __all__ = ["TensorFileWriter", "KIND_TENSOR", "KIND_INDEX", "DATA_PREFIX", "INDEX_PREFIX", "reduction_key"]
@@ -42,6 +42,16 @@ def _float(v: float) -> float | str:
     if math.isfinite(v):
         return v
     return "NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")
+
+
+def _python_scalar(value: float | int | bool | complex, dtype: np.dtype) -> float | int | bool | str:
+    """What :func:`_scalar` stores for ``np.array(value, dtype)``, without the array in the common cases."""
+    kind = dtype.kind
+    if type(value) is float and kind == "f":
+        return _float(value if dtype.itemsize == 8 else float(dtype.type(value)))  # rounded as the array would be
+    if (type(value) is int and kind in "iu") or (type(value) is bool and kind == "b"):
+        return value
+    return _scalar(np.array(value, dtype))
 
 
 def _scalar(arr: np.ndarray) -> float | int | bool | str:
@@ -105,6 +115,21 @@ class TensorFileWriter:
             "f": self._data_name,
             "e": entries,
         }
+        self._pending_index.append((self._data_pos, _ENCODE(doc).encode()))
+
+    def write_scalars(self, step: ScalarStep) -> None:
+        """Append a step that saved only scalars, from its Python values (no record or NumPy array is built).
+
+        The index entry is the one :meth:`write` makes of ``step.record()``: 0-d values, in the entry itself.
+        """
+        if self.failed:
+            return
+        entries: list[dict[str, Any]] = [
+            {"n": name, "v": _python_scalar(value, dtype), "d": dtype.str, "s": []}
+            for name, value, dtype, _ in step.scalars
+        ]
+        doc = {"g": step.global_step, "m": int(step.mode), "ms": step.mode_step, "t": step.wall_time,
+               "f": self._data_name, "e": entries}  # fmt: skip
         self._pending_index.append((self._data_pos, _ENCODE(doc).encode()))
 
     def _write_tensor(self, t: TensorRecord) -> dict[str, Any]:
