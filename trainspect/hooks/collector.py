@@ -48,9 +48,6 @@ LateTensor = tuple[str, TensorPlan, "np.ndarray | None", "dict[ReductionKey, flo
 
 log = logging.getLogger(__name__)
 
-SCALAR_BATCH_SECONDS = 0.05
-"""How long fast scalar-only steps gather before they are queued together (see ``Collector._queue_scalars``)."""
-
 
 def _out_dir_problem(path: Path) -> str | None:
     """Why ``path`` cannot hold a run (it is created when missing); None when it can."""
@@ -166,8 +163,6 @@ class Collector(Guarded):
         self._scalars: list[Scalar] = []  # deferred scalars of the open step (see add_scalars)
         self._writer: RunWriter | None = None
         self._tensor_queue: BackgroundWriter | None = None  # the writer's queue (its ``failed``)
-        self._scalar_steps: list[tuple[StepKey, list[Scalar]]] = []  # scalar-only steps not yet queued
-        self._last_wall = 0.0  # when the last scalar-only step began
         self._known_names: set[str] = set()
         self._members: dict[str, set[str]] = {}
         self._histograms: set[str] = set()
@@ -243,7 +238,6 @@ class Collector(Guarded):
         self._closed = True
         self.state.close()
         if self._writer is not None:
-            self._send_scalar_steps()
             self._writer.write_collections(self._collections_doc())
             self._writer.close()
         if self._started and not self.dry_run:
@@ -256,10 +250,7 @@ class Collector(Guarded):
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until every step handed to the writer is on disk; return whether that happened in ``timeout``."""
-        if self._writer is None:
-            return True
-        self._send_scalar_steps()
-        return self._writer.wait_idle(timeout)
+        return self._writer is None or self._writer.wait_idle(timeout)
 
     # --- steps ---------------------------------------------------------------------------------------------
     def set_mode(self, mode: ModeKeys | str) -> None:
@@ -341,34 +332,18 @@ class Collector(Guarded):
         return record
 
     def _queue_scalars(self, key: StepKey, scalars: list[Scalar]) -> None:
-        """Queue a scalar-only step; fast steps go to the writer a few at a time.
-
-        A step is sent with the next one that begins :data:`SCALAR_BATCH_SECONDS` after the first unsent one (at
-        once when steps are that slow), so the writer receives each step at most about twice that after it ended.
-        """
+        """Queue a scalar-only step at once (what a SIGKILL loses is bounded by the writer's interval)."""
         if self._writer is None:
             return
-        pending = self._scalar_steps
-        pending.append((key, scalars))
-        wall = key[3]
-        if wall - pending[0][0][3] >= SCALAR_BATCH_SECONDS or wall - self._last_wall >= SCALAR_BATCH_SECONDS:
-            self._send_scalar_steps()
-        self._last_wall = wall
+        self._writer.submit_scalar_steps([(key, scalars)])
         known = self._known_names
         for scalar in scalars:
             if scalar[0] not in known:
                 self._note_members([(name, colls) for name, _, _, colls in scalars])
                 return
 
-    def _send_scalar_steps(self) -> None:
-        """Hand the scalar-only steps not yet queued to the writer (before anything else is queued after them)."""
-        if self._scalar_steps and self._writer is not None:
-            steps, self._scalar_steps = self._scalar_steps, []
-            self._writer.submit_scalar_steps(steps)
-
     def _submit(self, record: StepRecord) -> None:
         assert self._writer is not None
-        self._send_scalar_steps()
         tensors = record.tensors
         hist = _NO_HISTOGRAMS
         if self._histograms and self._tensorboard:
@@ -382,7 +357,6 @@ class Collector(Guarded):
     def _note_members(self, tensors: list[tuple[str, frozenset[str]]]) -> None:
         """Record new tensor names as members of their collections and queue a rewrite of the collections file."""
         assert self._writer is not None
-        self._send_scalar_steps()
         for name, colls in tensors:
             self._known_names.add(name)
             for cname in colls:

@@ -88,7 +88,7 @@ class RunWriter:
     def submit_scalar_steps(self, steps: list[tuple[StepKey, list[Scalar]]]) -> bool:
         """Queue steps that saved only scalars, as Python values: their records are built on the writer thread.
 
-        Most steps save only their loss; the collector hands them over a few at a time (one queue item each time).
+        Most steps save only their loss: one queue item, its records built (and written) on the writer thread.
         """
         if self.paused:
             return False
