@@ -19,7 +19,10 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = textwrap.dedent("""
     import os, signal, subprocess, sys, time
     pids, mode = sys.argv[1], sys.argv[2]
-    worker = subprocess.Popen([sys.executable, "-c", "import time\\nwhile True: time.sleep(0.05)"])
+    worker = subprocess.Popen([sys.executable, "-c", "import sys, time\\nopen(sys.argv[1], 'w').close()\\n"
+                               "while True: time.sleep(0.05)", pids + ".worker"])
+    while not os.path.exists(pids + ".worker"):  # started: a signal now does not catch it initialising Python
+        time.sleep(0.01)
     if mode == "handler":
         def stop(signum, frame):
             open(pids + ".got", "w").write(str(signum))
