@@ -19,9 +19,12 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = textwrap.dedent("""
     import os, signal, subprocess, sys, time
     pids, mode = sys.argv[1], sys.argv[2]
-    worker = subprocess.Popen([sys.executable, "-c", "import sys, time\\nopen(sys.argv[1], 'w').close()\\n"
+    # a helper process of the job (as a DataLoader worker), started before the test signals the job: it leaves
+    # SIGINT to its parent (a SIGINT while it started Python printed a traceback), and its parent ends it
+    worker = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\\n"
+                               "signal.signal(signal.SIGINT, signal.SIG_IGN)\\nopen(sys.argv[1], 'w').close()\\n"
                                "while True: time.sleep(0.05)", pids + ".worker"])
-    while not os.path.exists(pids + ".worker"):  # started: a signal now does not catch it initialising Python
+    while not os.path.exists(pids + ".worker"):
         time.sleep(0.01)
     if mode == "handler":
         def stop(signum, frame):

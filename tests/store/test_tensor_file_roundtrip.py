@@ -200,14 +200,17 @@ def test_a_scalar_only_step_is_indexed_exactly_as_its_record(tmp_path: Path) -> 
         ("u8", 200, np.dtype(np.uint8), frozenset()),
         ("b", True, np.dtype(np.bool_), frozenset()),
         ("int_as_float", 3, np.dtype(np.float32), frozenset()),
+        ('quote" and \u00fc', 1e-05, np.dtype(np.float64), frozenset()),  # escaped as JSON escapes it
     ]
     step = ScalarStep(ModeKeys.EVAL, 4, 9, 1234.5, "worker_0", scalars)
     fast, slow = TensorFileWriter(tmp_path / "fast"), TensorFileWriter(tmp_path / "slow")
-    fast.write_scalars(step)
-    slow.write(step.record())
+    again = step._replace(global_step=10, wall_time=1235, scalars=[("f32", 0.25, np.dtype(np.float32), frozenset())])
+    for s in (step, again):  # the second: a name seen before (its JSON pieces cached), an int wall time
+        fast.write_scalars(s)
+        slow.write(s.record())
     for writer in (fast, slow):
         writer.close()
     index = [(d / "index-000000.idx").read_bytes() for d in (tmp_path / "fast", tmp_path / "slow")]
     assert index[0] == index[1] and index[0]
     entries = framing.scan_frames(index[0]).records
-    assert len(entries) == 1 and b'"n":"nan","v":"NaN"' in entries[0].payload
+    assert len(entries) == 2 and b'"n":"nan","v":"NaN"' in entries[0].payload

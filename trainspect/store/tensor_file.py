@@ -54,6 +54,18 @@ def _python_scalar(value: float | int | bool | complex, dtype: np.dtype) -> floa
     return _scalar(np.array(value, dtype))
 
 
+def _json_scalar(value: float | int | bool | str) -> str:
+    """``value`` as the index's JSON encoder writes it (a float's ``repr``; non-finite floats are strings by then)."""
+    kind = type(value)
+    if kind is float:
+        return float.__repr__(value)  # type: ignore[arg-type]
+    if kind is bool:
+        return "true" if value else "false"
+    if kind is int:
+        return int.__repr__(value)  # type: ignore[arg-type]
+    return _ENCODE(value)
+
+
 def _scalar(arr: np.ndarray) -> float | int | bool | str:
     value = arr.reshape(-1)[0].item()
     return _float(value) if isinstance(value, float) else value
@@ -87,6 +99,7 @@ class TensorFileWriter:
         self._buf = bytearray()
         self._data_pos = 0  # where the next record starts (buffered bytes included)
         self._pending_index: list[tuple[int, bytes]] = []  # (end of the step's data, index payload)
+        self._scalar_json: dict[tuple[str, np.dtype], tuple[str, str]] = {}  # see write_scalars
         self.failed = False
         self._open()
 
@@ -120,17 +133,24 @@ class TensorFileWriter:
     def write_scalars(self, step: ScalarStep) -> None:
         """Append a step that saved only scalars, from its Python values (no record or NumPy array is built).
 
-        The index entry is the one :meth:`write` makes of ``step.record()``: 0-d values, in the entry itself.
+        The index entry is, byte for byte, the one :meth:`write` makes of ``step.record()`` (0-d values, in the entry
+        itself), its JSON put together from pieces cached per tensor name: most steps are such a step.
         """
         if self.failed:
             return
-        entries: list[dict[str, Any]] = [
-            {"n": name, "v": _python_scalar(value, dtype), "d": dtype.str, "s": []}
-            for name, value, dtype, _ in step.scalars
-        ]
-        doc = {"g": step.global_step, "m": int(step.mode), "ms": step.mode_step, "t": step.wall_time,
-               "f": self._data_name, "e": entries}  # fmt: skip
-        self._pending_index.append((self._data_pos, _ENCODE(doc).encode()))
+        pieces = self._scalar_json
+        entries = []
+        for name, value, dtype, _ in step.scalars:
+            ends = pieces.get((name, dtype))
+            if ends is None:
+                head, tail = _ENCODE({"n": name})[:-1] + ',"v":', ',"d":' + _ENCODE(dtype.str) + ',"s":[]}'
+                ends = pieces[(name, dtype)] = (head, tail)
+            entries.append(ends[0] + _json_scalar(_python_scalar(value, dtype)) + ends[1])
+        doc = (
+            f'{{"g":{_json_scalar(step.global_step)},"m":{int(step.mode)},"ms":{_json_scalar(step.mode_step)},'
+            f'"t":{_json_scalar(step.wall_time)},"f":{_ENCODE(self._data_name)},"e":[{",".join(entries)}]}}'
+        )
+        self._pending_index.append((self._data_pos, doc.encode()))
 
     def _write_tensor(self, t: TensorRecord) -> dict[str, Any]:
         entry: dict[str, Any] = {"n": t.name}
