@@ -333,9 +333,11 @@ class Collector(Guarded):
 
     def _queue_scalars(self, key: StepKey, scalars: list[Scalar]) -> None:
         """Queue a scalar-only step at once (what a SIGKILL loses is bounded by the writer's interval)."""
-        if self._writer is None:
+        writer, queue = self._writer, self._tensor_queue
+        if writer is None or queue is None:
             return
-        self._writer.submit_scalar_steps([(key, scalars)])
+        if not writer.paused:  # one queue item, its record built on the writer thread (RunWriter.tensor_queue)
+            queue.submit(("scalar_steps", [(key, scalars)], None))
         known = self._known_names
         for scalar in scalars:
             if scalar[0] not in known:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainspect.step import Scalar, ScalarStep, StepKey, StepRecord
+from trainspect.step import ScalarStep, StepRecord
 from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import mark_job_end, write_json_atomic, write_worker_manifest
@@ -85,18 +85,13 @@ class RunWriter:
             return False
         return self._bg.submit(("step", record, histograms), _nbytes(record))
 
-    def submit_scalar_steps(self, steps: list[tuple[StepKey, list[Scalar]]]) -> bool:
-        """Queue steps that saved only scalars, as Python values: their records are built on the writer thread.
-
-        Most steps save only their loss: one queue item, its records built (and written) on the writer thread.
-        """
-        if self.paused:
-            return False
-        return self._bg.submit(("scalar_steps", steps, None))
-
     @property
     def tensor_queue(self) -> BackgroundWriter:
-        """The tensor writer's queue (its ``failed`` is read at every step)."""
+        """The tensor writer's queue, for steps that saved only scalars (most steps save only their loss).
+
+        Submit ``("scalar_steps", [(step key, scalars), ...], None)`` unless :attr:`paused`: their records are built
+        and written on the writer thread. Its ``failed`` says whether the writer disabled itself.
+        """
         return self._bg
 
     def write_collections(self, collections: dict[str, Any]) -> None:
