@@ -54,10 +54,16 @@ def _uniform_counts(flat: np.ndarray, lo: float, hi: float, bins: int) -> np.nda
     return np.bincount(idx, minlength=bins)
 
 
+_PACK_U32 = struct.Struct("<I").pack
+_PACK_U64 = struct.Struct("<Q").pack
+_PACK_F32 = struct.Struct("<f").pack
+_PACK_F64 = struct.Struct("<d").pack
+
+
 def _masked_crc(data: bytes) -> bytes:
     """The TFRecord framing's masked CRC-32C of ``data``, packed."""
     x = _CRC32C(data) & 0xFFFFFFFF
-    return struct.pack("<I", (((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
+    return _PACK_U32((((x >> 15) | (x << 17)) + 0xA282EAD8) & 0xFFFFFFFF)
 
 
 def _varint(n: int) -> bytes:
@@ -101,7 +107,7 @@ class TensorBoardWriter:
         self._file.flush()
 
     def _write(self, data: bytes) -> None:
-        header = struct.pack("<Q", len(data))
+        header = _PACK_U64(len(data))
         self._file.write(b"".join((header, _masked_crc(header), data, _masked_crc(data))))
 
     def _emit(self, value: object, step: int, wall_time: float) -> None:
@@ -116,10 +122,10 @@ class TensorBoardWriter:
         if value_head is None:
             tag_bytes = tag.encode()
             value_head = self._scalar_tags[tag] = b"\x0a" + _varint(len(tag_bytes)) + tag_bytes + b"\x15"
-        value_msg = value_head + struct.pack("<f", value)
+        value_msg = value_head + _PACK_F32(value)
         summary = b"\x0a" + _varint(len(value_msg)) + value_msg
         event = b"".join((
-            b"\x09", struct.pack("<d", wall_time),
+            b"\x09", _PACK_F64(wall_time),
             b"\x10" + _varint(step) if step else b"",
             b"\x2a", _varint(len(summary)), summary,
         ))  # fmt: skip
