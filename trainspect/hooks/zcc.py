@@ -32,9 +32,10 @@ class AutoLogger(Guarded, PyTorchJob):
     """Patches installed by :func:`autolog`; :meth:`close` removes them and closes the hook.
 
     Global module hooks find models and loss modules, but while any global hook exists every module call takes
-    PyTorch's slower call path. So a model's forward pass runs without them: the model's own pre-hook takes the global
-    hooks out and its ``always_call`` forward hook puts them back. Inside a model's forward pass a loss module is
-    recorded through the functional loss it calls (:data:`~trainspect.hooks.torch_backward.STATE` ``.suspended``).
+    PyTorch's slower call path. So a model's forward pass runs without them: the global pre-hook takes them out when
+    a known model's forward pass begins, and the model's own ``always_call`` forward hook puts them back. Inside a
+    model's forward pass a loss module is recorded through the functional loss it calls
+    (:data:`~trainspect.hooks.torch_backward.STATE` ``.suspended``).
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class AutoLogger(Guarded, PyTorchJob):
             (module_mod._global_forward_hooks, post.id, self._post),
         ]
         self._quiet_models: set[int] = set()  # models whose forward passes run without the global hooks
+        self._suspended_by: int | None = None  # the id of the model whose forward pass took the global hooks out
         self._settled: set[int] = set()  # quiet models the hook records: their calls need nothing of _top_level
         self._closed = False
         from trainspect.hooks.torch_backward import STATE, hold
@@ -74,6 +76,8 @@ class AutoLogger(Guarded, PyTorchJob):
                 return
             if self._depth == 0 and id(module) not in self._settled:
                 self._top_level(module, args)
+            if id(module) in self._quiet_models:  # its submodules run without the global hooks
+                self._suspend(module)
             self._depth += 1
         except TrainingStopped:
             raise
@@ -91,7 +95,6 @@ class AutoLogger(Guarded, PyTorchJob):
         if id(module) not in self._quiet_models:
             self._quiet_models.add(id(module))
             own_hook_dicts(module)
-            self._handles.append(module.register_forward_pre_hook(Callback(self._suspend)))
             self._handles.append(module.register_forward_hook(Callback(self._resume), always_call=True))
         if hook.knows(module):
             self._settled.add(id(module))
@@ -111,25 +114,26 @@ class AutoLogger(Guarded, PyTorchJob):
         except Exception as exc:
             self._internal_error("_post", exc)
 
-    def _suspend(self, module: Any, args: Any) -> None:
-        """A known model's forward pass begins: its submodules run without the global hooks."""
-        tap = self._tap
-        tap.suspended += 1
-        if tap.suspended == 1:
-            for hooks, key, _ in self._globals:
-                hooks.pop(key, None)
+    def _suspend(self, module: Any) -> None:
+        """A known model's forward pass begins (seen by the global pre-hook): its submodules run without the hooks.
+
+        A model called inside it is not seen by the global pre-hook: its ``_resume`` finds another model's suspension.
+        """
+        self._suspended_by = id(module)
+        self._tap.suspended = 1
+        for hooks, key, _ in self._globals:
+            hooks.pop(key, None)
 
     def _resume(self, module: Any, args: Any, output: Any) -> None:
         """A known model's forward pass ended (or raised): the global hooks are back."""
-        tap = self._tap
-        if tap.suspended == 0:
-            return  # the model's first forward pass: these hooks were attached during it
-        tap.suspended -= 1
-        if tap.suspended == 0:
-            if not self._closed:  # the global hooks back (inlined: this runs at every step)
-                for hooks, key, fn in self._globals:
-                    hooks[key] = fn
-            self._depth = max(0, self._depth - 1)  # the global post-hook missed this module's end
+        if self._suspended_by != id(module):
+            return  # a model called inside another one's forward pass (or one that began before autolog)
+        self._suspended_by = None
+        self._tap.suspended = 0
+        if not self._closed:  # the global hooks back (inlined: this runs at every step)
+            for hooks, key, fn in self._globals:
+                hooks[key] = fn
+        self._depth = max(0, self._depth - 1)  # the global post-hook missed this module's end
 
     def adopt(self, hook: Any) -> None:
         """Record with the script's own hook from now on (its settings were merged by :func:`join_autolog`)."""
@@ -149,6 +153,7 @@ class AutoLogger(Guarded, PyTorchJob):
             return
         self._closed = True
         self._tap.suspended = 0
+        self._suspended_by = None
         for handle in self._handles:
             handle.remove()
         for companion in self.companions:
