@@ -76,8 +76,11 @@ class AutoLogger(Guarded, PyTorchJob):
                 return
             if self._depth == 0 and id(module) not in self._settled:
                 self._top_level(module, args)
-            if id(module) in self._quiet_models:  # its submodules run without the global hooks
-                self._suspend(module)
+            if id(module) in self._quiet_models:  # its submodules run without the global hooks (_suspend, inlined)
+                self._suspended_by = id(module)
+                self._tap.suspended = 1
+                for hooks, key, _ in self._globals:
+                    hooks.pop(key, None)
             self._depth += 1
         except TrainingStopped:
             raise
@@ -114,18 +117,12 @@ class AutoLogger(Guarded, PyTorchJob):
         except Exception as exc:
             self._internal_error("_post", exc)
 
-    def _suspend(self, module: Any) -> None:
-        """A known model's forward pass begins (seen by the global pre-hook): its submodules run without the hooks.
-
-        A model called inside it is not seen by the global pre-hook: its ``_resume`` finds another model's suspension.
-        """
-        self._suspended_by = id(module)
-        self._tap.suspended = 1
-        for hooks, key, _ in self._globals:
-            hooks.pop(key, None)
-
     def _resume(self, module: Any, args: Any, output: Any) -> None:
-        """A known model's forward pass ended (or raised): the global hooks are back."""
+        """A known model's forward pass ended (or raised): the global hooks are back.
+
+        ``_pre`` took them out when the pass began; a model called inside another one's forward pass is not seen by
+        the global pre-hook, so its ``_resume`` finds another model's suspension and leaves it.
+        """
         if self._suspended_by != id(module):
             return  # a model called inside another one's forward pass (or one that began before autolog)
         self._suspended_by = None
