@@ -333,11 +333,9 @@ class Collector(Guarded):
 
     def _queue_scalars(self, key: StepKey, scalars: list[Scalar]) -> None:
         """Queue a scalar-only step at once (what a SIGKILL loses is bounded by the writer's interval)."""
-        writer, queue = self._writer, self._tensor_queue
-        if writer is None or queue is None:
+        if self._writer is None:
             return
-        if not writer.paused:  # one queue item, its record built on the writer thread (RunWriter.tensor_queue)
-            queue.submit(("scalar_steps", [(key, scalars)], None))
+        self._writer.submit_scalars(key, scalars)
         known = self._known_names
         for scalar in scalars:
             if scalar[0] not in known:

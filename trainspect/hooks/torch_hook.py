@@ -343,20 +343,13 @@ class Hook(HookAPI):
 
     def _on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step."""
-        if self.disabled or not self._state.open:
-            return
-        if BACKWARD_LOSS not in self._loss_names:
-            self.record_loss(BACKWARD_LOSS, loss)
-            return
-        try:
-            self._losses.add(BACKWARD_LOSS, loss)  # record_loss's steady state, inlined (every step)
-        except Exception as exc:
-            self._internal_error("_on_backward", exc)
+        self._on_functional_loss(BACKWARD_LOSS, loss)
 
     def _on_functional_loss(self, name: str, value: Any) -> None:
         """A functional loss (``F.mse_loss`` …) was computed outside a loss module: record it as that module's.
 
-        Only inside a step (one a forward pass of the model opened): a loss computed elsewhere opens none.
+        Only inside a step (one a forward pass of the model opened): a loss computed elsewhere opens none. (Also the
+        backward loss's way in, from :meth:`_on_backward`.)
         """
         if self.disabled or not self._state.open:
             return

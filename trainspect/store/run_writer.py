@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainspect.step import ScalarStep, StepRecord
+from trainspect.step import Scalar, ScalarStep, StepKey, StepRecord
 from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import mark_job_end, write_json_atomic, write_worker_manifest
@@ -85,13 +85,18 @@ class RunWriter:
             return False
         return self._bg.submit(("step", record, histograms), _nbytes(record))
 
+    def submit_scalars(self, key: StepKey, scalars: list[Scalar]) -> bool:
+        """Queue a step that saved only scalars (most steps save only their loss) as Python values.
+
+        Its record, index entry and TensorBoard event are made on the writer thread.
+        """
+        if self.paused:
+            return False
+        return self._bg.submit(("scalars", key, scalars))
+
     @property
     def tensor_queue(self) -> BackgroundWriter:
-        """The tensor writer's queue, for steps that saved only scalars (most steps save only their loss).
-
-        Submit ``("scalar_steps", [(step key, scalars), ...], None)`` unless :attr:`paused`: their records are built
-        and written on the writer thread. Its ``failed`` says whether the writer disabled itself.
-        """
+        """The tensor writer's queue (the collector reads its ``failed`` at every step)."""
         return self._bg
 
     def write_collections(self, collections: dict[str, Any]) -> None:
@@ -122,12 +127,11 @@ class RunWriter:
                 doc = {"schema_version": 1, "collections": payload}
                 write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, doc)
                 continue
-            if kind == "scalar_steps":  # most steps save only scalars (their loss): no record is built for them
-                worker = self.worker
-                for (mode, mode_step, gs, wall), scalars in payload:
-                    step = ScalarStep(mode, mode_step, gs, wall, worker, scalars)
-                    files.write_scalars(step)
-                    written.append(step)
+            if kind == "scalars":  # most steps save only scalars (their loss): no record is built for them
+                mode, mode_step, gs, wall = payload
+                step = ScalarStep(mode, mode_step, gs, wall, self.worker, extra)
+                files.write_scalars(step)
+                written.append(step)
             else:
                 files.write(payload)
                 written.append((payload, extra))
