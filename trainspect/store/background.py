@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ log = logging.getLogger(__name__)
 class BackgroundWriter:
     """A daemon thread that hands queued items to ``handle`` in batches and calls ``flush`` at least every interval.
 
-    The training thread only appends to a list: the writer thread is not woken per item but every
+    The training thread only appends to a deque: the writer thread is not woken per item but every
     ``flush_interval`` seconds (or once ``wake_bytes`` are pending, or when asked to drain), so a step costs the
     training thread no thread switch. If the pending bytes exceed ``max_pending_bytes`` (the disk is slower than
     training), new items are dropped with one warning rather than stalling training. If ``handle`` or ``flush``
@@ -54,7 +55,7 @@ class BackgroundWriter:
         self._wake_bytes = wake_bytes
         self._on_failure = on_failure
         self._failures = [] if failures is None else failures
-        self._items: list[tuple[Any, int]] = []
+        self._items: deque[tuple[Any, int]] = deque()
         self._pending = 0
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -77,6 +78,9 @@ class BackgroundWriter:
         """Enqueue an item; return False when it was dropped (writer failed or too far behind)."""
         if self.failed is not None:
             return False
+        if self._busy and not nbytes:  # the common item (a loss-only step): no accounting, no state to change
+            self._items.append((item, 0))  # deque.append: thread-safe without the lock
+            return True
         with self._lock:
             if self._pending + nbytes > self._max_pending and self._pending > 0:
                 if not self._dropped_warned:
@@ -97,6 +101,10 @@ class BackgroundWriter:
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until everything submitted so far was handled and flushed."""
+        with self._lock:
+            if self._items and not self._busy:  # appended as the writer went idle (``submit``'s lock-free path)
+                self._busy = True
+                self._idle.clear()
         if self._idle.is_set():
             return True
         self._wake.set()
@@ -143,8 +151,9 @@ class BackgroundWriter:
                 return
 
     def _drain(self) -> list[Any]:
+        items = self._items
         with self._lock:
-            entries, self._items = self._items, []
+            entries = [items.popleft() for _ in range(len(items))]  # popleft: items appended meanwhile stay
             self._pending -= sum(n for _, n in entries)
         return [item for item, _ in entries]
 
