@@ -135,6 +135,8 @@ def test_a_model_runs_without_the_global_hooks_and_its_loss_module_is_recorded(t
         with pytest.raises(ValueError):
             model(x[:1], y[:1])  # a forward pass that raises puts the global hooks back too
         assert len(module_mod._global_forward_pre_hooks) + len(module_mod._global_forward_hooks) == before + 2
+        # one module hook: autolog's global hooks report the model's passes to the hook (none of the hook's own)
+        assert len(model._forward_pre_hooks) == 0 and len(model._forward_hooks) == 1
     finally:
         logger.close()
     # the global pre-hook finds the model at its first forward pass and takes the global hooks out for every pass

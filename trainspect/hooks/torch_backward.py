@@ -101,9 +101,9 @@ def register_adapter(targets: Callable[[], list[Target]], finder: Any) -> None:
 
 def _loss_of(tensor: torch.Tensor) -> tuple[torch.Tensor, float]:
     """The loss the script computed for ``tensor`` (before scaling or normalising), and a factor to apply."""
-    factor = STATE.factor
+    factor, derived = STATE.factor, STATE.derived
     for _ in range(4):
-        entry = STATE.derived.pop(id(tensor), None)
+        entry = derived.pop(id(tensor), None)
         if entry is None or entry[0] is not tensor:
             break
         if entry[1] is not None:
@@ -122,33 +122,42 @@ def _failed(where: str, exc: Exception) -> None:
 
 
 def _notify(tensors: Any) -> None:
-    if isinstance(tensors, (list, tuple)):
-        if len(tensors) != 1:
+    if type(tensors) is not torch.Tensor:  # a subclass (a Parameter), a list or a tuple: the general case
+        if isinstance(tensors, (list, tuple)):
+            if len(tensors) != 1:
+                return
+            tensors = tensors[0]
+        if not isinstance(tensors, torch.Tensor):
             return
-        tensors = tensors[0]
-    if not isinstance(tensors, torch.Tensor) or tensors.numel() != 1:
+    if tensors.numel() != 1:
         return
-    loss, factor = _loss_of(tensors)
-    if factor != 1.0:
-        loss = loss.detach() * factor
+    if STATE.derived:
+        loss, factor = _loss_of(tensors)
+        STATE.derived.clear()
+        if factor != 1.0:
+            loss = loss.detach() * factor
+    elif STATE.factor != 1.0:
+        loss = tensors.detach() * STATE.factor
+    else:
+        loss = tensors
     for listener in STATE.listeners:
         listener._on_backward(loss)
-    STATE.derived.clear()
 
 
 def _wrap_backward(original: Any) -> Any:
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        if STATE.depth == 0 and STATE.listeners:
+        state = STATE
+        if state.depth == 0 and state.listeners:
             try:
                 _notify(tensors)
             except Exception as exc:
                 _failed("backward", exc)
-        STATE.depth += 1
+        state.depth += 1
         try:
             return original(tensors, *args, **kwargs)
         finally:
-            STATE.depth -= 1
+            state.depth -= 1
 
     return backward
 
@@ -156,23 +165,28 @@ def _wrap_backward(original: Any) -> Any:
 def _wrap_functional(original: Any, name: str) -> Any:
     @functools.wraps(original)
     def loss(*args: Any, **kwargs: Any) -> Any:
-        STATE.functional_depth += 1
+        state = STATE
+        if state.functional_depth or not state.listeners:  # inside another functional loss, or nobody listens
+            state.functional_depth += 1
+            try:
+                return original(*args, **kwargs)
+            finally:
+                state.functional_depth -= 1
+        state.functional_depth = 1
         try:
             out = original(*args, **kwargs)
         finally:
-            STATE.functional_depth -= 1
-        if STATE.functional_depth == 0 and STATE.listeners:
-            try:
-                frame = sys._getframe(1)  # a loss module's forward: recorded as that module (f_locals costs a dict)
-                caller = frame.f_locals.get("self") if frame.f_code.co_name == "forward" else None
-                if not isinstance(caller, _Loss):
-                    for listener in STATE.listeners:
-                        listener._on_functional_loss(name, out)
-                elif STATE.suspended:  # no global hook sees the loss module: record its output from here
-                    for listener in STATE.listeners:
-                        listener.record_loss(f"{type(caller).__name__}_output_0", out)
-            except Exception as exc:
-                _failed(name, exc)
+            state.functional_depth = 0
+        try:
+            frame = sys._getframe(1)  # a loss module's forward: recorded as that module (f_locals costs a dict)
+            if frame.f_code.co_name != "forward" or not isinstance(frame.f_locals.get("self"), _Loss):
+                for listener in state.listeners:
+                    listener._on_functional_loss(name, out)
+            elif state.suspended:  # no global hook sees the loss module: record its output from here
+                for listener in state.listeners:
+                    listener.record_loss(f"{type(frame.f_locals['self']).__name__}_output_0", out)
+        except Exception as exc:
+            _failed(name, exc)
         return out
 
     return loss

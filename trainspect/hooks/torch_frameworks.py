@@ -36,11 +36,13 @@ def _wrap_closure_result(original: Any) -> Any:
     @functools.wraps(original)
     def from_training_step_output(cls: Any, training_step_output: Any, normalize: int = 1) -> Any:
         result = original.__func__(cls, training_step_output, normalize)
+        if normalize == 1:  # the closure's loss is training_step's divided by 1: the same value
+            return result
+        closure = getattr(result, "closure_loss", None)
         loss = training_step_output
         if not isinstance(loss, torch.Tensor) and isinstance(loss, Mapping):  # (an ABC check: not at every step)
             loss = loss.get("loss")
-        closure = getattr(result, "closure_loss", None)
-        if closure is not loss and isinstance(loss, torch.Tensor) and isinstance(closure, torch.Tensor):
+        if loss is not closure and isinstance(loss, torch.Tensor) and isinstance(closure, torch.Tensor):
             STATE.derived[id(closure)] = (closure, loss, 1.0)
         return result
 

@@ -149,16 +149,21 @@ class Hook(HookAPI):
 
     # --- registration --------------------------------------------------------------------------------------
     @guarded()
-    def register_module(self, module: nn.Module) -> None:
-        """Hook a model: its forward pass marks the steps; its parameters and submodules are recorded."""
+    def register_module(self, module: nn.Module, *, module_hooks: bool = True) -> None:
+        """Hook a model: its forward pass marks the steps; its parameters and submodules are recorded.
+
+        ``module_hooks=False``: the caller reports the model's forward passes itself, calling ``_on_top_forward_pre``
+        and ``_on_top_forward`` around each (``autolog``'s global module hooks do: one hook per model, not three).
+        """
         self.start()
         BackwardTap.refresh()
         if id(module) in self._top:
             return
         self._top.add(id(module))
-        own_hook_dicts(module)
-        self._handles.append(module.register_forward_pre_hook(Callback(self._on_top_forward_pre)))
-        self._handles.append(module.register_forward_hook(Callback(self._on_top_forward), always_call=True))
+        if module_hooks:
+            own_hook_dicts(module)
+            self._handles.append(module.register_forward_pre_hook(Callback(self._on_top_forward_pre)))
+            self._handles.append(module.register_forward_hook(Callback(self._on_top_forward), always_call=True))
         module = _unwrap(module)
         self._top.add(id(module))
         prefix = type(module).__name__

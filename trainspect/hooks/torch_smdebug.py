@@ -65,9 +65,9 @@ class SmdebugHook(Hook):
         return self.__dict__.setdefault("_module_maps", {})
 
     @guarded()
-    def register_module(self, module: nn.Module) -> None:
+    def register_module(self, module: nn.Module, *, module_hooks: bool = True) -> None:
         """Register a model as ``Hook.register_module`` does; attach ``forward_hook`` when a subclass defines it."""
-        super().register_module(module)
+        super().register_module(module, module_hooks=module_hooks)
         maps = self.module_maps
         overridden = type(self).forward_hook is not SmdebugHook.forward_hook
         for name, sub in module.named_modules():

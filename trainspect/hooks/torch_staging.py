@@ -92,12 +92,16 @@ class StepLosses:
     A tensor recorded under two names (the backward loss that is a loss module's output) is copied once.
     """
 
-    __slots__ = ("values", "_last", "_plans", "_generation")
+    __slots__ = ("values", "_more", "_last", "_plans", "_scalars", "_generation")
 
     def __init__(self) -> None:
-        self.values: dict[str, list[HostScalar | torch.Tensor]] = {}
+        self.values: dict[str, HostScalar | torch.Tensor] = {}
+        """The first value of each loss recorded in the open step."""
+        self._more: dict[str, list[HostScalar | torch.Tensor]] = {}
+        """Losses recorded more than once in the open step (gradient accumulation): all their values, in order."""
         self._last: tuple[torch.Tensor, HostScalar | torch.Tensor] | None = None
         self._plans: dict[str, TensorPlan] = {}  # the planner's plans of the losses, for one planner generation
+        self._scalars: dict[str, frozenset[str]] = {}  # losses saved raw only: their collections (same generation)
         self._generation = -1
 
     def add(self, name: str, value: torch.Tensor) -> None:
@@ -108,11 +112,15 @@ class StepLosses:
         else:
             snap = torch_tensors.snapshot(value)  # looked up here: tests fake a device at this boundary
             self._last = (value, snap)
-        values = self.values.get(name)
-        if values is None:
-            self.values[name] = [snap]
-        else:
-            values.append(snap)  # gradient accumulation: one value per micro-batch
+        values = self.values
+        if name not in values:
+            values[name] = snap
+        else:  # gradient accumulation: one value per micro-batch
+            more = self._more.get(name)
+            if more is None:
+                self._more[name] = [values[name], snap]
+            else:
+                more.append(snap)
 
     def recorded(self, value: torch.Tensor) -> bool:
         """Whether ``value`` is the tensor recorded last in the open step (under any name)."""
@@ -125,23 +133,37 @@ class StepLosses:
         ``Collector.end_step``.
         """
         losses, self.values, self._last = self.values, {}, None
-        collector = staging.collector
-        planner = collector.planner
+        more = self._more
+        if more:
+            self._more = {}
+        planner = staging.collector.planner
         if planner.generation != self._generation:
-            self._plans, self._generation = {}, planner.generation
-        plans = self._plans
+            self._plans, self._scalars, self._generation = {}, {}, planner.generation
+        raw_only = self._scalars if quiet and not more else {}
         scalars: list[Scalar] = []
-        for name, values in losses.items():
-            plan = plans.get(name)
-            if plan is None:
-                plan = plans[name] = planner.plan(name, _LOSSES)
-            value, micro = (values[0], None) if len(values) == 1 else combine(values)
-            if micro is not None and (plan.raw or plan.reductions):
-                staging.stage(micro_batches_name(name), micro, _MICRO_BATCHES)
-            if isinstance(value, tuple):
-                if plan.raw and not plan.reductions and quiet:
-                    scalars.append((name, value[0], value[1], plan.collections))  # no NumPy on this thread
-                    continue
-                value = torch.from_numpy(np.array(value[0], dtype=value[1]))
-            staging.stage(name, value, plan)
+        for name, value in losses.items():
+            colls = raw_only.get(name)
+            if colls is not None and type(value) is tuple:  # the common step: one host scalar, saved as it is
+                scalars.append((name, value[0], value[1], colls))
+            else:
+                self._flush_one(staging, name, more.get(name) or [value], quiet, scalars)
         return scalars
+
+    def _flush_one(
+        self, staging: StepStaging, name: str, values: list[HostScalar | torch.Tensor], quiet: bool,
+        scalars: list[Scalar],
+    ) -> None:  # fmt: skip
+        plan = self._plans.get(name)
+        if plan is None:
+            plan = self._plans[name] = staging.collector.planner.plan(name, _LOSSES)
+            if plan.raw and not plan.reductions:
+                self._scalars[name] = plan.collections
+        value, micro = (values[0], None) if len(values) == 1 else combine(values)
+        if micro is not None and (plan.raw or plan.reductions):
+            staging.stage(micro_batches_name(name), micro, _MICRO_BATCHES)
+        if isinstance(value, tuple):
+            if plan.raw and not plan.reductions and quiet:
+                scalars.append((name, value[0], value[1], plan.collections))  # no NumPy on this thread
+                return
+            value = torch.from_numpy(np.array(value[0], dtype=value[1]))
+        staging.stage(name, value, plan)

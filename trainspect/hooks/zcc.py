@@ -35,7 +35,8 @@ class AutoLogger(Guarded, PyTorchJob):
     PyTorch's slower call path. So a model's forward pass runs without them: the global pre-hook takes them out when
     a known model's forward pass begins, and the model's own ``always_call`` forward hook puts them back. Inside a
     model's forward pass a loss module is recorded through the functional loss it calls
-    (:data:`~trainspect.hooks.torch_backward.STATE` ``.suspended``).
+    (:data:`~trainspect.hooks.torch_backward.STATE` ``.suspended``). A model found this way is registered without the
+    hook's own module hooks: these two report its forward passes to the hook (one module hook per model).
     """
 
     def __init__(
@@ -50,16 +51,16 @@ class AutoLogger(Guarded, PyTorchJob):
         self._loss_type = torch.nn.modules.loss._Loss
         self._depth = 0
         self._loss_depth = 0
-        pre = module_mod.register_module_forward_pre_hook(self._pre)
-        post = module_mod.register_module_forward_hook(self._post)
+        self._pre_fn, self._post_fn = self._pre, self._post  # (one bound method each: put back as they were)
+        pre = module_mod.register_module_forward_pre_hook(self._pre_fn)
+        post = module_mod.register_module_forward_hook(self._post_fn)
         self._handles = [pre, post]
-        self._globals: list[tuple[dict[int, Any], int, Any]] = [
-            (module_mod._global_forward_pre_hooks, pre.id, self._pre),
-            (module_mod._global_forward_hooks, post.id, self._post),
-        ]
+        self._pre_hooks, self._pre_key = module_mod._global_forward_pre_hooks, pre.id
+        self._post_hooks, self._post_key = module_mod._global_forward_hooks, post.id
         self._quiet_models: set[int] = set()  # models whose forward passes run without the global hooks
         self._suspended_by: int | None = None  # the id of the model whose forward pass took the global hooks out
         self._settled: set[int] = set()  # quiet models the hook records: their calls need nothing of _top_level
+        self._driven: set[int] = set()  # models registered without module hooks: _pre and _resume report their passes
         self._closed = False
         from trainspect.hooks.torch_backward import STATE, hold
 
@@ -74,14 +75,17 @@ class AutoLogger(Guarded, PyTorchJob):
             if isinstance(module, self._loss_type):
                 self._loss_depth += 1
                 return
-            if self._depth == 0 and id(module) not in self._settled:
+            key = id(module)
+            if self._depth == 0 and key not in self._settled:
                 self._top_level(module, args)
-            if id(module) in self._quiet_models:  # its submodules run without the global hooks (_suspend, inlined)
-                self._suspended_by = id(module)
-                self._tap.suspended = 1
-                for hooks, key, _ in self._globals:
-                    hooks.pop(key, None)
             self._depth += 1
+            if key in self._quiet_models:  # its submodules run without the global hooks (_suspend, inlined)
+                self._suspended_by = key
+                self._tap.suspended = 1
+                self._pre_hooks.pop(self._pre_key, None)
+                self._post_hooks.pop(self._post_key, None)
+                if key in self._driven:
+                    self.hook._on_top_forward_pre(module, args)
         except TrainingStopped:
             raise
         except Exception as exc:
@@ -93,8 +97,8 @@ class AutoLogger(Guarded, PyTorchJob):
         if not hook.knows(module):
             if not any(True for _ in module.parameters()):
                 return
-            hook.register_module(module)
-            hook._on_top_forward_pre(module, args)
+            hook.register_module(module, module_hooks=False)  # its passes reported by _pre and _resume
+            self._driven.add(id(module))
         if id(module) not in self._quiet_models:
             self._quiet_models.add(id(module))
             own_hook_dicts(module)
@@ -123,19 +127,23 @@ class AutoLogger(Guarded, PyTorchJob):
         ``_pre`` took them out when the pass began; a model called inside another one's forward pass is not seen by
         the global pre-hook, so its ``_resume`` finds another model's suspension and leaves it.
         """
-        if self._suspended_by != id(module):
+        key = id(module)
+        if self._suspended_by != key:
             return  # a model called inside another one's forward pass (or one that began before autolog)
         self._suspended_by = None
         self._tap.suspended = 0
         if not self._closed:  # the global hooks back (inlined: this runs at every step)
-            for hooks, key, fn in self._globals:
-                hooks[key] = fn
+            self._pre_hooks[self._pre_key] = self._pre_fn
+            self._post_hooks[self._post_key] = self._post_fn
         self._depth = max(0, self._depth - 1)  # the global post-hook missed this module's end
+        if key in self._driven:
+            self.hook._on_top_forward(module, args, output)
 
     def adopt(self, hook: Any) -> None:
         """Record with the script's own hook from now on (its settings were merged by :func:`join_autolog`)."""
         previous, self.hook = self.hook, hook
         self._settled.clear()  # the models are new to this hook
+        self._driven.clear()
         previous.disabled = True  # it never started: nothing was written
         log.info("trainspect: the script's own hook records this job into %s", hook.out_dir)
 
