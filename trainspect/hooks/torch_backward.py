@@ -122,24 +122,18 @@ def _failed(where: str, exc: Exception) -> None:
 
 
 def _notify(tensors: Any) -> None:
-    if type(tensors) is not torch.Tensor:  # a subclass (a Parameter), a list or a tuple: the general case
-        if isinstance(tensors, (list, tuple)):
-            if len(tensors) != 1:
-                return
-            tensors = tensors[0]
-        if not isinstance(tensors, torch.Tensor):
+    if isinstance(tensors, (list, tuple)):
+        if len(tensors) != 1:
             return
-    if tensors.numel() != 1:
+        tensors = tensors[0]
+    if not isinstance(tensors, torch.Tensor) or tensors.numel() != 1:
         return
-    if STATE.derived:
+    loss = tensors
+    if STATE.derived or STATE.factor != 1.0:  # a loss a framework scaled or normalised (else: the tensor itself)
         loss, factor = _loss_of(tensors)
         STATE.derived.clear()
         if factor != 1.0:
             loss = loss.detach() * factor
-    elif STATE.factor != 1.0:
-        loss = tensors.detach() * STATE.factor
-    else:
-        loss = tensors
     for listener in STATE.listeners:
         listener._on_backward(loss)
 
@@ -166,17 +160,13 @@ def _wrap_functional(original: Any, name: str) -> Any:
     @functools.wraps(original)
     def loss(*args: Any, **kwargs: Any) -> Any:
         state = STATE
-        if state.functional_depth or not state.listeners:  # inside another functional loss, or nobody listens
-            state.functional_depth += 1
-            try:
-                return original(*args, **kwargs)
-            finally:
-                state.functional_depth -= 1
-        state.functional_depth = 1
+        state.functional_depth += 1
         try:
             out = original(*args, **kwargs)
         finally:
-            state.functional_depth = 0
+            state.functional_depth -= 1
+        if state.functional_depth or not state.listeners:  # inside another functional loss, or nobody listens
+            return out
         try:
             frame = sys._getframe(1)  # a loss module's forward: recorded as that module (f_locals costs a dict)
             if frame.f_code.co_name != "forward" or not isinstance(frame.f_locals.get("self"), _Loss):

@@ -148,12 +148,16 @@ class RunWriter:
         for batch in batches:
             for item in batch:
                 if type(item) is ScalarStep:
-                    tb, step, wall = self._tb, item.global_step, item.wall_time
-                    for name, value, dtype, _ in item.scalars:
-                        if dtype.kind in "fiub" and not isinstance(value, complex):
-                            tb.scalar(tb_tag(name, item.mode), float(value), step, wall)
+                    self._write_tb_scalars(item)
                 else:
                     self._write_tb(*item)
+
+    def _write_tb_scalars(self, step: ScalarStep) -> None:
+        """A scalar-only step's TensorBoard scalars, from its Python values (what :meth:`_write_tb` makes of them)."""
+        assert self._tb is not None
+        for name, value, dtype, _ in step.scalars:
+            if dtype.kind in "fiub" and not isinstance(value, complex):
+                self._tb.scalar(tb_tag(name, step.mode), float(value), step.global_step, step.wall_time)
 
     def _write_tb(self, record: StepRecord, histograms: frozenset[str]) -> None:
         assert self._tb is not None
