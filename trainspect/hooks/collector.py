@@ -268,19 +268,20 @@ class Collector(Guarded):
         """
         if self._record is not None:
             self.end_step()
-        if self._closed:
-            return False
-        if not self._started:
+        if not self._started or self._closed:
+            if self._closed:
+                return False
             self.start()
-        self.global_step += 1
-        mode_step = self.mode_steps.get(self.mode, -1) + 1
-        self.mode_steps[self.mode] = mode_step
-        self._record_step = (self.mode, mode_step, self.global_step, time.time())
+        mode, global_step = self.mode, self.global_step + 1
+        mode_steps = self.mode_steps
+        mode_step = mode_steps[mode] = mode_steps.get(mode, -1) + 1
+        self.global_step = global_step
+        self._record_step = (mode, mode_step, global_step, time.time())
         self._record = {}
         state = self.state
         if state.open or state.closed:
             state.begin(False)  # refuses the transition
-        saving = self.planner.begin_step(self.mode, mode_step)
+        saving = self.planner.begin_step(mode, mode_step)
         if saving and self._tensor_queue is not None and self._tensor_queue.failed is not None:
             saving = False  # the writer disabled itself
         state.open, state.saving = True, saving  # IDLE → OPEN: StepState.begin, inlined (every step)
@@ -302,14 +303,15 @@ class Collector(Guarded):
         """Whether the writer disabled itself (disk full, …)."""
         return self._writer is not None and self._writer.failed
 
-    def end_step(self, scalars: list[Scalar] | None = None) -> StepRecord | None:
+    def end_step(self, scalars: list[Scalar] | None = None, known: bool = False) -> StepRecord | None:
         """Close the open step and hand its record to the writer; return the record (None if nothing).
 
-        ``scalars``: raw scalars to add first (see :meth:`add_scalars`). Unguarded, like :meth:`begin_step`.
+        ``scalars``: raw scalars to add first (see :meth:`add_scalars`); ``known``: each of their names was handed to
+        the writer before (its collections are recorded). Unguarded, like :meth:`begin_step`.
         """
-        if self._record is None or self._record_step is None:
-            return None
         tensors, key = self._record, self._record_step
+        if tensors is None or key is None:
+            return None
         self._last_step = key
         self._record = self._record_step = None
         state = self.state
@@ -317,10 +319,10 @@ class Collector(Guarded):
             state.end()  # refuses the transition
         state.open = state.saving = False  # OPEN → IDLE: StepState.end, inlined (every step)
         if self._scalars:
-            scalars, self._scalars = self._scalars + (scalars or []), []
+            scalars, self._scalars, known = self._scalars + (scalars or []), [], False
         if scalars:
             if not tensors:  # the common step: its loss only, handed to the writer as Python values
-                self._queue_scalars(key, scalars)
+                self._queue_scalars(key, scalars, known)
                 return None
             for scalar in scalars:
                 tensors[scalar[0]] = scalar_record(scalar)
@@ -331,16 +333,13 @@ class Collector(Guarded):
             self._submit(record)
         return record
 
-    def _queue_scalars(self, key: StepKey, scalars: list[Scalar]) -> None:
+    def _queue_scalars(self, key: StepKey, scalars: list[Scalar], known: bool) -> None:
         """Queue a scalar-only step at once (what a SIGKILL loses is bounded by the writer's interval)."""
         if self._writer is None:
             return
         self._writer.submit_scalars(key, scalars)
-        known = self._known_names
-        for scalar in scalars:
-            if scalar[0] not in known:
-                self._note_members([(name, colls) for name, _, _, colls in scalars])
-                return
+        if not known and not self._known_names.issuperset([s[0] for s in scalars]):
+            self._note_members([(name, colls) for name, _, _, colls in scalars])
 
     def _submit(self, record: StepRecord) -> None:
         assert self._writer is not None

@@ -38,7 +38,7 @@ it (gradient accumulation); in EVAL/PREDICT every forward pass is a step, ended 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["StepPhase", "StepState", "TrainingStep", "Captures"]
@@ -112,6 +112,11 @@ class Captures:
     """Module input/output hooks are attached for the step."""
     optimizer: bool
     """Optimizer variables (learning rate, momentum) are saved at ``optimizer.step()``."""
+    at_begin: bool = field(init=False)
+    """Anything is staged or attached when a step begins (weights, gradient or module hooks)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "at_begin", bool(self.params) or self.gradients or self.module_io)
 
 
 NO_CAPTURES = Captures(-1, (), False, False, False)

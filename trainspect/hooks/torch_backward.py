@@ -122,19 +122,20 @@ def _failed(where: str, exc: Exception) -> None:
 
 
 def _notify(tensors: Any) -> None:
-    if isinstance(tensors, (list, tuple)):
-        if len(tensors) != 1:
+    if not isinstance(tensors, torch.Tensor):
+        if not isinstance(tensors, (list, tuple)) or len(tensors) != 1 or not isinstance(tensors[0], torch.Tensor):
             return
         tensors = tensors[0]
-    if not isinstance(tensors, torch.Tensor) or tensors.numel() != 1:
+    if tensors.numel() != 1:
         return
     loss = tensors
-    if STATE.derived or STATE.factor != 1.0:  # a loss a framework scaled or normalised (else: the tensor itself)
+    state = STATE
+    if state.derived or state.factor != 1.0:  # a loss a framework scaled or normalised (else: the tensor itself)
         loss, factor = _loss_of(tensors)
-        STATE.derived.clear()
+        state.derived.clear()
         if factor != 1.0:
             loss = loss.detach() * factor
-    for listener in STATE.listeners:
+    for listener in state.listeners:
         listener._on_backward(loss)
 
 
@@ -142,16 +143,17 @@ def _wrap_backward(original: Any) -> Any:
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         state = STATE
-        if state.depth == 0 and state.listeners:
-            try:
-                _notify(tensors)
-            except Exception as exc:
-                _failed("backward", exc)
-        state.depth += 1
+        if state.depth or not state.listeners:  # a backward pass inside one (or nobody listens)
+            return original(tensors, *args, **kwargs)
+        try:
+            _notify(tensors)
+        except Exception as exc:
+            _failed("backward", exc)
+        state.depth = 1
         try:
             return original(tensors, *args, **kwargs)
         finally:
-            state.depth -= 1
+            state.depth = 0
 
     return backward
 
@@ -160,13 +162,13 @@ def _wrap_functional(original: Any, name: str) -> Any:
     @functools.wraps(original)
     def loss(*args: Any, **kwargs: Any) -> Any:
         state = STATE
-        state.functional_depth += 1
+        if state.functional_depth or not state.listeners:  # inside another functional loss (or nobody listens)
+            return original(*args, **kwargs)
+        state.functional_depth = 1
         try:
             out = original(*args, **kwargs)
         finally:
-            state.functional_depth -= 1
-        if state.functional_depth or not state.listeners:  # inside another functional loss, or nobody listens
-            return out
+            state.functional_depth = 0
         try:
             frame = sys._getframe(1)  # a loss module's forward: recorded as that module (f_locals costs a dict)
             if frame.f_code.co_name != "forward" or not isinstance(frame.f_locals.get("self"), _Loss):

@@ -22,7 +22,7 @@ from trainspect.exceptions import TrainingStopped
 from trainspect.hooks import torch_frameworks  # noqa: F401  (registers Lightning's and transformers' adapters)
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
-from trainspect.hooks.step_state import TrainingStep
+from trainspect.hooks.step_state import Captures, TrainingStep
 from trainspect.hooks.torch_backward import STATE as _TAP
 from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
@@ -33,6 +33,7 @@ from trainspect.modes import ModeKeys, parse_mode
 __all__ = ["Hook"]
 
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # modes whose steps end at optimizer.step()
+_Tensor = torch.Tensor
 BACKWARD_LOSS = "loss"
 """The name of the loss that ``.backward()`` was called on (collection ``losses``), as Keras names its loss."""
 
@@ -255,10 +256,15 @@ class Hook(HookAPI):
             captures = step.captures
             if captures.generation != collector.planner.generation:
                 step.captures = captures = decide_captures(collector, self._params)
-            for name, param in captures.params:
-                self.staging.stage(name, param, collector.plan(name))
-            if captures.gradients or captures.module_io:
-                self._step_hooks.attach(captures, self._params, self._submodules)
+            if captures.at_begin:
+                self._capture_at_begin(captures)
+
+    def _capture_at_begin(self, captures: Captures) -> None:
+        """Stage the weights the step saves (as its forward pass will use them) and attach its step hooks."""
+        for name, param in captures.params:
+            self.staging.stage(name, param, self.collector.plan(name))
+        if captures.gradients or captures.module_io:
+            self._step_hooks.attach(captures, self._params, self._submodules)
 
     def _end_step(self, final: bool = False) -> None:
         """End the open step. Device copies are read a step later unless something reads the record now."""
@@ -269,10 +275,10 @@ class Hook(HookAPI):
             if final and staging.late is not None:
                 staging.complete_late()
             return
-        scalars = self._losses.flush(staging, quiet) if self._losses.values else None
+        scalars, known = self._losses.flush(staging, quiet) if self._losses.values else (None, False)
         if staging.staged or staging.grads or staging.late is not None:
             staging.commit(defer=quiet and not final)
-        record = self.collector.end_step(scalars)
+        record = self.collector.end_step(scalars, known)
         if not quiet:
             self._extras.on_step_end(self.collector, record)
 
@@ -312,8 +318,11 @@ class Hook(HookAPI):
             return
         try:
             step = self._step
-            step.forward_depth = max(0, step.forward_depth - 1)
-            if step.forward_depth == 0 and not self._extras.quiet:
+            if step.forward_depth > 1:
+                step.forward_depth -= 1
+                return
+            step.forward_depth = 0
+            if not self._extras.quiet:
                 self._extras.on_forward_end()
         except Exception as exc:
             self._internal_error("_on_top_forward", exc)
@@ -348,7 +357,15 @@ class Hook(HookAPI):
 
     def _on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step."""
-        self._on_functional_loss(BACKWARD_LOSS, loss)
+        if self.disabled or not self._state.open:
+            return
+        if BACKWARD_LOSS not in self._loss_names:
+            self.record_loss(BACKWARD_LOSS, loss)
+            return
+        try:
+            self._losses.add(BACKWARD_LOSS, loss)  # record_loss's steady state, inlined (as _on_functional_loss)
+        except Exception as exc:
+            self._internal_error("_on_backward", exc)
 
     def _on_functional_loss(self, name: str, value: Any) -> None:
         """A functional loss (``F.mse_loss`` …) was computed outside a loss module: record it as that module's.
@@ -358,7 +375,7 @@ class Hook(HookAPI):
         """
         if self.disabled or not self._state.open:
             return
-        if name not in self._loss_names or not isinstance(value, torch.Tensor):
+        if name not in self._loss_names or not isinstance(value, _Tensor):
             self.record_loss(name, value)
             return
         try:

@@ -126,28 +126,33 @@ class StepLosses:
         """Whether ``value`` is the tensor recorded last in the open step (under any name)."""
         return self._last is not None and self._last[0] is value
 
-    def flush(self, staging: StepStaging, quiet: bool) -> list[Scalar]:
+    def flush(self, staging: StepStaging, quiet: bool) -> tuple[list[Scalar], bool]:
         """Stage the step's losses: one value each, the mean of its micro-batches' (also saved as ``*_micro_batches``).
 
         ``quiet``: nothing reads the step's record, so a plain scalar loss skips NumPy: those are returned, for
-        ``Collector.end_step``.
+        ``Collector.end_step``, with whether each was returned so before (its name is known to the collector).
         """
         losses, self.values, self._last = self.values, {}, None
         more = self._more
+        generation = staging.collector.planner.generation
+        if generation != self._generation:
+            self._plans, self._scalars, self._generation = {}, {}, generation
+        scalars: list[Scalar] = []
         if more:
             self._more = {}
-        planner = staging.collector.planner
-        if planner.generation != self._generation:
-            self._plans, self._scalars, self._generation = {}, {}, planner.generation
-        raw_only = self._scalars if quiet and not more else {}
-        scalars: list[Scalar] = []
-        for name, value in losses.items():
-            colls = raw_only.get(name)
-            if colls is not None and type(value) is tuple:  # the common step: one host scalar, saved as it is
+        elif quiet:  # the common step: one host scalar per loss, each saved as it is and as it was before
+            raw_only = self._scalars
+            for name, value in losses.items():
+                colls = raw_only.get(name)
+                if colls is None or type(value) is not tuple:
+                    break
                 scalars.append((name, value[0], value[1], colls))
             else:
-                self._flush_one(staging, name, more.get(name) or [value], quiet, scalars)
-        return scalars
+                return scalars, True
+            scalars = []
+        for name, value in losses.items():
+            self._flush_one(staging, name, more.get(name) or [value], quiet, scalars)
+        return scalars, False
 
     def _flush_one(
         self, staging: StepStaging, name: str, values: list[HostScalar | torch.Tensor], quiet: bool,

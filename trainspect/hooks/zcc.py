@@ -72,20 +72,24 @@ class AutoLogger(Guarded, PyTorchJob):
         if self.disabled:
             return
         try:
-            if isinstance(module, self._loss_type):
-                self._loss_depth += 1
-                return
             key = id(module)
-            if self._depth == 0 and key not in self._settled:
-                self._top_level(module, args)
-            self._depth += 1
-            if key in self._quiet_models:  # its submodules run without the global hooks (_suspend, inlined)
-                self._suspended_by = key
-                self._tap.suspended = 1
-                self._pre_hooks.pop(self._pre_key, None)
-                self._post_hooks.pop(self._post_key, None)
-                if key in self._driven:
-                    self.hook._on_top_forward_pre(module, args)
+            if self._depth or key not in self._driven:  # else the steady state: a model found before, at top level
+                if isinstance(module, self._loss_type):
+                    self._loss_depth += 1
+                    return
+                if self._depth == 0 and key not in self._settled:
+                    self._top_level(module, args)
+                self._depth += 1
+                if key not in self._quiet_models:
+                    return
+            else:
+                self._depth = 1
+            self._suspended_by = key  # its submodules run without the global hooks (_suspend, inlined)
+            self._tap.suspended = 1
+            self._pre_hooks.pop(self._pre_key, None)
+            self._post_hooks.pop(self._post_key, None)
+            if key in self._driven:
+                self.hook._on_top_forward_pre(module, args)
         except TrainingStopped:
             raise
         except Exception as exc:
@@ -135,7 +139,8 @@ class AutoLogger(Guarded, PyTorchJob):
         if not self._closed:  # the global hooks back (inlined: this runs at every step)
             self._pre_hooks[self._pre_key] = self._pre_fn
             self._post_hooks[self._post_key] = self._post_fn
-        self._depth = max(0, self._depth - 1)  # the global post-hook missed this module's end
+        if self._depth:
+            self._depth -= 1  # the global post-hook missed this module's end
         if key in self._driven:
             self.hook._on_top_forward(module, args, output)
 
