@@ -33,9 +33,11 @@ __all__ = ["FINDER", "framework_targets"]
 
 
 def _wrap_closure_result(original: Any) -> Any:
+    func = original.__func__
+
     @functools.wraps(original)
     def from_training_step_output(cls: Any, training_step_output: Any, normalize: int = 1) -> Any:
-        result = original.__func__(cls, training_step_output, normalize)
+        result = func(cls, training_step_output, normalize)
         if normalize == 1:  # the closure's loss is training_step's divided by 1: the same value
             return result
         closure = getattr(result, "closure_loss", None)

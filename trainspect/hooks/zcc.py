@@ -48,6 +48,7 @@ class AutoLogger(Guarded, PyTorchJob):
         self.hook = hook
         self.hook_kwargs = dict(hook_kwargs or {})
         self.companions = list(companions or [])
+        self.disabled = False  # an instance attribute: read at every module call outside a model's forward pass
         self._loss_type = torch.nn.modules.loss._Loss
         self._depth = 0
         self._loss_depth = 0
