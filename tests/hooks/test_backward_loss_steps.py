@@ -204,3 +204,28 @@ def test_an_internal_failure_in_the_tap_never_reaches_training(tmp_path, monkeyp
     # the tap stopped listening at the first failure (after step 0's functional loss); the hook itself goes on
     assert trial.tensor("MSELoss_output_0").steps() == [0] and "loss" not in trial.tensor_names()
     assert not hook.disabled
+
+
+def test_a_loss_first_recorded_mid_run_is_listed_before_the_hook_closes(tmp_path) -> None:
+    """Steps that save only known losses skip the membership check; a new loss name still reaches the file."""
+    import json
+
+    model, out = _model(), tmp_path / "run"
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    hook = ts.torch.Hook(str(out))
+    hook.register_module(model)
+    for i, (x, y) in enumerate(_batches(10)):
+        opt.zero_grad()
+        pred = model(x)
+        loss = F.mse_loss(pred, y) if i >= 5 else (pred - y).pow(2).mean()  # a functional loss from step 5
+        loss.backward()
+        opt.step()
+    assert hook.flush(30)
+    files = list(out.rglob("collections.json"))
+    assert len(files) == 1
+    members = json.loads(files[0].read_text())["collections"]["losses"]["tensor_names"]
+    assert {"loss", "MSELoss_output_0"} <= set(members)  # written while the hook is still open
+    hook.close()
+    trial = ts.create_trial(str(out))
+    assert trial.tensor("MSELoss_output_0").steps() == [5, 6, 7, 8, 9]
+    assert trial.tensor("loss").steps() == list(range(10))
