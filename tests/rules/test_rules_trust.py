@@ -176,3 +176,26 @@ def test_overfit_needs_a_rising_validation_loss_not_a_static_gap():
     v = _run(Overfit(), phases([1.0, 0.9, 1.1, 1.3]))
     assert v.status.value == "IssuesFound" and "rising" in v.message and v.triggers == 2
     assert _run(Overfit(literal=True), phases([1.0, 0.95, 1.0, 0.97])).triggers == 4
+
+
+def test_overfit_says_when_validation_and_training_losses_look_like_different_units():
+    """pytorch/examples' MNIST sums its test loss over each batch and averages its training loss."""
+    from rules_synth import step, tensor
+
+    from trainspect.modes import ModeKeys
+
+    def phases(train, vals):
+        out, n = [], 0
+        for val in vals:
+            for _ in range(5):
+                out.append(step(n, [tensor("loss", np.float32(train), ["losses"])], ModeKeys.TRAIN))
+                n += 1
+            out.append(step(n, [tensor("loss", np.float32(val), ["losses"])], ModeKeys.EVAL))
+            n += 1
+        return out
+
+    summed = _run(Overfit(), phases(2.2, [1170.0, 1104.0, 1090.0]))
+    assert summed.status.value == "NoIssuesFound" and "different units" in summed.message
+    assert "531.8x the training loss" in summed.message
+    same_units = _run(Overfit(), phases(0.5, [0.6, 0.55, 0.56]))
+    assert same_units.status.value == "NoIssuesFound" and "different units" not in same_units.message

@@ -22,6 +22,11 @@ TRAIN_WINDOW = 20
 MIN_RISE = 0.1
 """Smallest relative rise of the validation loss above its best that counts (besides the noise test)."""
 
+SCALE_HINT = 50.0
+"""A first evaluation's loss this many times the training loss is more likely another unit than a model that bad
+(pytorch/examples' MNIST sums its test loss over 1,000-sample batches and averages its training loss): the verdict's
+message says so."""
+
 
 @dataclass
 class _State:
@@ -33,6 +38,7 @@ class _State:
     best: Window | None = None
     best_values: list[float] = field(default_factory=list)
     first: Window | None = None
+    scale: float | None = None  # the first evaluation's loss over the training loss, when above SCALE_HINT
     streak: int = 0
     evaluations: int = 0
 
@@ -143,11 +149,19 @@ class Overfit(TensorRule):
         )
         if best is None:
             detail += "first evaluation"
+            if train.mean > 0 and val.mean > SCALE_HINT * train.mean:
+                state.scale = val.mean / train.mean
         else:
             detail += f"best validation loss {fmt(best.mean)} (steps {best.steps()}), " + (
                 "rising" if rising else "not rising beyond its noise"
             )
         detail += f" ({state.streak}/{self.patience} in a row)"
+        if state.scale is not None:
+            detail += (
+                f"; the first validation loss was {fmt(state.scale)}x the training loss: if one is summed over its "
+                "batch (reduction='sum') and the other averaged, the gap compares different units "
+                "(the rise test does not)"
+            )
         if best is None or val.mean < best.mean:
             state.best, state.best_values = val, list(values)
         return Check(gap, state.streak >= self.patience, (), detail)
