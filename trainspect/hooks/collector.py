@@ -268,9 +268,9 @@ class Collector(Guarded):
         """
         if self._record is not None:
             self.end_step()
-        if not self._started or self._closed:
-            if self._closed:
-                return False
+        if self._closed:
+            return False
+        if not self._started:
             self.start()
         mode, global_step = self.mode, self.global_step + 1
         mode_steps = self.mode_steps

@@ -33,7 +33,6 @@ from trainspect.modes import ModeKeys, parse_mode
 __all__ = ["Hook"]
 
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # modes whose steps end at optimizer.step()
-_Tensor = torch.Tensor
 BACKWARD_LOSS = "loss"
 """The name of the loss that ``.backward()`` was called on (collection ``losses``), as Keras names its loss."""
 
@@ -357,15 +356,7 @@ class Hook(HookAPI):
 
     def _on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step."""
-        if self.disabled or not self._state.open:
-            return
-        if BACKWARD_LOSS not in self._loss_names:
-            self.record_loss(BACKWARD_LOSS, loss)
-            return
-        try:
-            self._losses.add(BACKWARD_LOSS, loss)  # record_loss's steady state, inlined (as _on_functional_loss)
-        except Exception as exc:
-            self._internal_error("_on_backward", exc)
+        self._on_functional_loss(BACKWARD_LOSS, loss)
 
     def _on_functional_loss(self, name: str, value: Any) -> None:
         """A functional loss (``F.mse_loss`` …) was computed outside a loss module: record it as that module's.
@@ -375,7 +366,7 @@ class Hook(HookAPI):
         """
         if self.disabled or not self._state.open:
             return
-        if name not in self._loss_names or not isinstance(value, _Tensor):
+        if name not in self._loss_names or not isinstance(value, torch.Tensor):
             self.record_loss(name, value)
             return
         try:
