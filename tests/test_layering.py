@@ -47,6 +47,7 @@ def test_importing_trainspect_loads_no_framework() -> None:
 # --- dependencies between modules ------------------------------------------------------------------------------
 
 LAYERS: tuple[tuple[str, ...], ...] = (
+    ("shard",),
     ("modes", "env", "reductions", "_progress", "_version"),
     ("exceptions",),
     ("config",),

@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 
 from trainspect.modes import ModeKeys
+from trainspect.shard import Shard
 
 __all__ = ["ReductionKey", "StepKey", "TensorRecord", "StepRecord", "Scalar", "ScalarStep", "scalar_record"]
 
@@ -19,13 +20,19 @@ StepKey = tuple[ModeKeys, int, int, float]
 
 @dataclass(frozen=True)
 class TensorRecord:
-    """One tensor at one step: its raw value (when saved) and/or its reductions."""
+    """One tensor at one step: its raw value (when saved) and/or its reductions.
+
+    A sharded tensor's record holds this rank's piece: ``shard`` says where it sits in the full tensor, ``partials``
+    (keys :data:`trainspect.shard.PARTIAL_KEYS`) let the full tensor's reductions be combined across the pieces.
+    """
 
     name: str
     value: np.ndarray | None = None
     reductions: dict[ReductionKey, float] = field(default_factory=dict)
     collections: frozenset[str] = frozenset()
     shape: tuple[int, ...] | None = None
+    shard: Shard | None = None
+    partials: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)
