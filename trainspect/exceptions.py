@@ -82,15 +82,22 @@ def mode_name(mode: object) -> str:
 
 
 class TensorUnavailableForStep(TrainspectError, KeyError):
-    """The tensor exists, but not at this step (and never will)."""
+    """The tensor exists, but not at this step (and never will).
 
-    def __init__(self, name: str, step: int, mode: object = None, has_reductions: bool = False) -> None:
-        self.name, self.step, self.mode, self.has_reductions = name, step, mode, has_reductions
+    ``detail`` says why, when there is more to say (a sharded tensor whose pieces do not make the full tensor).
+    """
+
+    def __init__(
+        self, name: str, step: int, mode: object = None, has_reductions: bool = False, detail: str = ""
+    ) -> None:
+        self.name, self.step, self.mode, self.has_reductions, self.detail = name, step, mode, has_reductions, detail
         text = f"tensor {name!r} is not available at step {step}"
         if mode is not None:
             text += f" (mode {mode_name(mode)})"
         if has_reductions:
             text += "; only reductions were saved: use reduction_value()"
+        if detail:
+            text += f"; {detail}"
         super().__init__(text)
 
     def __str__(self) -> str:

@@ -10,13 +10,18 @@ import numpy as np
 
 from trainspect.collections import Collection
 from trainspect.modes import ModeKeys
+from trainspect.shard import Shard
 
 __all__ = ["Entry", "StepInfo", "TrialIndex"]
 
 
 @dataclass(slots=True)
 class Entry:
-    """Where one tensor of one step of one worker is stored, and its saved reductions."""
+    """Where one tensor of one step of one worker is stored, and its saved reductions.
+
+    A sharded tensor's entry is one worker's piece: ``shard`` says where it sits in the full tensor, ``partials``
+    holds the piece's partial statistics (:data:`trainspect.shard.PARTIAL_KEYS`).
+    """
 
     file: str | None
     offset: int
@@ -26,6 +31,8 @@ class Entry:
     reductions: dict[str, Any] | None
     codec: int = 0  # 0: trainspect raw record, 1: smdebug TFRecord event
     inline: Any = None  # a one-element value stored in the index entry itself
+    shard: Shard | None = None
+    partials: dict[str, float] | None = None
 
     @property
     def has_value(self) -> bool:

@@ -19,6 +19,7 @@ from trainspect.store.index import Entry, TrialIndex
 from trainspect.store.jsonfile import DictOf, ListOf, Obj, load_json
 from trainspect.store.layout import RunLayout
 from trainspect.store.nogc import paused_gc
+from trainspect.store.pieces import parse_partials, parse_shard
 from trainspect.store.run_writer import COLLECTIONS_FILE
 from trainspect.store.tensor_file import INDEX_PREFIX, KIND_INDEX
 
@@ -107,12 +108,29 @@ class TrainspectSource:
             self.corrupt_records += 1
             self._warn(f"{folder}#entries", f"{folder}: skipped an index record of the wrong shape")
             return
+        if b'"sh":' in payload or b'"pt":' in payload:  # a sharded tensor's piece (a cheap test for every record)
+            self._add_piece_fields(doc.get("e", ()), entries, folder, gs)
         index.add_step(worker, gs, mode, mode_step, wall)
         if not self._data_file_exists(data_file):
             self._warn(data_file, f"{data_file} is missing: the raw tensor values its index points to cannot be read "
                                   "(losses and saved reductions stay readable)")  # fmt: skip
         for name, entry in entries:
             index.add_tensor(name, gs, worker, entry)
+
+    def _add_piece_fields(self, docs: list[dict[str, Any]], entries: list[tuple[str, Entry]], folder: Path,
+                          step: int) -> None:  # fmt: skip
+        """Give the entries their ``shard`` and ``partials``; a malformed one is dropped with one warning per worker."""
+        for doc, (name, entry) in zip(docs, entries, strict=True):
+            for key, parse, field in (("sh", parse_shard, "shard"), ("pt", parse_partials, "partials")):
+                if key not in doc:
+                    continue
+                try:
+                    setattr(entry, field, parse(doc[key], entry.shape))
+                except (ValueError, TypeError) as exc:
+                    self._warn(f"{folder}#{key}", f"{folder}: dropped the malformed {field} description ({key!r}) of "
+                                                  f"{name} at step {step} ({exc}), and any later one of this worker "
+                                                  "without another warning; the piece stays readable with "
+                                                  f'value(step, worker="{folder.name}")')  # fmt: skip
 
     def _data_file_exists(self, path: str) -> bool:
         known = self._data_files.get(path)

@@ -1,4 +1,8 @@
-"""One saved tensor across steps, modes and workers (spec 5.6 ``Tensor``)."""
+"""One saved tensor across steps, modes and workers (spec 5.6 ``Tensor``).
+
+A sharded tensor (each rank recorded its piece, with a :class:`~trainspect.shard.Shard`) reads as the full tensor,
+assembled from the pieces (its reductions combined from their partial statistics); ``worker=`` reads one piece.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +13,12 @@ import numpy as np
 
 from trainspect.exceptions import TensorUnavailableForStep
 from trainspect.modes import ModeKeys, parse_mode
-from trainspect.reductions import Reduction, format_key, reduce
+from trainspect.reductions import NAMES, Reduction, format_key, reduce, reduce_from_partials
+from trainspect.shard import Shard
 from trainspect.step import ReductionKey
 from trainspect.store.framing import CorruptRecord
 from trainspect.store.index import Entry, Source, TrialIndex
+from trainspect.store.pieces import Pieces, assemble, full_partials, reference_shard, select_pieces
 
 __all__ = ["Tensor"]
 
@@ -38,6 +44,23 @@ def _reduction(text: str, absolute: bool = False) -> ReductionKey:
     return Reduction(red.name, red.absolute or absolute)
 
 
+def _sharded(per_worker: dict[str, Entry], first: Entry) -> bool:
+    """Whether a step's entries are pieces of a sharded tensor (one test for an unsharded single worker's step)."""
+    return first.shard is not None or (len(per_worker) > 1 and any(e.shard is not None for e in per_worker.values()))
+
+
+def _from_partials(partials: dict[str, float]) -> dict[ReductionKey, float]:
+    """Every reduction (plain and ``abs_``) the partial statistics give."""
+    out: dict[ReductionKey, float] = {}
+    for name in NAMES:
+        for absolute in (False, True):
+            try:
+                out[Reduction(name, absolute)] = reduce_from_partials(partials, name, absolute)
+            except KeyError:
+                continue  # a statistic it needs was not saved
+    return out
+
+
 class Tensor:
     """A tensor of a :class:`~trainspect.store.trial.Trial`; get it with ``trial.tensor(name)``."""
 
@@ -47,6 +70,7 @@ class Tensor:
         self._index = index
         self._source = source
         self._warned_corrupt = False
+        self._warned_pieces = False
 
     def _by_step(self) -> dict[int, dict[str, Entry]]:
         return self._index.tensors.get(self.name, {})
@@ -74,7 +98,7 @@ class Tensor:
         """Return the workers that saved this tensor at a step."""
         return sorted(self._by_step().get(self._global(step, mode), {}))
 
-    def _entry(self, step: int, mode: ModeKeys | str, worker: str | None) -> Entry:
+    def _per_worker(self, step: int, mode: ModeKeys | str) -> dict[str, Entry]:
         gs = self._global(step, mode)
         per_worker = self._by_step().get(gs)
         if per_worker is None:
@@ -82,11 +106,45 @@ class Tensor:
             per_worker = self._by_step().get(gs)
         if not per_worker:
             raise TensorUnavailableForStep(self.name, step, parse_mode(mode))
+        return per_worker
+
+    def _pick(self, per_worker: dict[str, Entry], step: int, mode: ModeKeys | str, worker: str | None) -> Entry:
         if worker is None:
-            worker = sorted(per_worker)[0]
+            return per_worker[min(per_worker)]
         if worker not in per_worker:
             raise TensorUnavailableForStep(self.name, step, f"{parse_mode(mode).name}, worker {worker}")
         return per_worker[worker]
+
+    def _entry(self, step: int, mode: ModeKeys | str, worker: str | None) -> Entry:
+        return self._pick(self._per_worker(step, mode), step, mode, worker)
+
+    def _pieces(self, per_worker: dict[str, Entry], step: int, mode: ModeKeys | str) -> Pieces:
+        """The pieces that make the full tensor of a step.
+
+        Raises:
+            TensorUnavailableForStep: they do not (the message names the workers present and absent).
+        """
+        pieces = select_pieces(per_worker, self._index.workers)
+        assert pieces is not None  # called for sharded steps only
+        if not pieces.complete:
+            raise TensorUnavailableForStep(self.name, step, parse_mode(mode), detail=pieces.problem())
+        return pieces
+
+    def _full(self, pieces: Pieces, step: int, mode: ModeKeys | str, reduction: bool = False) -> np.ndarray:
+        """The full tensor assembled from its pieces' raw values."""
+        bare = [w for w, e in pieces.chosen if not e.has_value]
+        if bare:
+            need = "every piece's partial statistics or raw value" if reduction else "every piece's raw value"
+            raise TensorUnavailableForStep(
+                self.name, step, parse_mode(mode), has_reductions=not reduction and self._has_reductions(pieces),
+                detail=f"it is sharded and the full tensor needs {need}: the pieces of {', '.join(bare)} have no raw "
+                       "value; worker= reads one piece",
+            )  # fmt: skip
+        return assemble(pieces, [self._read(e, step, mode) for _, e in pieces.chosen])
+
+    @staticmethod
+    def _has_reductions(pieces: Pieces) -> bool:
+        return all(e.partials is not None for _, e in pieces.chosen)
 
     def _read(self, entry: Entry, step: int, mode: ModeKeys | str) -> np.ndarray:
         if not entry.has_value:
@@ -103,13 +161,25 @@ class Tensor:
     def value(self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None) -> np.ndarray:
         """Return the saved value at a step (global step, or a mode step with ``mode``).
 
+        A sharded tensor's value is the full tensor, assembled from every worker's piece (DTensor's
+        ``full_tensor()``); ``worker=`` returns that worker's piece as it was stored.
+
         Raises:
-            TensorUnavailableForStep: not saved at that step, only reductions were saved, or the record is corrupt.
+            TensorUnavailableForStep: not saved at that step, only reductions were saved, the record is corrupt, or
+                the pieces of a sharded tensor do not make the full tensor (the message names the workers).
         """
-        return self._read(self._entry(step, mode, worker), step, mode)
+        per_worker = self._per_worker(step, mode)
+        entry = self._pick(per_worker, step, mode, worker)
+        if worker is None and _sharded(per_worker, entry):
+            return self._full(self._pieces(per_worker, step, mode), step, mode)
+        return self._read(entry, step, mode)
 
     def values(self, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None) -> dict[int, np.ndarray]:
-        """Return ``{step: value}`` for every step with a raw value (corrupt records are skipped)."""
+        """Return ``{step: value}`` for every step with a raw value (corrupt records are skipped).
+
+        A sharded tensor's steps are assembled (steps whose pieces do not make the full tensor are skipped, named once
+        in the Trial's problems); ``worker=`` returns that worker's pieces.
+        """
         mode = parse_mode(mode)
         out: dict[int, np.ndarray] = {}
         by_step = self._by_step()
@@ -118,13 +188,29 @@ class Tensor:
             if not per_worker:
                 continue
             entry = per_worker.get(worker) if worker is not None else per_worker[min(per_worker)]
-            if entry is None or not entry.has_value:
+            if entry is None:
+                continue
+            if worker is None and (entry.shard is not None or len(per_worker) > 1) and _sharded(per_worker, entry):
+                self._assembled_into(out, per_worker, step, mode)
+                continue
+            if not entry.has_value:
                 continue  # only reductions (or another worker) at this step: nothing to raise per step
             try:
                 out[step] = self._read(entry, step, mode)
             except TensorUnavailableForStep:
                 continue
         return out
+
+    def _assembled_into(
+        self, out: dict[int, np.ndarray], per_worker: dict[str, Entry], step: int, mode: ModeKeys
+    ) -> None:
+        """Put a sharded step's full value into ``out``, or skip the step (naming the first such step once)."""
+        try:
+            out[step] = self._full(self._pieces(per_worker, step, mode), step, mode)
+        except TensorUnavailableForStep as exc:
+            if not self._warned_pieces and exc.detail:
+                self._warned_pieces = True
+                self._trial._note(f"values() skipped steps of {self.name} that cannot be assembled, first {exc}")
 
     def reduction_value(
         self,
@@ -136,30 +222,84 @@ class Tensor:
     ) -> float:
         """Return a reduction: the saved one, or computed from the raw value.
 
+        A sharded tensor's is the full tensor's, combined from every piece's partial statistics (else reduced from
+        the assembled value); with ``worker=``, the piece's own (saved, else from its partial statistics, else from
+        its raw value).
+
         Raises:
-            TensorUnavailableForStep: neither the reduction nor the raw value was saved.
+            TensorUnavailableForStep: neither the reduction nor the raw value was saved, or the pieces of a sharded
+                tensor do not make the full tensor.
         """
-        entry = self._entry(step, mode, worker)
+        per_worker = self._per_worker(step, mode)
+        entry = self._pick(per_worker, step, mode, worker)
         name, absolute = _reduction(reduction_name, abs)
+        if worker is None and _sharded(per_worker, entry):
+            return self._full_reduction(self._pieces(per_worker, step, mode), name, absolute, step, mode)
         key = format_key(name, absolute)
         if entry.reductions and key in entry.reductions:
             return float(entry.reductions[key])
+        if entry.partials is not None:
+            try:
+                return reduce_from_partials(entry.partials, name, absolute)
+            except KeyError:
+                pass  # a statistic it needs was not saved: from the raw value
         return reduce(self._read(entry, step, mode), name, absolute)
+
+    def _full_reduction(self, pieces: Pieces, name: str, absolute: bool, step: int, mode: ModeKeys | str) -> float:
+        partials = full_partials(pieces)
+        if partials is not None:
+            try:
+                return reduce_from_partials(partials, name, absolute)
+            except KeyError:
+                pass
+        return reduce(self._full(pieces, step, mode, reduction=True), name, absolute)
 
     def reduction_values(
         self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None
     ) -> dict[ReductionKey, float]:
-        """Return the saved reductions of a step as ``{Reduction(name, abs): value}`` (keys equal ``(name, abs)``)."""
-        entry = self._entry(step, mode, worker)
-        return {_reduction(key): float(value) for key, value in (entry.reductions or {}).items()}
+        """Return the saved reductions of a step as ``{Reduction(name, abs): value}`` (keys equal ``(name, abs)``).
+
+        A sharded tensor's are the full tensor's: every reduction its pieces' partial statistics give, else the
+        pieces' saved ones reduced from the assembled value. With ``worker=``, the piece's saved reductions and
+        those its partial statistics give.
+
+        Raises:
+            TensorUnavailableForStep: not saved at that step, or the pieces of a sharded tensor do not make the full
+                tensor.
+        """
+        per_worker = self._per_worker(step, mode)
+        entry = self._pick(per_worker, step, mode, worker)
+        if worker is None and _sharded(per_worker, entry):
+            return self._full_reductions(self._pieces(per_worker, step, mode), step, mode)
+        saved = {_reduction(key): float(value) for key, value in (entry.reductions or {}).items()}
+        if entry.partials is not None:
+            saved = {**_from_partials(entry.partials), **saved}
+        return saved
+
+    def _full_reductions(self, pieces: Pieces, step: int, mode: ModeKeys | str) -> dict[ReductionKey, float]:
+        partials = full_partials(pieces)
+        if partials is not None:
+            return _from_partials(partials)
+        keys = {_reduction(key) for _, e in pieces.chosen for key in (e.reductions or {})}
+        if not keys or not all(e.has_value for _, e in pieces.chosen):
+            return {}
+        value = self._full(pieces, step, mode)
+        return {key: reduce(value, *key) for key in sorted(keys)}
 
     def shape(self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL, worker: str | None = None) -> tuple[int, ...]:
         """Return the shape at a step (saved with the raw value, or with ``save_shape``).
 
+        A sharded tensor's is the full tensor's; with ``worker=``, the piece's.
+
         Raises:
             TensorUnavailableForStep: no shape was saved.
         """
-        entry = self._entry(step, mode, worker)
+        per_worker = self._per_worker(step, mode)
+        entry = self._pick(per_worker, step, mode, worker)
+        if worker is None and _sharded(per_worker, entry):
+            ref = reference_shard(per_worker)
+            assert ref is not None
+            return ref.global_shape
         if entry.shape is None:
             raise TensorUnavailableForStep(self.name, step, parse_mode(mode))
         return entry.shape
@@ -167,6 +307,25 @@ class Tensor:
     def shapes(self, mode: ModeKeys | str = ModeKeys.GLOBAL) -> dict[int, tuple[int, ...]]:
         """Return ``{step: shape}``."""
         return {s: self.shape(s, mode) for s in self.steps(mode)}
+
+    def shard(self, step: int, worker: str | None = None, mode: ModeKeys | str = ModeKeys.GLOBAL) -> Shard | None:
+        """Return where a worker's piece sits in the full tensor (None: not a piece of a sharded tensor).
+
+        ``worker=None`` is the first worker that saved the step.
+
+        Raises:
+            TensorUnavailableForStep: the worker did not save the tensor at that step.
+        """
+        return self._entry(step, mode, worker).shard
+
+    def is_sharded(self, step: int, mode: ModeKeys | str = ModeKeys.GLOBAL) -> bool:
+        """Return whether the tensor was saved as pieces of a sharded tensor at a step.
+
+        Raises:
+            TensorUnavailableForStep: not saved at that step.
+        """
+        per_worker = self._per_worker(step, mode)
+        return any(e.shard is not None for e in per_worker.values())
 
     def prev_steps(self, step: int, n: int, mode: ModeKeys | str = ModeKeys.GLOBAL) -> list[int]:
         """Return up to ``n`` saved steps before ``step``, oldest first."""

@@ -170,6 +170,10 @@ class TensorFileWriter:
             entry["s"] = list(t.shape)
         if t.reductions:
             entry["r"] = {reduction_key(n, a): _float(float(v)) for (n, a), v in t.reductions.items()}
+        if t.shard is not None:
+            entry["sh"] = t.shard.to_dict()
+        if t.partials is not None:
+            entry["pt"] = {key: _float(float(v)) for key, v in t.partials.items()}
         return entry
 
     def _append(self, data: bytes | memoryview) -> None:
