@@ -100,3 +100,26 @@ def end_run(run: Path, verdicts: list[Verdict] | None = None, end: bool = True) 
     if end:
         mark_job_end(layout)
     return run
+
+
+def write_worker_tensors(run: Path, worker: str, records: list[StepRecord], end: bool = False) -> None:
+    """Write one worker's tensor step records (a run of several workers: one call per worker, ``end`` on the last).
+
+    The collections the records name are written with them; ``end`` also writes the end-of-job marker.
+    """
+    writer = RunWriter(RunLayout(run), worker, tensorboard=False, chief=end)
+    writer.start()
+    manager = CollectionManager()
+    members: dict[str, set[str]] = {}
+    for rec in records:
+        writer.submit(rec)
+        for t in rec.tensors.values():
+            for c in t.collections:
+                members.setdefault(c, set()).add(t.name)
+    for cname in members:
+        manager.get(cname)
+    doc: dict[str, Any] = manager.to_dict()
+    for cname, names in members.items():
+        doc[cname]["tensor_names"] = sorted(set(doc[cname].get("tensor_names", [])) | names)
+    writer.write_collections(doc)
+    writer.close(end_job=end)

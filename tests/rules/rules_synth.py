@@ -26,6 +26,7 @@ def step(
     mode: ModeKeys = ModeKeys.TRAIN,
     mode_step: int | None = None,
     wall: float | None = None,
+    worker: str = "worker_0",
 ) -> StepData:
     if not isinstance(roles, Mapping):
         roles = {"main": roles}
@@ -34,15 +35,19 @@ def step(
         mode,
         n if mode_step is None else mode_step,
         float(n) if wall is None else wall,
-        "worker_0",
+        worker,
         {k: tuple(v) for k, v in roles.items()},
     )
 
 
 def record(
-    n: int, tensors: list[TensorRecord], mode: ModeKeys = ModeKeys.TRAIN, wall: float | None = None
+    n: int,
+    tensors: list[TensorRecord],
+    mode: ModeKeys = ModeKeys.TRAIN,
+    wall: float | None = None,
+    worker: str = "worker_0",
 ) -> StepRecord:
-    return StepRecord(mode, n, n, float(n) if wall is None else wall, "worker_0", {t.name: t for t in tensors})
+    return StepRecord(mode, n, n, float(n) if wall is None else wall, worker, {t.name: t for t in tensors})
 
 
 def run(rule: TensorRule, steps: Iterable[StepData]) -> Verdict:
@@ -65,3 +70,13 @@ def write_run(path: object, records: list[StepRecord], end: bool = True) -> str:
     synthetic_run.start_run(Path(str(path)), "test-job", {"framework": "numpy", "config": {}})
     synthetic_run.write_tensors(Path(str(path)), records, end)
     return str(path)
+
+
+def write_workers_run(path: object, by_worker: Mapping[str, list[StepRecord]], end: bool = True) -> str:
+    """Write a run of several workers (each worker's StepRecords through the store's writer); ``end``: the job ended."""
+    run = Path(str(path))
+    synthetic_run.start_run(run, "test-job", {"framework": "numpy", "config": {}, "world_size": len(by_worker)})
+    names = list(by_worker)
+    for i, worker in enumerate(names):
+        synthetic_run.write_worker_tensors(run, worker, by_worker[worker], end=end and i == len(names) - 1)
+    return str(run)

@@ -40,6 +40,8 @@ from trainspect.rules.unchanged_tensor import UnchangedTensor
 from trainspect.rules.vanishing_gradient import VanishingGradient
 from trainspect.rules.verdict import Series, Status, Verdict, read_verdicts, write_verdicts
 from trainspect.rules.weight_update_ratio import WeightUpdateRatio
+from trainspect.rules.worker_tally import WorkerTally
+from trainspect.rules.worker_verdicts import combine_workers
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -80,6 +82,8 @@ __all__ = [
     "Verdict",
     "Webhook",
     "WeightUpdateRatio",
+    "WorkerTally",
+    "combine_workers",
     "default_registry",
     "default_rules",
     "evaluate",

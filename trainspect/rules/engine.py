@@ -1,8 +1,9 @@
 """Offline evaluation: every rule over a trial's whole step range, one verdict per rule.
 
 Unlike SageMaker, which stops a rule at its first trigger, the engine evaluates the whole range and counts
-every triggering step. The inputs of all tensor rules are fetched once per tensor (see
-:class:`~trainspect.rules.trial_feed.TrialFeed`); profiler rules get ``trainspect.profiler.load_profiler_data``
+every triggering step. The inputs of all tensor rules are fetched once per tensor and worker (see
+:mod:`~trainspect.rules.tensor_pass`); in a run with several workers every tensor rule judges every worker, and
+its verdict names the worker of the first trigger. Profiler rules get ``trainspect.profiler.load_profiler_data``
 once. While the run is not over (no end marker, recent data, no ``final=True``), verdicts that found no issues
 say ``InProgress``.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,15 +21,17 @@ from trainspect.rules.base import Rule
 from trainspect.rules.record import record_verdicts, stamp
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tally import Tally
+from trainspect.rules.tensor_pass import evaluate_tensor_rules, with_mode
 from trainspect.rules.tensor_rule import TensorRule
-from trainspect.rules.trial_feed import Needs, StepAssembler, TrialFeed, note_damage, roles_for, trial_problems
+from trainspect.rules.trial_feed import note_damage, trial_problems
 from trainspect.rules.trial_view import TrialLike, TrialView
 from trainspect.rules.verdict import Status, Verdict, read_verdicts
-from trainspect.step import TensorRecord
 from trainspect.store.layout import RunLayout
-from trainspect.store.nogc import paused_gc
 
-__all__ = ["evaluate", "load_verdicts", "recorded_besides", "run_finished", "fire_actions", "open_trial"]
+__all__ = [
+    "evaluate", "load_verdicts", "recorded_besides", "run_finished", "fire_actions", "open_trial",
+    "evaluate_tensor_rules", "with_mode",
+]  # fmt: skip
 
 _log = logging.getLogger(__name__)
 
@@ -133,93 +136,6 @@ def _note_missing_workers(trial: TrialView, verdicts: list[Verdict]) -> list[Ver
         out.append(replace(v, message=f"{v.message} [incomplete: {note}; those steps were not evaluated]",
                            details=details))  # fmt: skip
     return out
-
-
-def evaluate_tensor_rules(
-    trial: TrialView, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
-) -> list[Verdict]:
-    """Evaluate tensor rules in one pass over the trial's steps (each tensor fetched once)."""
-    with paused_gc():  # a bounded batch of many small acyclic objects (see trainspect.store.nogc)
-        return _evaluate_tensor_rules(trial, rules, start, end, finished)
-
-
-def _evaluate_tensor_rules(
-    trial: TrialView, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
-) -> list[Verdict]:
-    source = TrialFeed(trial)
-    names = source.names()
-    membership = source.membership()
-    tallies = [Tally(rule) for rule in rules]
-    roles = [_roles(tally, names, membership) for tally in tallies]
-    steps = source.steps(start, end, finished)
-    wanted = set(steps)
-    data = source.fetch(_needs(rules, roles), wanted)
-    others = [_other_data(rule, role, wanted) for rule, role in zip(rules, roles, strict=True)]
-    feeds = [
-        (tally, StepAssembler(role, data), other) for tally, role, other in zip(tallies, roles, others, strict=True)
-    ]
-    worker = source.worker()
-    for step in steps:
-        info = source.step_info(step)
-        for tally, assembler, other in feeds:
-            if tally.error is None:
-                tally.feed(assembler.at(step, info, worker, _others_at(other, step) if other else ()))
-    verdicts = []
-    for tally in tallies:
-        tally.end()
-        verdicts.append(with_mode(tally.verdict(finished), lambda step: source.step_info(step)[0].name))
-    return verdicts
-
-
-def with_mode(verdict: Verdict, mode_of: Callable[[int], str | None]) -> Verdict:
-    """The verdict with ``mode`` naming the mode(s) of its first and last trigger steps (global steps).
-
-    Example:
-        >>> from trainspect.rules.verdict import Status
-        >>> v = Verdict("X", Status.ISSUES_FOUND, first_trigger_step=3, last_trigger_step=9)
-        >>> with_mode(v, lambda s: "TRAIN" if s < 5 else "EVAL").mode
-        'TRAIN+EVAL'
-    """
-    steps = [s for s in (verdict.first_trigger_step, verdict.last_trigger_step) if s is not None]
-    modes = [m for m in dict.fromkeys(mode_of(s) for s in steps) if m]
-    return replace(verdict, mode="+".join(modes)) if modes else verdict
-
-
-def _roles(tally: Tally, names: list[str], membership: Mapping[str, frozenset[str]]) -> dict[str, str]:
-    try:
-        return roles_for(tally.rule, names, membership)
-    except Exception as exc:
-        tally.fail(exc)
-        return {}
-
-
-def _needs(rules: Sequence[TensorRule], roles: Sequence[Mapping[str, str]]) -> dict[str, Needs]:
-    needs: dict[str, Needs] = {}
-    for rule, role_map in zip(rules, roles, strict=True):
-        by_role = {sel.role: sel for sel in rule.selects()}
-        for name, role in role_map.items():
-            needs.setdefault(name, Needs()).add(by_role[role])
-    return needs
-
-
-def _other_data(
-    rule: TensorRule, roles: Mapping[str, str], steps: set[int]
-) -> list[dict[str, dict[int, TensorRecord]]]:
-    out = []
-    for path in rule.compared_runs():
-        try:
-            other = TrialFeed(open_trial(path))
-            present = set(other.names())
-            wanted = {n: Needs(raw=True) for n in roles if n in present}
-            out.append(other.fetch(wanted, steps))
-        except Exception as exc:
-            _log.warning("rules: could not read other trial %s: %s", path, exc)
-            out.append({})
-    return out
-
-
-def _others_at(others: list[dict[str, dict[int, TensorRecord]]], step: int) -> tuple[Mapping[str, TensorRecord], ...]:
-    return tuple({n: s[step] for n, s in other.items() if step in s} for other in others)
 
 
 def _evaluate_other(rule: Rule, trial: TrialView, finished: bool, loaded: dict[str, Any]) -> Verdict:

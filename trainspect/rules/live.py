@@ -18,6 +18,7 @@ import queue
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from trainspect.env import TRAINSPECT_TESTING
@@ -32,6 +33,7 @@ from trainspect.rules.tensor_rule import TensorRule
 from trainspect.rules.verdict import Status, Verdict
 from trainspect.step import StepRecord, TensorRecord
 from trainspect.store.layout import RunLayout
+from trainspect.store.manifest import read_manifest
 
 __all__ = ["LiveRuleRunner"]
 
@@ -48,8 +50,8 @@ _UNSET = object()
 class _LiveRule:
     """One live rule: its tally and a cache of which role each tensor name plays."""
 
-    def __init__(self, rule: TensorRule) -> None:
-        self.tally = Tally(rule)
+    def __init__(self, rule: TensorRule, name_worker: bool) -> None:
+        self.tally = Tally(rule, name_worker=name_worker)
         self.selects = rule.selects()
         self.roles: dict[str, str | None] = {}
         self.fired = False
@@ -104,9 +106,13 @@ class LiveRuleRunner:
         rules: the rules. Tensor rules that can run live are fed step by step; the others (profiler rules,
             rules comparing runs) are evaluated offline over the run directory at :meth:`close`.
         run_dir: the run directory; verdicts go to ``RunLayout(run_dir).verdicts``.
-        worker: this process's worker name.
+        worker: this process's worker name. In a job with several workers every rank runs its own runner on its own
+            data; the verdict record combines the ranks' verdicts (a rank's verdict replaces only its own earlier
+            ones; see :func:`~trainspect.rules.worker_verdicts.merge_current`).
         poll: seconds between idle checks (StalledTrainingRule) and verdict-file rewrites (default 1.0).
-        write: whether to write the verdict file (False for non-chief workers).
+        write: whether to write the verdict file.
+        name_worker: whether verdicts name the worker ("first in worker_3 at step 12"); None: when the worker is
+            not ``worker_0`` or the run's manifest says the job has several workers.
         inline_share: evaluate records on the training thread while they cost on average less than this
             share of the time between records (default 0.03; 0 always hands them to the evaluation thread).
 
@@ -128,13 +134,16 @@ class LiveRuleRunner:
         poll: float | None = None,
         write: bool = True,
         inline_share: float = _INLINE_SHARE,
+        name_worker: bool | None = None,
     ) -> None:
         self.rules = list(rules)
         self.run_dir = os.fspath(run_dir)
         self.worker = worker
         self.poll = 1.0 if poll is None else max(0.01, float(poll))
         self.write = write
-        self._live = {id(r): _LiveRule(r) for r in self.rules if isinstance(r, TensorRule) and r.live and r.has_check()}
+        named = _several_workers(self.run_dir, worker) if name_worker is None else bool(name_worker)
+        live = [r for r in self.rules if isinstance(r, TensorRule) and r.live and r.has_check()]
+        self._live = {id(r): _LiveRule(r, named) for r in live}
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -380,10 +389,26 @@ class LiveRuleRunner:
     def _write(self, verdicts: list[Verdict], final: bool) -> None:
         if not self.write:
             return
+        # a live verdict covers this worker only, also before it saw data: it never replaces another rank's verdict
+        verdicts = [
+            replace(v, workers=(self.worker,)) if id(r) in self._live and not v.workers else v
+            for r, v in zip(self.rules, verdicts, strict=True)
+        ]
         try:
             self._record.write(verdicts, final, worker=self.worker, updated=time.time(), last_step=self._last_step)
         except OSError as exc:
             _log.warning("trainspect: could not write verdicts: %s", exc)
+
+
+def _several_workers(run_dir: str, worker: str) -> bool:
+    """Whether this worker is one of several: its name is not ``worker_0``, or the run's manifest says so."""
+    if worker != "worker_0":
+        return True
+    manifest = read_manifest(RunLayout(run_dir)) or {}
+    try:
+        return int(manifest.get("world_size") or 1) > 1
+    except (TypeError, ValueError):
+        return False
 
 
 def _pending(rule: Rule, message: str = "") -> Verdict:

@@ -1,11 +1,17 @@
 """The verdict record (``rules/verdicts.json``): every evaluation, live and offline, and each rule's current verdict.
 
-One file, two views:
+One file, three views:
 
-* ``verdicts``: the current verdict of each rule, its latest one (by ``evaluated_at``), with its chart series.
+* ``verdicts``: the current verdict of each rule, its latest one (by ``evaluated_at``; with several workers, the
+  latest of each worker combined), with its chart series.
   This is the list every reader shows (the report, the TensorBoard Rules tab, the MLflow tags, ``trainspect
   rules``) and what :func:`~trainspect.rules.verdict.read_verdicts` returns, so readers of the first format
   keep working.
+* ``worker_parts``: for a rule whose current verdict combines the verdicts of several workers (the live runners of
+  the ranks of a job each judge their own worker), those verdicts without their series. A verdict replaces the
+  earlier verdicts of the workers it covers and is combined with the others
+  (:func:`~trainspect.rules.worker_verdicts.merge_current`): no rank's verdict hides another's, and an offline
+  evaluation of every worker replaces them all.
 * ``evaluations``: one entry per evaluation (``source`` ``live``, ``offline`` or ``report``, who ran it, when,
   whether the data had ended) holding that evaluation's verdicts without their series. An evaluation still in
   progress (the hook's live runner, ``trainspect rules --watch``) updates its own entry; a finished one is kept.
@@ -28,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspect.rules.verdict import VERDICT_SCHEMA_VERSION, Verdict, _json_safe
+from trainspect.rules.worker_verdicts import merge_current
 from trainspect.store.manifest import write_text_atomic
 
 __all__ = ["VerdictRecord", "record_verdicts", "record_report_verdicts", "read_record", "stamp", "MAX_EVALUATIONS"]
@@ -136,16 +143,23 @@ def merge(doc: dict[str, Any], entry: dict[str, Any], verdicts: Sequence[Verdict
     for old in doc.get("verdicts") or []:
         if isinstance(old, dict) and "rule" in old:
             current[str(old["rule"])] = old
+    stored = doc.get("worker_parts")
+    parts = {str(k): v for k, v in stored.items() if isinstance(v, list)} if isinstance(stored, dict) else {}
     for new in verdicts:
-        old = current.get(new.rule)
-        if old is None or _newer(new, old):
-            current[new.rule] = new.to_dict()
-    out = {k: v for k, v in doc.items() if k not in ("verdicts", "evaluations", "evaluations_dropped")}
+        current[new.rule], combined = merge_current(current.get(new.rule), parts.get(new.rule), new)
+        if combined:
+            parts[new.rule] = combined
+        else:
+            parts.pop(new.rule, None)
+    skip = ("verdicts", "evaluations", "evaluations_dropped", "worker_parts")
+    out = {k: v for k, v in doc.items() if k not in skip}
     out["schema_version"] = VERDICT_SCHEMA_VERSION
     out["verdicts"] = list(current.values())
     out["evaluations"] = evaluations
     if dropped:
         out["evaluations_dropped"] = dropped
+    if parts:
+        out["worker_parts"] = parts
     return out
 
 
@@ -159,18 +173,6 @@ def _same(old: dict[str, Any], entry: dict[str, Any]) -> bool:
         return True
     who = ("source", "host", "pid")
     return not old.get("final") and all(old.get(k) == entry.get(k) for k in who)
-
-
-def _newer(new: Verdict, old: dict[str, Any]) -> bool:
-    """Whether ``new`` replaces ``old`` as the current verdict.
-
-    The later evaluation wins; a placeholder (no ``evaluated_at``, e.g. "evaluated when the run closes") never
-    replaces an evaluated verdict.
-    """
-    old_at = old.get("evaluated_at")
-    if new.evaluated_at is None:
-        return old_at is None
-    return not isinstance(old_at, (int, float)) or new.evaluated_at >= old_at
 
 
 def _compact(v: Verdict) -> dict[str, Any]:

@@ -53,6 +53,9 @@ class Tally(Generic[_R]):
 
     Args:
         rule: the rule.
+        name_worker: the tally judges one worker of a multi-worker job: its messages name the worker
+            ("first in worker_3 at step 12") and its details carry ``worker``, ``first_detail`` and
+            ``first_trigger_count``, which :func:`~trainspect.rules.worker_verdicts.combine_workers` reads.
 
     Example:
         >>> from trainspect.rules import VanishingGradient
@@ -61,8 +64,10 @@ class Tally(Generic[_R]):
         'NoData'
     """
 
-    def __init__(self, rule: _R) -> None:
+    def __init__(self, rule: _R, name_worker: bool = False) -> None:
         self.rule = rule
+        self.name_worker = name_worker
+        self.first_count = 0  # the tensors of the first trigger
         self.state: Any = rule.init_state()
         self.datapoints = 0
         self.inputs_seen = 0
@@ -151,6 +156,7 @@ class Tally(Generic[_R]):
             self.first = (data.step, when)
             self.first_mode = (_mode(data.mode), data.mode_step)
             self.first_detail = result.detail
+            self.first_count = len(result.tensors)
         self.last = (data.step, when)
         for name in result.tensors:
             self.tensors.setdefault(name, None)
@@ -198,7 +204,15 @@ class Tally(Generic[_R]):
         if self.first_mode is not None:
             details["step_numbering"] = "global"  # first/last_trigger_step and the steps in messages
             details["first_trigger_mode"], details["first_trigger_mode_step"] = self.first_mode
+        if self.name_worker and self.workers:
+            details["worker"] = next(iter(self.workers))
+            if self.triggers:
+                details["first_detail"], details["first_trigger_count"] = self.first_detail, self.first_count
         return details
+
+    def _where(self) -> str:
+        """`` in worker_3`` when the tally names its worker, else nothing."""
+        return f" in {next(iter(self.workers))}" if self.name_worker and self.workers else ""
 
     def _status(self, finished: bool) -> tuple[Status, str]:
         name = self.rule.name
@@ -206,14 +220,14 @@ class Tally(Generic[_R]):
             return Status.ERROR, f"{name} failed: {type(self.error).__name__}: {self.error}"
         if self.triggers:
             first = self.first[0] if self.first else None
-            mode = f", {self.first_mode[0]} step {self.first_mode[1]}" if self.first_mode else ""
+            mode = mode_text(*self.first_mode) if self.first_mode else ""
             return (
                 Status.ISSUES_FOUND,
-                f"{name} triggered at {self.triggers} of {self.datapoints} evaluated steps "
-                f"(first at step {first}{mode}): {self.first_detail}",
+                issue_message(name, self.triggers, self.datapoints, self._where(), first, mode, self.first_detail),
             )
         if self.datapoints:
-            text = f"no trigger in {self.datapoints} evaluated steps; last: {self.last_detail}"
+            where = f" of {next(iter(self.workers))}" if self._where() else ""
+            text = f"no trigger in {self.datapoints} evaluated steps{where}; last: {self.last_detail}"
             return (Status.NO_ISSUES_FOUND if finished else Status.IN_PROGRESS), text
         if self.inputs_seen:
             text = f"{name} saw its inputs at {self.inputs_seen} step(s) but could not judge: "
@@ -230,6 +244,24 @@ class Tally(Generic[_R]):
             trigger_x=tuple(self.trigger_x),
             threshold=self.rule.chart_threshold(),
         )
+
+
+def issue_message(
+    rule: str, triggers: int, datapoints: int, where: str, first: int | None, mode: str, detail: str
+) -> str:
+    """The message of a verdict that found issues (``where``: `` in worker_3`` or nothing).
+
+    Example:
+        >>> issue_message("ExplodingTensor", 2, 9, " in worker_3", 12, ", TRAIN step 12", "NaN in loss")
+        'ExplodingTensor triggered at 2 of 9 evaluated steps (first in worker_3 at step 12, TRAIN step 12): NaN in loss'
+    """
+    counts = f"{rule} triggered at {triggers} of {datapoints} evaluated steps"
+    return f"{counts} (first{where} at step {first}{mode}): {detail}"
+
+
+def mode_text(mode: str, mode_step: int) -> str:
+    """``", TRAIN step 12"``: the mode and mode step of a first trigger, for messages."""
+    return f", {mode} step {mode_step}"
 
 
 def _mode(mode: object) -> str:

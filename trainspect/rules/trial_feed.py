@@ -22,6 +22,7 @@ from trainspect.rules.step_data import StepData
 from trainspect.rules.tensor_rule import Select, TensorRule
 from trainspect.rules.trial_view import TensorView, TrialView
 from trainspect.rules.verdict import Status, Verdict
+from trainspect.rules.worker_verdicts import by_rank
 from trainspect.step import ReductionKey, TensorRecord
 
 __all__ = [
@@ -92,13 +93,26 @@ def roles_for(rule: TensorRule, names: Iterable[str], membership: Mapping[str, f
 class TrialFeed:
     """Reads what a set of tensor rules needs from a Trial, fetching each tensor once.
 
+    All reading of tensor values goes through this class: a feed reads one worker's values (``worker``), or the
+    values a Trial gives without naming one (a single-worker run), so that what "a tensor at a step" means for the
+    rules (one rank's copy, a shard, the full tensor) is decided here.
+
     Args:
         trial: a trainspect (or smdebug-compatible) Trial.
+        worker: read only this worker's values (None: the values the Trial gives without a worker).
     """
 
-    def __init__(self, trial: TrialView) -> None:
+    def __init__(self, trial: TrialView, worker: str | None = None) -> None:
         self.trial = trial
+        self._worker = worker
+        self._kw: dict[str, Any] = {} if worker is None else {"worker": worker}
         self._membership: dict[str, frozenset[str]] | None = None
+
+    def for_worker(self, worker: str) -> TrialFeed:
+        """A feed of the same trial that reads only ``worker``'s values (it shares what is known of the names)."""
+        feed = TrialFeed(self.trial, worker)
+        feed._membership = self.membership()
+        return feed
 
     # --- what exists -----------------------------------------------------------------------------------
     def names(self) -> list[str]:
@@ -150,12 +164,22 @@ class TrialFeed:
         return mode, mode_step, wall
 
     def worker(self) -> str:
-        """The worker whose values are read (the first, usually ``worker_0``)."""
+        """The worker whose values are read (without one: the first, usually ``worker_0``)."""
+        if self._worker is not None:
+            return self._worker
         try:
             workers = list(self.trial.workers())
         except Exception:
             workers = []
         return str(workers[0]) if workers else "worker_0"
+
+    def workers(self) -> list[str]:
+        """The workers the rules judge, in rank order: every recorded worker (``["worker_0"]`` when none is named)."""
+        try:
+            workers = by_rank(str(w) for w in self.trial.workers())
+        except Exception:
+            workers = []
+        return workers or ["worker_0"]
 
     # --- fetching --------------------------------------------------------------------------------------
     def fetch(self, needs: Mapping[str, Needs], steps: set[int]) -> dict[str, dict[int, TensorRecord]]:
@@ -174,7 +198,8 @@ class TrialFeed:
         saved_steps = [int(s) for s in tensor.steps() if int(s) in steps]
         if not saved_steps:
             return {}
-        values = {} if self._reductions_suffice(tensor, need, saved_steps[0]) else self._values(tensor, steps)
+        first = self._first_step(tensor, saved_steps)
+        values = {} if self._reductions_suffice(tensor, need, first) else self._values(tensor, steps)
         reduced = reduce_series(values, need.reductions) if need.reductions else {}
         out = {}
         for step in saved_steps:
@@ -188,34 +213,49 @@ class TrialFeed:
                     out[step] = TensorRecord(name, None, reds, colls)
         return out
 
+    def _first_step(self, tensor: TensorView, saved: list[int]) -> int:
+        """The first of ``saved`` at which this feed's worker saved the tensor (the first step without a worker)."""
+        workers_at = getattr(tensor, "workers", None)
+        if self._worker is None or not callable(workers_at):
+            return saved[0]
+        for step in saved[:_PROBE]:
+            try:
+                if self._worker in workers_at(step):
+                    return step
+            except Exception:
+                break
+        return saved[0]
+
     def _reductions_suffice(self, tensor: TensorView, need: Needs, step: int) -> bool:
         if need.raw or not need.reductions:
             return False
         try:
-            saved = tensor.reduction_values(step) or {}
+            saved = tensor.reduction_values(step, **self._kw) or {}
         except Exception:
             return False
         return all(key in saved for key in need.reductions)
 
-    @staticmethod
-    def _values(tensor: TensorView, steps: set[int]) -> dict[int, np.ndarray]:
+    def _values(self, tensor: TensorView, steps: set[int]) -> dict[int, np.ndarray]:
         try:
-            return {int(k): np.asarray(v) for k, v in tensor.values(mode=_GLOBAL).items() if int(k) in steps}
+            values = tensor.values(mode=_GLOBAL, **self._kw)
+            return {int(k): np.asarray(v) for k, v in values.items() if int(k) in steps}
         except Exception:
             return {}
 
-    @staticmethod
-    def _saved_reductions(tensor: TensorView, step: int, need: Needs) -> dict[ReductionKey, float]:
+    def _saved_reductions(self, tensor: TensorView, step: int, need: Needs) -> dict[ReductionKey, float]:
         reds: dict[ReductionKey, float] = {}
         for rname, is_abs in need.reductions:
             try:
-                value = tensor.reduction_value(step, rname, mode=_GLOBAL, abs=is_abs)
+                value = tensor.reduction_value(step, rname, mode=_GLOBAL, abs=is_abs, **self._kw)
             except Exception:
                 continue
             if value is not None:
                 reds[Reduction(rname, is_abs)] = float(np.asarray(value).reshape(-1)[0])
         return reds
 
+
+_PROBE = 8
+"""Steps probed for the first one a worker saved (a worker that saved none of them is read value by value)."""
 
 _CHUNK_BYTES = 64 << 20
 """Steps of one tensor are stacked and reduced together in chunks of about this many bytes."""

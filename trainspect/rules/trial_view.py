@@ -1,7 +1,8 @@
 """What the rules read of a trial: a :class:`~trainspect.store.trial.Trial`, or a trial of the smdebug API.
 
 The rules layer types its trials with these protocols rather than importing the store's classes, so any object
-with these methods can be evaluated (smdebug-style trials, test doubles). Optional extras that only a
+with these methods can be evaluated (smdebug-style trials, test doubles). The ``worker`` keywords are only passed
+for runs with several workers. Optional extras that only a
 trainspect Trial has (``path``, ``problems``, ``last_complete_step``, ``step_wall_time``, ``incomplete_steps``,
 ``loaded_all_steps``) are read with ``getattr`` and a default.
 """
@@ -24,15 +25,24 @@ class TensorView(Protocol):
         """The global steps at which the tensor was saved."""
         ...
 
-    def values(self, *, mode: Any = ...) -> Mapping[int, np.ndarray]:
-        """``{step: raw value}`` for the steps with a raw value."""
+    def values(self, *, mode: Any = ..., worker: Any = ...) -> Mapping[int, np.ndarray]:
+        """``{step: raw value}`` for the steps with a raw value (of one worker, with ``worker``)."""
         ...
 
-    def reduction_values(self, step: int, /) -> Mapping[tuple[str, bool], float]:
+    def reduction_values(self, step: int, /, *, worker: Any = ...) -> Mapping[tuple[str, bool], float]:
         """The reductions saved at a step, by ``(name, absolute)``."""
         ...
 
-    def reduction_value(self, step: int, reduction_name: str, /, *, mode: Any = ..., abs: bool = ...) -> float:  # noqa: A002
+    def reduction_value(
+        self,
+        step: int,
+        reduction_name: str,
+        /,
+        *,
+        mode: Any = ...,
+        abs: bool = ...,  # noqa: A002
+        worker: Any = ...,
+    ) -> float:
         """One reduction at a step: saved, or computed from the raw value."""
         ...
 

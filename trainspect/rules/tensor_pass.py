@@ -1,0 +1,149 @@
+"""One pass of tensor rules over a trial's steps: each tensor fetched once per worker, every worker judged.
+
+A run with one worker is read as the Trial gives it. A run with several workers is read worker by worker (one
+worker's data in memory at a time, so time grows linearly and memory not at all with the workers); each rule judges
+each worker with its own state and says which worker triggered first (:class:`~trainspect.rules.worker_tally.
+WorkerTally`). The steps are the Trial's complete steps: those every worker wrote (all of them once the run ended).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from trainspect.modes import ModeKeys
+from trainspect.rules.tensor_rule import TensorRule
+from trainspect.rules.trial_feed import Needs, StepAssembler, TrialFeed, roles_for
+from trainspect.rules.trial_view import TrialView
+from trainspect.rules.verdict import Verdict
+from trainspect.rules.worker_tally import WorkerTally
+from trainspect.step import TensorRecord
+from trainspect.store.nogc import paused_gc
+
+__all__ = ["evaluate_tensor_rules", "with_mode"]
+
+_log = logging.getLogger(__name__)
+
+_Series = dict[str, dict[int, TensorRecord]]
+
+
+def evaluate_tensor_rules(
+    trial: TrialView, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
+) -> list[Verdict]:
+    """Evaluate tensor rules in one pass over the trial's steps (each tensor fetched once per worker)."""
+    with paused_gc():  # a bounded batch of many small acyclic objects (see trainspect.store.nogc)
+        return _evaluate(trial, rules, start, end, finished)
+
+
+def _evaluate(
+    trial: TrialView, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
+) -> list[Verdict]:
+    source = TrialFeed(trial)
+    names = source.names()
+    membership = source.membership()
+    workers = source.workers()
+    several = len(workers) > 1
+    tallies = [WorkerTally(rule, several) for rule in rules]
+    roles = [_roles(tally, names, membership) for tally in tallies]
+    steps = source.steps(start, end, finished)
+    pass_ = _Pass(steps, [source.step_info(step) for step in steps], _needs(rules, roles), tallies, roles)
+    compared = [_compared(rule) for rule in rules]
+    for worker in workers:
+        feed = source.for_worker(worker) if several else source
+        pass_.judge(feed, worker if several else source.worker(), compared)
+    verdicts = []
+    for tally in tallies:
+        tally.end()
+        verdicts.append(with_mode(tally.verdict(finished), lambda step: source.step_info(step)[0].name))
+    return verdicts
+
+
+class _Pass:
+    """The steps, what to fetch and the rules' tallies of one evaluation; :meth:`judge` feeds one worker."""
+
+    def __init__(
+        self,
+        steps: list[int],
+        infos: list[tuple[ModeKeys, int, float]],
+        needs: dict[str, Needs],
+        tallies: list[WorkerTally],
+        roles: list[dict[str, str]],
+    ) -> None:
+        self.steps, self.infos, self.needs, self.tallies, self.roles = steps, infos, needs, tallies, roles
+        self.wanted = set(steps)
+
+    def judge(self, feed: TrialFeed, worker: str, compared: list[list[TrialFeed | None]]) -> None:
+        """Fetch one worker's data and feed it, step by step, to every rule."""
+        data = feed.fetch(self.needs, self.wanted)
+        lanes = []
+        for tally, role, others in zip(self.tallies, self.roles, compared, strict=True):
+            other = [_other_data(o, role, self.wanted, worker) for o in others]
+            lanes.append((tally, tally.tally(worker), StepAssembler(role, data), other))
+        for step, info in zip(self.steps, self.infos, strict=True):
+            for tally, own, assembler, other in lanes:
+                if own.error is None:
+                    tally.feed(assembler.at(step, info, worker, _others_at(other, step) if other else ()))
+
+
+def with_mode(verdict: Verdict, mode_of: Callable[[int], str | None]) -> Verdict:
+    """The verdict with ``mode`` naming the mode(s) of its first and last trigger steps (global steps).
+
+    Example:
+        >>> from trainspect.rules.verdict import Status
+        >>> v = Verdict("X", Status.ISSUES_FOUND, first_trigger_step=3, last_trigger_step=9)
+        >>> with_mode(v, lambda s: "TRAIN" if s < 5 else "EVAL").mode
+        'TRAIN+EVAL'
+    """
+    steps = [s for s in (verdict.first_trigger_step, verdict.last_trigger_step) if s is not None]
+    modes = [m for m in dict.fromkeys(mode_of(s) for s in steps) if m]
+    return replace(verdict, mode="+".join(modes)) if modes else verdict
+
+
+def _roles(tally: WorkerTally, names: list[str], membership: Mapping[str, frozenset[str]]) -> dict[str, str]:
+    try:
+        return roles_for(tally.rule, names, membership)
+    except Exception as exc:
+        tally.fail(exc)
+        return {}
+
+
+def _needs(rules: Sequence[TensorRule], roles: Sequence[Mapping[str, str]]) -> dict[str, Needs]:
+    needs: dict[str, Needs] = {}
+    for rule, role_map in zip(rules, roles, strict=True):
+        by_role = {sel.role: sel for sel in rule.selects()}
+        for name, role in role_map.items():
+            needs.setdefault(name, Needs()).add(by_role[role])
+    return needs
+
+
+def _compared(rule: TensorRule) -> list[TrialFeed | None]:
+    """Feeds of the other runs a rule compares against (None for a run that cannot be opened, with a warning)."""
+    from trainspect.rules.engine import open_trial
+
+    out: list[TrialFeed | None] = []
+    for path in rule.compared_runs():
+        try:
+            out.append(TrialFeed(open_trial(path)))
+        except Exception as exc:
+            _log.warning("rules: could not read other trial %s: %s", path, exc)
+            out.append(None)
+    return out
+
+
+def _other_data(other: TrialFeed | None, roles: Mapping[str, str], steps: set[int], worker: str) -> _Series:
+    """The other run's values of the rule's tensors: of the same worker when it has several, else its only one."""
+    if other is None:
+        return {}
+    try:
+        workers = other.workers()
+        feed = other.for_worker(worker) if len(workers) > 1 and worker in workers else other
+        present = set(feed.names())
+        return feed.fetch({n: Needs(raw=True) for n in roles if n in present}, steps)
+    except Exception as exc:
+        _log.warning("rules: could not read other trial %s: %s", getattr(other.trial, "path", other.trial), exc)
+        return {}
+
+
+def _others_at(others: list[_Series], step: int) -> tuple[Mapping[str, TensorRecord], ...]:
+    return tuple({n: s[step] for n, s in other.items() if step in s} for other in others)
