@@ -32,8 +32,9 @@ __all__ = ["FrameworkRecorder", "SPAN_KINDS"]
 
 logger = logging.getLogger(__name__)
 
-SPAN_KINDS = {"forward": 1, "backward": 2, "optimizer": 3, "dataloader": 4}
-"""Span kind -> code stored in the ``spans`` table."""
+SPAN_KINDS = {"forward": 1, "backward": 2, "optimizer": 3, "dataloader": 4, "backward_sync": 5}
+"""Span kind -> code stored in the ``spans`` table. ``backward_sync`` lies inside a backward span: the wait from the
+rank's last local gradient to the end of ``backward()`` (:mod:`trainspect.hooks.torch_sync_timer`)."""
 
 
 class FrameworkRecorder:
@@ -64,7 +65,8 @@ class FrameworkRecorder:
         self.worker = worker
         self.node = node or default_node_id()
         self.config = config or ProfilerConfig()
-        self.directory = RunLayout(run_dir).framework_dir(worker)
+        self._layout = RunLayout(run_dir)
+        self.directory = self._layout.framework_dir(worker)
         self._flush_interval_s = flush_interval_s
         self._lock = threading.Lock()
         self._steps: list[tuple[int, int, int, float, float]] = []
@@ -82,6 +84,7 @@ class FrameworkRecorder:
         """Open the worker's file, write the start record, start the writer thread."""
         if self._file is not None:
             return
+        self.directory = self._layout.framework_dir(self.worker)  # the worker may be settled after construction
         now = time.time()
         self._file = FrameFile(self.directory / f"{int(now * 1000):013d}{schema.FRAMEWORK_SUFFIX}")
         proc = psutil.Process()
@@ -117,6 +120,12 @@ class FrameworkRecorder:
         if self._sources:
             self._read_sources(global_step)
 
+    @property
+    def open_step(self) -> int | None:
+        """The global step begun by :meth:`on_step_start` and not ended yet, or ``None`` between steps."""
+        pending = self._pending
+        return None if pending is None else pending[2]
+
     def add_step_source(self, source: Callable[[], dict[str, float]], name: str | None = None) -> None:
         """Call ``source`` at every step end and record what it returns with :meth:`record_metrics`.
 
@@ -136,7 +145,7 @@ class FrameworkRecorder:
         self.record_metrics(global_step, values)
 
     def record_span(self, kind: str, start: float, end: float, global_step: int | None = None) -> None:
-        """Record a timed span (``kind``: forward, backward, optimizer or dataloader; epoch seconds)."""
+        """Record a timed span (``kind``: one of :data:`SPAN_KINDS`; epoch seconds)."""
         code = SPAN_KINDS.get(kind)
         if code is None:
             raise ValueError(f"kind={kind!r}: allowed: {', '.join(SPAN_KINDS)}")

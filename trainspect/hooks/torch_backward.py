@@ -3,7 +3,9 @@
 While at least one PyTorch hook is started, ``torch.autograd.backward`` is wrapped (``Tensor.backward`` calls it):
 a backward pass on a one-element tensor hands that tensor to the listening hooks (recorded as ``loss``). Functional
 losses (``F.mse_loss`` …, :data:`FUNCTIONAL_LOSSES`) called outside a loss module are handed
-over too (recorded as ``MSELoss_output_0`` …, in every mode). The wrappers are removed when the last hook closes.
+over too (recorded as ``MSELoss_output_0`` …, in every mode). The profiler's backward timers (``STATE.timers``,
+:mod:`trainspect.hooks.torch_sync_timer`) are called around each outermost backward pass. The wrappers are removed
+when the last hook closes.
 Helpers that change the loss before its backward pass are wrapped, so that the loss recorded is the one the script
 computed (the frameworks' in :mod:`trainspect.hooks.torch_frameworks`):
 
@@ -77,6 +79,10 @@ class _State:
         self.factor = 1.0
         self.mode: ModeKeys | None = None
         """A mode a framework's loop imposes (Lightning's predict loop: PREDICT); None: follow the model."""
+        self.timers: tuple[Any, ...] = ()
+        """Backward-pass timers with ``backward_start(tensors)`` and ``backward_end()``, called around every outermost
+        backward pass (the profiler's synchronisation timer, :mod:`trainspect.hooks.torch_sync_timer`; they hold the
+        patches with :func:`hold` and never raise)."""
         self.suspended = 0
         """Nesting of model forward passes running without ``autolog``'s global module hooks (see ``AutoLogger``):
         there a loss module is recorded through the functional loss it calls."""
@@ -143,17 +149,23 @@ def _wrap_backward(original: Any) -> Any:
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
         state = STATE
-        if state.depth or not state.listeners:  # a backward pass inside one (or nobody listens)
+        if state.depth or not (state.listeners or state.timers):  # a backward pass inside one (or nobody listens)
             return original(tensors, *args, **kwargs)
         try:
-            _notify(tensors)
+            if state.listeners:
+                _notify(tensors)
         except Exception as exc:
             _failed("backward", exc)
+        timers = state.timers
+        for timer in timers:
+            timer.backward_start(tensors)
         state.depth = 1
         try:
             return original(tensors, *args, **kwargs)
         finally:
             state.depth = 0
+            for timer in timers:
+                timer.backward_end()
 
     return backward
 

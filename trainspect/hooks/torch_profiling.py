@@ -4,7 +4,9 @@
   every DataLoader iterator reports its wait (and ``num_workers``) to the registered recorders, without
   the user changing anything. The patch is reference-counted: the first install patches, the last
   uninstall restores the original. (The patch is process-wide by nature; the registry lives in one
-  private object created at import, which starts nothing.)
+  private object created at import, which starts nothing.) It also starts, per recorder, the
+  :class:`~trainspect.hooks.torch_sync_timer.SyncTimer` that records each backward pass's wait for the other
+  ranks (``backward_sync`` spans), and the uninstall closes it.
 * :class:`TorchProfilingWindow` runs ``torch.profiler`` over the configured detailed window (top operators
   as JSON, a Chrome trace Perfetto opens) and cProfile over the Python window (top functions as JSON, a
   ``.pstats`` file), into ``RunLayout.detailed_dir(worker)`` (format: :mod:`trainspect.profiler.detailed`).
@@ -25,6 +27,7 @@ import torch
 from torch.utils.data import dataloader as _dl
 
 from trainspect.hooks.framework_metrics import FrameworkRecorder
+from trainspect.hooks.torch_sync_timer import SyncTimer
 from trainspect.profiler.config import ProfileRange, ProfilerConfig
 from trainspect.profiler.detailed import write_table
 from trainspect.store.layout import RunLayout
@@ -41,6 +44,7 @@ class _Patch:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.recorders: list[FrameworkRecorder] = []
+        self.sync_timers: dict[int, SyncTimer] = {}  # id(recorder) -> its backward synchronisation timer
         self.original: Callable[[Any], Any] | None = None
         self.warned = False
 
@@ -70,7 +74,10 @@ def _timed_next(self: Any) -> Any:
 
 
 def install_dataloader_timer(recorder: FrameworkRecorder) -> None:
-    """Time every DataLoader ``__next__`` for ``recorder`` (patches on the first install)."""
+    """Time every DataLoader ``__next__`` and each backward pass's synchronisation wait for ``recorder``.
+
+    The DataLoader is patched on the first install; the recorder's :class:`SyncTimer` starts here.
+    """
     with _PATCH.lock:
         if recorder in _PATCH.recorders:
             return
@@ -78,14 +85,19 @@ def install_dataloader_timer(recorder: FrameworkRecorder) -> None:
             _PATCH.original = _dl._BaseDataLoaderIter.__next__
             _dl._BaseDataLoaderIter.__next__ = _timed_next  # type: ignore[method-assign]
         _PATCH.recorders.append(recorder)
+        timer = _PATCH.sync_timers[id(recorder)] = SyncTimer(recorder)
+        timer.start()
 
 
 def uninstall_dataloader_timer(recorder: FrameworkRecorder) -> None:
-    """Stop reporting to ``recorder``; the last uninstall restores the original method."""
+    """Stop reporting to ``recorder`` (its :class:`SyncTimer` closes); the last uninstall restores the original."""
     with _PATCH.lock:
         if recorder not in _PATCH.recorders:
             return
         _PATCH.recorders.remove(recorder)
+        timer = _PATCH.sync_timers.pop(id(recorder), None)
+        if timer is not None:
+            timer.close()
         if not _PATCH.recorders and _PATCH.original is not None:
             _dl._BaseDataLoaderIter.__next__ = _PATCH.original  # type: ignore[method-assign,assignment]
             _PATCH.original = None

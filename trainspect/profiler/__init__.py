@@ -15,6 +15,7 @@ from trainspect.profiler.config import FrameworkProfile, ProfileRange, ProfilerC
 from trainspect.profiler.data import ProfilerData, load_profiler_data
 from trainspect.profiler.events import SystemEvent, TraceEvent
 from trainspect.profiler.heatmap import heatmap
+from trainspect.profiler.ranks import rank_times
 from trainspect.profiler.readers import FrameworkMetricsReader, SystemMetricsReader
 
 __all__ = [
@@ -38,4 +39,5 @@ __all__ = [
     "python_hotspots",
     "dataloader_statistics",
     "heatmap",
+    "rank_times",
 ]

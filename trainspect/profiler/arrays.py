@@ -15,7 +15,9 @@ from trainspect.modes import ModeKeys
 
 __all__ = ["SystemArrays", "FrameworkTables", "SPAN_NAMES", "merge_system", "aggregate_buckets"]
 
-SPAN_NAMES = {1: "forward", 2: "backward", 3: "optimizer", 4: "dataloader"}
+SPAN_NAMES = {1: "forward", 2: "backward", 3: "optimizer", 4: "dataloader", 5: "backward_sync"}
+"""Span code -> kind (docs/profiler.md); ``backward_sync`` lies inside a backward span. Readers name a code they do
+not know by its number (``spans_df``) or skip it (trace events)."""
 _CORE = re.compile(r"^cpu(\d+)_utilization_percent$")
 _GPU = re.compile(r"^gpu(\d+)_utilization_percent$")
 
@@ -150,8 +152,9 @@ class FrameworkTables:
         node: its node.
         steps: columns ``mode`` (ModeKeys value), ``mode_step``, ``global_step``, ``start``, ``end``
             (epoch s), sorted by ``start``.
-        spans: columns ``kind`` (1 forward, 2 backward, 3 optimizer, 4 dataloader), ``start``, ``end``,
-            ``global_step`` (-1 unknown), ``workers`` (dataloader worker processes, -1 unknown), ``pid``.
+        spans: columns ``kind`` (1 forward, 2 backward, 3 optimizer, 4 dataloader, 5 backward_sync: the wait
+            inside a backward span from the rank's last local gradient to the end of ``backward()``), ``start``,
+            ``end``, ``global_step`` (-1 unknown), ``workers`` (dataloader worker processes, -1 unknown), ``pid``.
         step_metrics: per-step framework metrics: ``global_step``, ``time`` (epoch s, when recorded) and one
             float64 column per metric key (``gpu0_memory_allocated_bytes`` …; NaN where a row lacks it),
             sorted by ``time``.

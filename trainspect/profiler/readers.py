@@ -31,7 +31,8 @@ from trainspect.store.remote import localize
 
 __all__ = ["SystemMetricsReader", "FrameworkMetricsReader", "resolve_profiler_root"]
 
-_SPAN_EVENT = {"forward": "Forward", "backward": "Backward", "optimizer": "Optimizer", "dataloader": "DataLoaderIter"}
+_SPAN_EVENT = {"forward": "Forward", "backward": "Backward", "optimizer": "Optimizer", "dataloader": "DataLoaderIter",
+               "backward_sync": "BackwardSync"}  # fmt: skip
 _PHASE_EVENT = {"initialization": "Initialization", "training_loop": "TrainingLoop", "finalization": "Finalization"}
 
 
@@ -294,7 +295,9 @@ def _events_of(worker: str, tab: FrameworkTables) -> list[TraceEvent]:
         out.append(TraceEvent(float(s["start"][i]), float(s["end"][i]), name, name, tab.node, worker, tab.pid, 0, args))
     sp = tab.spans
     for i in range(len(sp["start"])):
-        name = _SPAN_EVENT[SPAN_NAMES[int(sp["kind"][i])]]
+        name = _SPAN_EVENT.get(SPAN_NAMES.get(int(sp["kind"][i]), ""), "")
+        if not name:  # a span kind of a newer trainspect
+            continue
         args = {"global_step": int(sp["global_step"][i]), "num_workers": int(sp["workers"][i])}
         out.append(
             TraceEvent(

@@ -10,6 +10,13 @@ Kinds: ``SCHEMA`` (JSON: metric keys and their encodings, written first in every
 steps and spans) and ``EVENT`` (one JSON object: start, close, dataloader workers). Files are append-only;
 each frame is written with a single ``write`` so a reader sees whole frames; truncation and corruption are
 detected per frame by the length and CRC and skipped (the shared scanner resynchronises on the next valid frame).
+
+Versions: within :data:`SCHEMA_VERSION` 1 the format grows only by additions that readers of either age handle —
+new ``TABLE`` names (readers ignore a table they do not know), new columns (readers take the columns they know) and
+new ``spans.kind`` codes (readers name a code they do not know by its number, or skip it in trace events). Span kind
+5, ``backward_sync`` (the wait from a rank's last local gradient to the end of ``backward()``), came this way: a run
+recorded without it simply has no such span. A change to the meaning of an existing column or code takes a new
+schema version, which older readers skip with a warning.
 """
 
 from __future__ import annotations
