@@ -24,7 +24,7 @@ from trainspect.rules.tally import Tally
 from trainspect.rules.tensor_pass import evaluate_tensor_rules, with_mode
 from trainspect.rules.tensor_rule import TensorRule
 from trainspect.rules.trial_feed import note_damage, trial_problems
-from trainspect.rules.trial_view import TrialLike, TrialView
+from trainspect.rules.trial_view import TrialLike, TrialView, open_trial
 from trainspect.rules.verdict import Status, Verdict, read_verdicts
 from trainspect.store.layout import RunLayout
 
@@ -34,15 +34,6 @@ __all__ = [
 ]  # fmt: skip
 
 _log = logging.getLogger(__name__)
-
-
-def open_trial(trial: TrialLike) -> TrialView:
-    """Return a Trial for a path (or the Trial itself)."""
-    if isinstance(trial, (str, os.PathLike)):
-        from trainspect.store.trial import create_trial
-
-        return create_trial(os.fspath(trial))
-    return trial
 
 
 def run_finished(trial: TrialView, final: bool = False, stale_after_s: float | None = None) -> bool:

@@ -15,7 +15,7 @@ from dataclasses import replace
 from trainspect.modes import ModeKeys
 from trainspect.rules.tensor_rule import TensorRule
 from trainspect.rules.trial_feed import Needs, StepAssembler, TrialFeed, roles_for
-from trainspect.rules.trial_view import TrialView
+from trainspect.rules.trial_view import TrialView, open_trial
 from trainspect.rules.verdict import Verdict
 from trainspect.rules.worker_tally import WorkerTally
 from trainspect.step import TensorRecord
@@ -119,8 +119,6 @@ def _needs(rules: Sequence[TensorRule], roles: Sequence[Mapping[str, str]]) -> d
 
 def _compared(rule: TensorRule) -> list[TrialFeed | None]:
     """Feeds of the other runs a rule compares against (None for a run that cannot be opened, with a warning)."""
-    from trainspect.rules.engine import open_trial
-
     out: list[TrialFeed | None] = []
     for path in rule.compared_runs():
         try:

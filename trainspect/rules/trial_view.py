@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-__all__ = ["TensorView", "TrialView", "TrialLike"]
+__all__ = ["TensorView", "TrialView", "TrialLike", "open_trial"]
 
 
 class TensorView(Protocol):
@@ -85,3 +85,12 @@ class TrialView(Protocol):
 
 TrialLike = TrialView | str | os.PathLike[str]
 """A trial, or the path of a run directory to open as one."""
+
+
+def open_trial(trial: TrialLike) -> TrialView:
+    """Return a Trial for a path (or the Trial itself)."""
+    if isinstance(trial, (str, os.PathLike)):
+        from trainspect.store.trial import create_trial
+
+        return create_trial(os.fspath(trial))
+    return trial
