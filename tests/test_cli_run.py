@@ -190,9 +190,10 @@ def test_in_a_terminal_the_training_owns_it_and_gets_ctrl_c(tmp_path: Path) -> N
     import pty
     import select
 
-    code = "import sys, time\nprint('ready', flush=True)\nprint('read', repr(sys.stdin.readline()), flush=True)\n"
-    code += (
-        "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted', flush=True)\n    sys.exit(130)\n"
+    code = "import sys, time\nprint('ready', flush=True)\nline = sys.stdin.readline()\n"
+    code += (  # 'read' is printed inside the try: a Ctrl-C right after it is the training's to catch
+        "try:\n    print('read', repr(line), flush=True)\n    time.sleep(60)\n"
+        "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n    sys.exit(130)\n"
     )
     argv = [sys.executable, "-m", "trainspect.cli", "run", "--out", str(tmp_path / "run"), "--", sys.executable, "-c",
             code]  # fmt: skip

@@ -10,6 +10,7 @@ import shutil
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ def _run(args: argparse.Namespace) -> int:
         "TRAINSPECT_OUT_DIR": str(out),
         "PYTHONPATH": path,
         "TRAINSPECT_CONFIG": str(Path(args.config).resolve()) if args.config else env.TRAINSPECT_CONFIG.get(),
+        # one job: every process the command starts (torchrun's, mp.spawn's, Lightning's, Ray's) joins this run
+        "TRAINSPECT_JOB_ID": env.TRAINSPECT_JOB_ID.get() or f"run-{uuid.uuid4().hex}",
     }
     if args.profile or args.profiler_interval:
         overrides["TRAINSPECT_PROFILE"] = str(args.profiler_interval or 500)

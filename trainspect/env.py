@@ -28,7 +28,18 @@ __all__ = [
     "RANK",
     "LOCAL_RANK",
     "WORLD_SIZE",
+    "SLURM_PROCID",
+    "HOROVOD_RANK",
+    "HOROVOD_SIZE",
+    "HOROVOD_LOCAL_RANK",
+    "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+    "HOROVOD_GLOO_RENDEZVOUS_PORT",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_JOB_ID",
     "MLFLOW_RUN_ID",
+    "RAY_RAYLET_PID",
+    "PWD",
     "PYTHONPATH",
     "TRAINSPECT_JOB_ID",
     "TORCHELASTIC_RUN_ID",
@@ -137,7 +148,24 @@ CUDA_DEVICE_ORDER: EnvVar[str | None] = EnvVar(
 RANK: EnvVar[int] = EnvVar("RANK", int, 0, "Global rank (set by torchrun).")
 LOCAL_RANK: EnvVar[int] = EnvVar("LOCAL_RANK", int, 0, "Rank on this node (set by torchrun).")
 WORLD_SIZE: EnvVar[int] = EnvVar("WORLD_SIZE", int, 1, "Number of ranks (set by torchrun).")
+HOROVOD_RANK: EnvVar[int] = EnvVar("HOROVOD_RANK", int, 0, "Global rank of a process started by horovodrun.")
+HOROVOD_SIZE: EnvVar[int] = EnvVar("HOROVOD_SIZE", int, 1, "Number of processes started by horovodrun.")
+HOROVOD_LOCAL_RANK: EnvVar[int] = EnvVar("HOROVOD_LOCAL_RANK", int, 0, "Rank on its host of a horovodrun process.")
+HOROVOD_GLOO_RENDEZVOUS_ADDR: EnvVar[str | None] = EnvVar(
+    "HOROVOD_GLOO_RENDEZVOUS_ADDR", str, None, "horovodrun's rendezvous host (Gloo controller)."
+)
+HOROVOD_GLOO_RENDEZVOUS_PORT: EnvVar[str | None] = EnvVar(
+    "HOROVOD_GLOO_RENDEZVOUS_PORT", str, None, "horovodrun's rendezvous port (Gloo controller)."
+)
+SLURM_PROCID: EnvVar[int] = EnvVar("SLURM_PROCID", int, 0, "Global rank of a task started by Slurm's srun.")
+SLURM_NTASKS: EnvVar[int] = EnvVar("SLURM_NTASKS", int, 1, "Number of tasks of a Slurm job step.")
+SLURM_LOCALID: EnvVar[int] = EnvVar("SLURM_LOCALID", int, 0, "Rank of a Slurm task on its node.")
+SLURM_JOB_ID: EnvVar[str | None] = EnvVar("SLURM_JOB_ID", str, None, "Slurm's job id (part of the job id of a run).")
 MLFLOW_RUN_ID: EnvVar[str | None] = EnvVar("MLFLOW_RUN_ID", str, None, "MLflow run to attach to.")
+RAY_RAYLET_PID: EnvVar[str | None] = EnvVar(
+    "RAY_RAYLET_PID", str, None, "Set by Ray in its worker processes (a relative out_dir is then taken from PWD)."
+)
+PWD: EnvVar[str | None] = EnvVar("PWD", str, None, "The directory the shell started the job from (POSIX shells).")
 TRAINSPECT_PROFILE: EnvVar[int | None] = EnvVar(
     "TRAINSPECT_PROFILE", int, None, "Set by `trainspect run --profile`: system sampling interval in ms."
 )

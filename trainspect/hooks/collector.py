@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +25,15 @@ from trainspect.collections import Collection, CollectionManager
 from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.exceptions import ConfigError
 from trainspect.hooks._guard import Guarded, guarded
-from trainspect.hooks.distributed import identity
+from trainspect.hooks.distributed import JobIdentity
+from trainspect.hooks.run_opening import absolute_out_dir, check_before_open, open_worker, settle_identity
 from trainspect.hooks.save_plan import SavePlanner, TensorPlan
 from trainspect.hooks.step_state import StepState
 from trainspect.modes import ModeKeys, parse_mode
 from trainspect.step import ReductionKey, Scalar, StepKey, StepRecord, TensorRecord, scalar_record
 from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
-from trainspect.store.manifest import (
-    all_workers_ended,
-    check_run_directory,
-    claim_run_directory,
-    mark_job_end,
-    write_worker_manifest,
-)
+from trainspect.store.manifest import all_workers_ended, mark_job_end, write_worker_manifest
 from trainspect.store.remote import spool_for
 from trainspect.store.run_writer import RunWriter
 
@@ -78,8 +74,12 @@ class Collector(Guarded):
         rules: rules evaluated live while training (their needs are recorded automatically).
         always_saved: collections this framework records every step unless configured otherwise (Keras:
             ``metrics``), besides ``losses``.
-        worker: this worker's name (default ``worker_<rank>``).
-        job_id: identifies the job that owns ``out_dir`` (default: a fresh id).
+        worker: this worker's name (default ``worker_<rank>``, the rank settled when the run opens).
+        job_id: identifies the job that owns ``out_dir`` (default: the job's, see :mod:`trainspect.hooks.distributed`).
+
+    The run opens (the directory and this worker's files are claimed, the writers start) at :meth:`start` when this
+    process's rank is known then, else at the first step: a hook built before ``torch.distributed`` is initialised
+    learns its rank from the process group (:mod:`trainspect.hooks.run_opening`).
     """
 
     def __init__(
@@ -107,16 +107,18 @@ class Collector(Guarded):
         if isinstance(include_regex, str):
             include_regex = [include_regex]
         out_dir, self.remote = spool_for(out_dir, dry_run)  # a URL: a local spool, uploaded by a thread
-        self.out_dir = Path(out_dir).expanduser()
+        self.out_dir = absolute_out_dir(Path(out_dir))
         problem = None if dry_run else _out_dir_problem(self.out_dir)
         if problem is not None:  # the environment, not the configuration: training goes on, unrecorded
             log.warning("trainspect: out_dir=%r %s; nothing is recorded, training goes on", str(out_dir), problem)
             dry_run = True
         self.layout = RunLayout(self.out_dir)
         self.framework = framework
-        self.identity = identity()
-        self.rank = self.identity.rank
-        self.worker = worker or self.identity.worker
+        self.identity: JobIdentity | None = None
+        """Who this process is in the job (None until the run opens)."""
+        self.rank = 0  # this worker's rank and name: settled when the run opens
+        self.worker = worker or "worker_0"
+        self._worker_given = worker
         self.include_workers = include_workers
         self.dry_run = dry_run
         self.collections = CollectionManager()
@@ -141,9 +143,11 @@ class Collector(Guarded):
                 self.planner.add_requirement(req)
         self._tensorboard = export_tensorboard
         self._tb_dir = Path(tensorboard_dir) if tensorboard_dir else None
-        self._job_id = job_id or self.identity.job_id
+        self._job_id = job_id
         if not dry_run:
-            check_run_directory(self.layout, self._job_id)
+            check_before_open(self.layout, job_id)
+        self._on_open: list[Callable[[Collector], None]] = []
+        self._fresh_job_id = uuid.uuid4().hex  # a new job's id, should this process start one
         self._config_doc = {
             "save_config": (save_config or SaveConfig()).to_dict(),
             "include_collections": sorted(self.planner.included),
@@ -184,28 +188,50 @@ class Collector(Guarded):
         """Whether this worker writes tensors (``include_workers="one"`` keeps only the chief's)."""
         return not self.dry_run and (self.include_workers == "all" or self.rank == 0)
 
+    @property
+    def opened(self) -> bool:
+        """Whether the run is open (this worker's identity settled, its files claimed, or nothing to record)."""
+        return self._started
+
+    def on_open(self, callback: Callable[[Collector], None]) -> None:
+        """Call ``callback(collector)`` when the run opens (at once if it is open), unless nothing is recorded."""
+        self._on_open.append(callback)
+        if self._started and not self.dry_run:
+            callback(self)
+
     @guarded()
     def start(self) -> None:
-        """Claim the run directory and start the writers (idempotent)."""
+        """Open the run now if this process's rank is known, else at the first step (idempotent)."""
+        self.open(final=False)
+
+    def open(self, final: bool) -> None:
+        """Settle this worker's identity, claim the run directory and its files, start the writers.
+
+        ``final=False``: only when the identity can no longer change (a process group, a launcher's job id); else
+        the first step opens the run (``final=True``). A conflict (another job's directory, another process
+        recording this worker, ranks that disagree) records nothing, with one warning; training goes on.
+        """
         if self._started or self._closed:
             return
+        ident = settle_identity(self.layout, final, self._job_id, self._fresh_job_id)
+        if ident is None:
+            return
         self._started = True
+        self.identity = ident
+        self.rank, self.worker = ident.rank, self._worker_given or ident.worker
+        self._job_id = self._job_id or ident.job_id
         if self.dry_run:
             return
-        claim_run_directory(
-            self.layout,
-            self._job_id,
-            {
-                "framework": self.framework,
-                "trainspect_version": __version__,
-                "world_size": self.identity.world_size,
-                "config": self._config_doc,
-            },
-        )
-        write_worker_manifest(
-            self.layout, self.worker, node=self.identity.node, rank=self.rank, local_rank=self.identity.local_rank,
-            world_size=self.identity.world_size, records_tensors=self.records_tensors, start_time=time.time(),
-        )  # fmt: skip
+        manifest = {"framework": self.framework, "trainspect_version": __version__,
+                    "world_size": ident.world_size, "config": self._config_doc}  # fmt: skip
+        if not open_worker(self.layout, self._job_id, manifest, self.worker, ident, self.records_tensors):
+            self.dry_run = True
+            return
+        self._start_writers(ident)
+        for callback in self._on_open:
+            callback(self)
+
+    def _start_writers(self, ident: JobIdentity) -> None:
         if self.records_tensors:
             tb_dir = self._tb_dir or self.layout.tensorboard_dir(self.worker, single=self.rank == 0)
             self._writer = RunWriter(
@@ -216,7 +242,7 @@ class Collector(Guarded):
             self._writer.write_collections(self.collections.to_dict())
         if self.remote is not None:
             self.remote.on_full = self._pause_capture
-            self.remote.start(self.identity.world_size)
+            self.remote.start(ident.world_size)
 
     def _pause_capture(self, paused: bool) -> None:
         if self._writer is not None:
@@ -240,7 +266,7 @@ class Collector(Guarded):
         if self._writer is not None:
             self._writer.write_collections(self._collections_doc())
             self._writer.close()
-        if self._started and not self.dry_run:
+        if self._started and not self.dry_run and self.identity is not None:
             try:
                 write_worker_manifest(self.layout, self.worker, end_time=time.time(), last_step=self.global_step)
                 if all_workers_ended(self.layout, self.identity.world_size):
@@ -271,7 +297,7 @@ class Collector(Guarded):
         if self._closed:
             return False
         if not self._started:
-            self.start()
+            self.open(final=True)
         mode, global_step = self.mode, self.global_step + 1
         mode_steps = self.mode_steps
         mode_step = mode_steps[mode] = mode_steps.get(mode, -1) + 1

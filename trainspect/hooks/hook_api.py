@@ -14,7 +14,7 @@ from trainspect.hooks._guard import Guarded
 from trainspect.hooks.close_errors import one_line_for_write_errors
 from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_extras import HookExtras
-from trainspect.hooks.job import join_autolog
+from trainspect.hooks.job import active_job, join_autolog
 from trainspect.hooks.shutdown import CLOSERS
 
 __all__ = ["HookAPI"]
@@ -63,6 +63,7 @@ class HookAPI(Guarded):
             "mlflow_run": mlflow_run,
         }  # fmt: skip
         given, autologger = join_autolog(framework, given)
+        self._given = dict(given)  # what a copy of this hook in a spawned process is built from (spawn_ticket)
         if env.TRAINSPECT_DISABLE.get():
             given.update(dry_run=True, rules=None, profiler_config=None)
         self._extras = HookExtras(
@@ -77,6 +78,7 @@ class HookAPI(Guarded):
             always_saved=always_saved,
         )  # fmt: skip
         self.disabled = env.TRAINSPECT_DISABLE.get()
+        self.collector.on_open(self._run_opened)
         if autologger is not None:
             autologger.adopt(self)
 
@@ -123,12 +125,63 @@ class HookAPI(Guarded):
         """Start writing (idempotent)."""
         raise NotImplementedError
 
-    _close_at_exit = False
+    def _run_opened(self, collector: Collector) -> None:
+        """The run opened (this worker's identity is settled): start the parts that write per worker.
+
+        A rank of a ``torch.distributed`` job ends its run when the job's process group is destroyed: Ray Train
+        ends its workers that way (their processes are then killed, no exit handler runs), as Lightning does.
+        """
+        self._extras.start(collector)
+        self._start_worker_parts()
+        self._close_at_exit_once()
+        ident = collector.identity
+        if ident is not None and ident.source == "torch.distributed" and ident.world_size > 1:
+            from trainspect.hooks.distributed import close_with_process_group
+
+            close_with_process_group(self._on_group_destroyed)
+
+    def _start_worker_parts(self) -> None:
+        """The framework's parts that need this worker's name (its profiling window), once the run is open."""
+
+    def spawn_ticket(self) -> tuple[str, str, dict[str, Any]] | None:
+        """What a process spawned with the hooked model needs to record into this run: (key, hook class, settings).
+
+        ``multiprocessing``'s spawn (Lightning's ``ddp_spawn``, ``mp.spawn``) pickles the model for each child; its
+        trainspect callbacks travel as this ticket, and the child builds one hook of its own from it, joining the
+        job as its rank (:mod:`trainspect.hooks.torch_callbacks`). None when disabled. Settings that cannot be
+        pickled are left out (their defaults apply in the child).
+        """
+        if self.disabled or self.collector.dry_run:
+            return None
+        import pickle  # only to test what the spawn can carry (it pickles the model); nothing is unpickled here
+
+        settings: dict[str, Any] = {}
+        for key, value in self._given.items():
+            try:
+                pickle.dumps(value)
+            except Exception:
+                continue
+            settings[key] = value
+        settings["out_dir"] = str(self.collector.out_dir.resolve()) if self.collector.remote is None else (
+            self._given["out_dir"])  # fmt: skip
+        cls = type(self)
+        return (f"{os.getpid()}-{id(self)}", f"{cls.__module__}:{cls.__qualname__}", settings)
+
+    def _on_group_destroyed(self) -> None:
+        """The process group this worker's rank came from is being destroyed: the worker's run ends here."""
+        job = active_job()
+        (job if job is not None and job.hook is self else self).close()
+
+    _close_at_exit: int | None = None  # the process that closes this hook at exit (a forked child: its own copy)
+    _closing = False
 
     def _close_at_exit_once(self) -> None:
-        """Have the hook closed at interpreter exit or on SIGTERM/SIGHUP if the script never closes it."""
-        if not self._close_at_exit:
-            self._close_at_exit = True
+        """Have the hook closed at interpreter exit or on SIGTERM/SIGHUP if the script never closes it.
+
+        Again in a forked child whose run opens there (Lightning's ``ddp_fork``): that child closes its copy.
+        """
+        if self._close_at_exit != os.getpid():
+            self._close_at_exit = os.getpid()
             CLOSERS.track(self)
 
     def flush(self, timeout: float | None = 30.0) -> bool:
@@ -156,9 +209,13 @@ class HookAPI(Guarded):
     def close(self) -> None:
         """Finish the open step, detach from the framework, flush, write verdicts and the end marker.
 
-        Runs even after an internal error disabled the hook, so that the run directory is always finished.
+        Runs even after an internal error disabled the hook, so that the run directory is always finished; a second
+        call does nothing (a script's own ``close()`` before ``destroy_process_group()``, which closes it too).
         """
         CLOSERS.untrack(self)
+        if self._closing:
+            return
+        self._closing = True
         with one_line_for_write_errors(self.out_dir):
             for part in [*self._close_steps(), self._close_parts, self.collector.finish_upload]:
                 try:

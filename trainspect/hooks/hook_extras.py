@@ -57,6 +57,7 @@ class HookExtras:
         self.profiler_config = profiler_config
         self.mlflow_run = mlflow_run
         self._live: Any = None
+        self._attached = False
         self._framework: Any = None
         self._monitor: Any = None
         self._window: Any = None
@@ -69,15 +70,28 @@ class HookExtras:
     def _update_quiet(self) -> None:
         self.quiet = all(p is None for p in (self._live, self._framework, self._window, self._mlflow))
 
+    def attach(self, collector: Collector) -> None:
+        """Start what needs no worker name, when the hook starts: the system monitor, framework timing in memory.
+
+        The rest starts in :meth:`start`, when the run opens (the worker is known then; see ``Collector.open``).
+        """
+        if self._attached or collector.dry_run:
+            return
+        self._attached = True
+        if self.profiler_config is not None:
+            self._part("the profiler", self._attach_profiler, collector)
+        self._update_quiet()
+
     def start(self, collector: Collector) -> None:
-        """Start the parts (idempotent)."""
+        """Start the parts once the run is open (idempotent)."""
+        self.attach(collector)
         if self._started or collector.dry_run:
             return
         self._started = True
+        if self._framework is not None:
+            self._part("the profiler", self._start_profiler, collector)
         if self.rules:
             self._part("live rules", self._start_rules, collector)
-        if self.profiler_config is not None:
-            self._part("the profiler", self._start_profiler, collector)
         if self._mlflow_wanted():
             self._part("MLflow logging", self._start_mlflow, collector)
         self._update_quiet()
@@ -95,18 +109,24 @@ class HookExtras:
     def _start_rules(self, collector: Collector) -> None:
         from trainspect.rules.live import LiveRuleRunner
 
-        self._live = LiveRuleRunner(self.rules, collector.out_dir, worker=collector.worker)
+        ident = collector.identity
+        several = ident is not None and ident.world_size > 1
+        self._live = LiveRuleRunner(self.rules, collector.out_dir, worker=collector.worker, name_worker=several)
         self._live.start()
 
-    def _start_profiler(self, collector: Collector) -> None:
+    def _attach_profiler(self, collector: Collector) -> None:
         from trainspect.hooks.framework_metrics import FrameworkRecorder
         from trainspect.hooks.system_monitor import SystemMonitor
 
+        # events before the run opens (the first batch's wait) are kept in memory; the file opens with the run
         self._framework = FrameworkRecorder(collector.out_dir, collector.worker, self.profiler_config)
-        self._framework.start()
         self._monitor = SystemMonitor.for_run(collector.out_dir, self.profiler_config)
         if self._monitor is not None:
             self._monitor.start()
+
+    def _start_profiler(self, collector: Collector) -> None:
+        self._framework.worker = collector.worker
+        self._framework.start()
 
     def _mlflow_options(self) -> tuple[Any, dict[str, Any]]:
         value = self.mlflow_run
@@ -144,7 +164,7 @@ class HookExtras:
         captures = ["tensors"] + (["rules"] if self.rules else [])
         captures += ["system", "framework"] if self.profiler_config is not None else []
         ident = collector.identity
-        worker = collector.worker if ident.world_size > 1 and not ident.chief else None
+        worker = collector.worker if ident is not None and ident.world_size > 1 and not ident.chief else None
         self._mlflow = MlflowSession.attach(collector.out_dir, run, captures=tuple(captures), worker=worker, **opts)
         if self._mlflow is not None:
             self._mlflow.start()
@@ -230,13 +250,14 @@ class HookExtras:
 
     # --- closing -------------------------------------------------------------------------------------------
     def before_close(self, collector: Collector) -> None:
-        """Called before the collector closes (the last step is already ended)."""
+        """Called before the collector closes (the last step is already ended): finish what this worker writes.
+
+        Final verdicts and framework metrics are on disk before the collector records this worker's end, which
+        the chief waits for before it reports on the whole job.
+        """
         if self._window is not None:
             self._window.close()
             self._window = None
-
-    def close(self, collector: Collector) -> None:
-        """Stop every part; write final verdicts."""
         if self._live is not None:
             self._live.close()
             self._live = None
@@ -246,6 +267,10 @@ class HookExtras:
         if self._monitor is not None:
             self._monitor.close()
             self._monitor = None
+
+    def close(self, collector: Collector) -> None:
+        """Stop every part (:meth:`before_close` first, if it was not called); the chief writes the report."""
+        self.before_close(collector)
         report: tuple[Any, Path] | None = None
         if (self.rules or self.profiler_config is not None) and not collector.dry_run and self._job_complete(collector):
             report = self._closing_part("the report", self._write_report, collector)
@@ -265,7 +290,9 @@ class HookExtras:
         if not (self.rules or self.profiler_config is not None):
             return
         ident = collector.identity
-        if collector.dry_run or env.TRAINSPECT_RUN_ACTIVE.get() or (ident.world_size > 1 and not ident.chief):
+        if collector.dry_run or ident is None or env.TRAINSPECT_RUN_ACTIVE.get():
+            return
+        if ident.world_size > 1 and not ident.chief:
             return
         if collector.writer_failed:
             return
@@ -280,8 +307,8 @@ class HookExtras:
     def _job_complete(collector: Collector, timeout: float = 30.0) -> bool:
         """In a multi-worker job, the chief waits (bounded) for the others, then reports for the whole job."""
         ident = collector.identity
-        if ident.world_size <= 1:
-            return True
+        if ident is None or ident.world_size <= 1:
+            return ident is not None
         if not ident.chief or collector.remote is not None:  # a URL run: the others' data is not in this spool
             return False
         deadline = time.monotonic() + timeout

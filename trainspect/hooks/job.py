@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["PyTorchJob", "active_hook", "join_autolog"]
+__all__ = ["PyTorchJob", "active_hook", "active_job", "join_autolog"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +26,10 @@ class PyTorchJob:
 
     def adopt(self, hook: Any) -> None:
         """Record with the script's own hook from now on."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Remove the patches and close the hook."""
         raise NotImplementedError
 
 
@@ -63,6 +67,11 @@ def join_autolog(framework: str, given: dict[str, Any]) -> tuple[dict[str, Any],
             value = [*merged[key], *(v for v in value if v not in merged[key])]
         merged[key] = value
     return merged, logger
+
+
+def active_job() -> PyTorchJob | None:
+    """The PyTorch ``autolog()`` job of this process (None when not active)."""
+    return _job()
 
 
 def active_hook() -> Any:

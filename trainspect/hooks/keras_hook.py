@@ -74,9 +74,11 @@ class Hook(keras.callbacks.Callback, HookAPI):
     @guarded()
     def start(self) -> None:
         """Start writing (called by the first ``fit``/``evaluate``/``predict`` and by ``__enter__``)."""
-        self.collector.start()
-        self._extras.start(self.collector)
+        self._extras.attach(self.collector)
         self._close_at_exit_once()
+        self.collector.start()  # opens the run now if this process's rank is known, else at the first step
+
+    def _start_worker_parts(self) -> None:
         if self._extras.framework_recorder is not None and not self._window_set:
             from trainspect.hooks.keras_profiling import TFProfilingWindow
 

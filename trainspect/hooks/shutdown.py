@@ -12,7 +12,9 @@ queued for the background writer, the end marker and the final verdicts.
   recorded is on disk), then that handler runs unchanged; the hooks close at exit or when it ends the process.
 - An ignored signal stays ignored; Python's own SIGINT handler (``KeyboardInterrupt``) is left alone, since the
   exit that follows closes the hooks.
-- A forked child (a DataLoader worker) inherits the handlers but never closes its parent's hooks.
+- A forked child (a DataLoader worker) inherits the handlers but never closes its parent's hooks; a hook whose run
+  opens in a child (Lightning's ``ddp_fork``) is that child's, closed when it ends (``multiprocessing`` children end
+  in ``os._exit``, after their finalizers, not ``atexit``).
 
 Handlers are installed by the first hook that starts in the main thread, never at import. ``CLOSERS`` is the one
 registry of the process (signals and ``atexit`` are process-wide themselves).
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import atexit
 import logging
+import multiprocessing
+import multiprocessing.util
 import os
 import signal
 import threading
@@ -56,6 +60,8 @@ class ShutdownCloser:
     def track(self, obj: Closable) -> None:
         """Close ``obj`` when the process ends, unless it was closed before (see :meth:`untrack`)."""
         with self._lock:
+            if self._pid != os.getpid():
+                self._open = []  # a forked child: what it inherited are its parent's hooks
             if not any(o is obj for o in self._open):
                 self._open.append(obj)
         if self._pid != os.getpid():
@@ -96,6 +102,9 @@ class ShutdownCloser:
         self._pid = os.getpid()
         self._previous.clear()
         atexit.register(self.close_all)
+        if multiprocessing.parent_process() is not None:
+            # a multiprocessing child (Lightning's ddp_fork, a Pool worker) ends in os._exit, after its finalizers
+            multiprocessing.util.Finalize(None, self.close_all, exitpriority=100)
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread; atexit still closes the hooks
         for name in _SIGNALS:

@@ -45,6 +45,12 @@ def _unwrap(module: nn.Module) -> nn.Module:
     return module
 
 
+@torch.compiler.disable
+def _open_run(collector: Any) -> None:
+    """Open the run at the first step (not traced when that step is a compiled model's first forward pass)."""
+    collector.open(final=True)
+
+
 class Hook(HookAPI):
     """Records losses, weights, gradients, module inputs/outputs and optimizer variables of a PyTorch model.
 
@@ -106,20 +112,17 @@ class Hook(HookAPI):
     @guarded()
     def start(self) -> None:
         """Start writing (called by ``register_module`` and ``__enter__``)."""
-        self.collector.start()
-        self._extras.start(self.collector)
+        self._extras.attach(self.collector)
         self._close_at_exit_once()
         recorder = self._extras.framework_recorder
         if recorder is not None and self._timer_recorder is None:
             from trainspect.hooks.cuda_memory import install_cuda_memory
-            from trainspect.hooks.torch_profiling import TorchProfilingWindow, install_dataloader_timer
+            from trainspect.hooks.torch_profiling import install_dataloader_timer
 
             install_dataloader_timer(recorder)
             install_cuda_memory(recorder)  # the job's CUDA memory per step (allocator counters, no sync)
             self._timer_recorder = recorder
-            self._extras.set_window(
-                TorchProfilingWindow(self.out_dir, self.collector.worker, self._extras.profiler_config)
-            )
+        self.collector.start()  # opens the run now if this process's rank is known, else at the first step
         if not self._globals_installed:
             self._globals_installed = True
             if recorder is not None:  # the pre-step hook only times the backward pass and the optimizer
@@ -127,8 +130,21 @@ class Hook(HookAPI):
             self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_post))
             self._handles.append(BackwardTap(self))
 
+    def _start_worker_parts(self) -> None:
+        if self._extras.framework_recorder is not None:
+            from trainspect.hooks.torch_profiling import TorchProfilingWindow
+
+            self._extras.set_window(
+                TorchProfilingWindow(self.out_dir, self.collector.worker, self._extras.profiler_config)
+            )
+
     def _close_steps(self) -> list[Any]:
-        return [lambda: self._end_step(final=True), self._remove_handles]
+        return [self._save_pending, lambda: self._end_step(final=True), self._remove_handles]
+
+    def _save_pending(self) -> None:
+        """Tensors saved before any step, when no step ever came: they make a step of their own."""
+        if self._pending and self.collector.global_step < 0 and not self._state.open:
+            self._begin_step()
 
     @guarded(True)
     def flush(self, timeout: float | None = 30.0) -> bool:
@@ -186,7 +202,7 @@ class Hook(HookAPI):
         self.start()
         name = f"{type(loss_module).__name__}_output_0"
         own_hook_dicts(loss_module)
-        self._handles.append(loss_module.register_forward_hook(Callback(self._loss_hook(name))))
+        self._handles.append(loss_module.register_forward_hook(Callback(self._on_loss_module, name)))
 
     # --- user API ------------------------------------------------------------------------------------------
     @guarded()
@@ -239,6 +255,8 @@ class Hook(HookAPI):
     # --- step boundaries (see trainspect.hooks.step_state) -------------------------------------------------
     def _begin_step(self) -> None:
         collector, extras, step = self.collector, self._extras, self._step
+        if not collector.opened:
+            _open_run(collector)
         if self._step_hooks.handles or self._state.open:
             self._end_step()
         if not extras.quiet:
@@ -333,8 +351,8 @@ class Hook(HookAPI):
             step.accumulates = optimizer_holds([p for _, p in self._params])
         return step.accumulates
 
-    def _loss_hook(self, name: str) -> Any:
-        return lambda module, args, output: self.record_loss(name, output)
+    def _on_loss_module(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
+        self.record_loss(name, output)
 
     def record_loss(self, name: str, value: Any) -> None:
         """Record a loss value computed outside a registered loss module (used by zero-script-change)."""

@@ -18,6 +18,7 @@ __all__ = [
     "all_workers_ended",
     "check_run_directory",
     "claim_run_directory",
+    "claim_worker",
     "create_temp_file",
     "mark_job_end",
     "read_manifest",
@@ -79,16 +80,22 @@ def read_manifest(layout: RunLayout) -> dict[str, Any] | None:
         return None
 
 
-def check_run_directory(layout: RunLayout, job_id: str) -> None:
+def check_run_directory(layout: RunLayout, job_id: str | None) -> None:
     """Refuse, before anything is written, a directory that holds another job's run.
 
+    ``job_id=None`` (this job's id is not known yet): only a run that has ended is certainly another job's.
+
     Raises:
-        RunDirectoryInUse: the directory's manifest names another job.
+        RunDirectoryInUse: the directory's manifest names another job, or the job there has ended.
     """
     existing = read_manifest(layout)
-    if existing is not None and existing.get("job_id") != job_id:
+    if existing is None:
+        return
+    other = job_id is not None and existing.get("job_id") != job_id
+    if other or layout.end_marker.exists():
+        state = "the run of another job" if other or job_id is None else "the finished run of this job"
         raise RunDirectoryInUse(
-            f"{layout.root} already holds the run of another job (job_id {existing.get('job_id')!r}, "
+            f"{layout.root} already holds {state} (job_id {existing.get('job_id')!r}, "
             f"created {time.ctime(existing.get('created', 0))}); trainspect never merges or overwrites runs: "
             "choose a new out_dir"
         )
@@ -113,6 +120,52 @@ def claim_run_directory(layout: RunLayout, job_id: str, manifest: dict[str, Any]
         check_run_directory(layout, job_id)
     finally:
         os.unlink(tmp)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+def claim_worker(layout: RunLayout, worker: str, **fields: Any) -> dict[str, Any] | None:
+    """Create one worker's manifest for this process, unless another live process records that worker.
+
+    The manifest is created exclusively (hard-linked into place); one left by a process that ended (it recorded its
+    end, or it is gone from this host) is taken over.
+
+    Returns:
+        None when this process now holds the worker; else the manifest of the process that does.
+    """
+    path = layout.worker_manifest(worker)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    doc = {"worker": worker, "host": socket.gethostname(), "pid": os.getpid(), **fields}
+    fd, tmp = create_temp_file(path.parent, path.name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1, default=str)
+        try:
+            os.link(tmp, path)
+            return None
+        except FileExistsError:
+            pass
+        try:
+            holder = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            holder = {}
+        mine = holder.get("pid") == os.getpid() and holder.get("host") == doc["host"]
+        gone = holder.get("host") == doc["host"] and isinstance(holder.get("pid"), int) and not _alive(holder["pid"])
+        if mine or gone or holder.get("end_time") is not None or not holder:
+            os.replace(tmp, path)
+            return None
+        return holder
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def write_worker_manifest(layout: RunLayout, worker: str, **fields: Any) -> None:
