@@ -34,6 +34,7 @@ __all__ = [
     "HOROVOD_LOCAL_RANK",
     "HOROVOD_GLOO_RENDEZVOUS_ADDR",
     "HOROVOD_GLOO_RENDEZVOUS_PORT",
+    "HOROVOD_TIMELINE",
     "SLURM_NTASKS",
     "SLURM_LOCALID",
     "SLURM_JOB_ID",
@@ -156,6 +157,9 @@ HOROVOD_GLOO_RENDEZVOUS_ADDR: EnvVar[str | None] = EnvVar(
 )
 HOROVOD_GLOO_RENDEZVOUS_PORT: EnvVar[str | None] = EnvVar(
     "HOROVOD_GLOO_RENDEZVOUS_PORT", str, None, "horovodrun's rendezvous port (Gloo controller)."
+)
+HOROVOD_TIMELINE: EnvVar[str | None] = EnvVar(
+    "HOROVOD_TIMELINE", str, None, "Horovod's timeline file (copied into the run when rank 0's hook closes)."
 )
 SLURM_PROCID: EnvVar[int] = EnvVar("SLURM_PROCID", int, 0, "Global rank of a task started by Slurm's srun.")
 SLURM_NTASKS: EnvVar[int] = EnvVar("SLURM_NTASKS", int, 1, "Number of tasks of a Slurm job step.")

@@ -6,6 +6,7 @@ Each part is optional and framework-neutral; a part that fails is disabled with 
 from __future__ import annotations
 
 import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -267,6 +268,7 @@ class HookExtras:
         if self._monitor is not None:
             self._monitor.close()
             self._monitor = None
+        self._part("the copy of Horovod's timeline", _copy_horovod_timeline, collector)
 
     def close(self, collector: Collector) -> None:
         """Stop every part (:meth:`before_close` first, if it was not called); the chief writes the report."""
@@ -333,3 +335,15 @@ class HookExtras:
         price = self._mlflow_options()[1].get("price_per_hour")
         ctx = ReportContext.load(collector.out_dir, price_per_hour=price)
         return ctx, write_report(collector.out_dir, price_per_hour=price, context=ctx)
+
+
+def _copy_horovod_timeline(collector: Collector) -> None:
+    """Rank 0 of a Horovod job with ``HOROVOD_TIMELINE`` set: a copy of the timeline joins the run (as it is now)."""
+    source, ident = env.HOROVOD_TIMELINE.get(), collector.identity
+    if not source or source == "DYNAMIC" or collector.dry_run or ident is None or not ident.chief:
+        return
+    path = Path(source)
+    if path.is_file():
+        target = collector.layout.horovod_timeline
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)

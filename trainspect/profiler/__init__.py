@@ -15,10 +15,24 @@ from trainspect.profiler.config import FrameworkProfile, ProfileRange, ProfilerC
 from trainspect.profiler.data import ProfilerData, load_profiler_data
 from trainspect.profiler.events import SystemEvent, TraceEvent
 from trainspect.profiler.heatmap import heatmap
+from trainspect.profiler.horovod import (
+    HorovodTimeline,
+    last_ready_counts,
+    negotiations,
+    phase_totals,
+    read_horovod_timeline,
+    tensor_totals,
+)
 from trainspect.profiler.ranks import rank_times
 from trainspect.profiler.readers import FrameworkMetricsReader, SystemMetricsReader
 
 __all__ = [
+    "HorovodTimeline",
+    "read_horovod_timeline",
+    "negotiations",
+    "last_ready_counts",
+    "phase_totals",
+    "tensor_totals",
     "ProfilerConfig",
     "FrameworkProfile",
     "ProfileRange",

@@ -79,6 +79,11 @@ class RunLayout:
         """System-metric chunks of one node."""
         return self.profiler_dir / "system" / safe_component(node)
 
+    @property
+    def horovod_timeline(self) -> Path:
+        """A copy of Horovod's timeline (``HOROVOD_TIMELINE``, written by rank 0), made when rank 0's hook closes."""
+        return self.profiler_dir / "horovod" / "timeline.json"
+
     def framework_dir(self, worker: str) -> Path:
         """Framework events (steps, phases, spans) of one worker."""
         return self.profiler_dir / "framework" / safe_component(worker)
