@@ -89,8 +89,10 @@ def test_a_rank_killed_after_its_process_group_ended_still_ends_the_run(tmp_path
     _check_every_rank(out, expected)
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
-@pytest.mark.parametrize("hook", ["before-trainer", "callback", "trainspect run"])
+_LIGHTNING = [(s, h) for s in ("ddp", "ddp_spawn") for h in ("before-trainer", "callback", "trainspect run")]
+
+
+@pytest.mark.parametrize(("strategy", "hook"), [*_LIGHTNING, ("ddp_fork", "before-trainer")])
 def test_lightning_ddp_records_every_rank(tmp_path: Path, strategy: str, hook: str) -> None:
     out, expected = tmp_path / "run", tmp_path / "expected"
     expected.mkdir()
