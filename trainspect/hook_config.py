@@ -27,7 +27,10 @@ __all__ = ["hook_kwargs_from_json", "hook_kwargs_from_dict", "load_json_config",
 
 _SAVE_KEYS = ("save_interval", "save_steps", "start_step", "end_step")
 _REDUCTION_KEYS = ("reductions", "save_raw_tensor", "save_shape")
-_HOOK_KEYS = ("export_tensorboard", "tensorboard_dir", "save_all", "include_regex", "include_workers", "dry_run")
+_HOOK_KEYS = (
+    "export_tensorboard", "tensorboard_dir", "save_all", "include_regex", "include_workers", "dry_run",
+    "local_gradients",
+)  # fmt: skip
 _COLLECTION_KEYS = ("include_regex", "save_histogram")
 _TOP_KEYS = ("localpath", "hookparameters", "collectionconfigurations", "rules", "profilerconfig", "mlflow")
 _SAGEMAKER_KEYS = ("s3outputpath", "s3path", "ruleconfigurations", "debugruleconfigurations")  # see sagemaker_notes
@@ -117,7 +120,7 @@ def hook_kwargs_from_dict(doc: Mapping[str, Any]) -> dict[str, Any]:
     if not out_dir:
         raise ConfigError("config: LocalPath (the run directory) is required (or set TRAINSPECT_OUT_DIR)")
     kwargs: dict[str, Any] = {"out_dir": str(out_dir)}
-    for key in ("export_tensorboard", "save_all", "dry_run"):
+    for key in ("export_tensorboard", "save_all", "dry_run", "local_gradients"):
         if key in hook:
             kwargs[key] = parse_bool(key, hook[key])
     for key in ("tensorboard_dir", "include_workers"):

@@ -304,14 +304,21 @@ def test_gradient_and_module_hooks_exist_only_on_saving_steps_and_flush_makes_th
     tiny.register(hook)
     hooked: list[tuple[bool, bool]] = []
 
+    from torch.optim.optimizer import _global_optimizer_pre_hooks as pre_step
+
+    baseline = len(pre_step)
+
     def between() -> None:  # after backward, before optimizer.step(): inside the step
-        grads = any(p._post_accumulate_grad_hooks for p in tiny.model.parameters())
+        # gradients are read at optimizer.step() (a global pre-step hook); before the first optimizer step, also
+        # by post-accumulate-grad hooks
+        grads = len(pre_step) > baseline or any(p._post_accumulate_grad_hooks for p in tiny.model.parameters())
         modules = any(m._forward_hooks for m in list(tiny.model.modules())[1:])
         hooked.append((grads, modules))
 
     tiny.train(7, between=between)
     assert hooked == [(s % 3 == 0, s % 3 == 0) for s in range(7)]  # nothing slows the steps that save nothing
     assert not any(p._post_accumulate_grad_hooks for p in tiny.model.parameters())  # removed when the step ended
+    assert len(pre_step) == baseline
     assert hook.flush()
     trial = ts.create_trial(out_dir)  # readable before close
     name = f"gradient/{tname('0.weight')}"

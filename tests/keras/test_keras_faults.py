@@ -53,6 +53,11 @@ def test_json_config(tmp_path):
     cfg.write_text(json.dumps({"LocalPath": str(tmp_path / "bad"), "HookParameters": {"save_intervall": "2"}}))
     with pytest.raises(ts.ConfigError, match="save_intervall"):
         ts.keras.Hook.create_from_json_file(cfg)
+    # a PyTorch-only setting in a config shared with a PyTorch job: ignored by the Keras hook, with one line
+    cfg.write_text(json.dumps({"LocalPath": str(tmp_path / "shared"), "HookParameters": {"local_gradients": "true"}}))
+    with caplog_at_warning() as lines:
+        ts.keras.Hook.create_from_json_file(cfg).close()
+    assert [line for line in lines if "local_gradients is a PyTorch hook setting" in line]
 
 
 def test_an_internal_failure_never_reaches_fit(tmp_path, monkeypatch, caplog):
@@ -231,3 +236,17 @@ def test_batch_losses_of_every_kind_of_step_and_logs_left_as_keras_makes_them(tm
     # the step's loss leaves Keras' logs, History and evaluate's result as they are without trainspect
     assert keys.keys == set(hist.history) == set(ev)
     assert all(not k.startswith("__trainspect") for k in keys.keys)
+
+
+class caplog_at_warning:  # noqa: N801 - a context manager named as it reads
+    """The messages logged at WARNING by trainspect inside the block."""
+
+    def __enter__(self) -> list[str]:
+        self.lines: list[str] = []
+        self.handler = logging.Handler(logging.WARNING)
+        self.handler.emit = lambda record: self.lines.append(record.getMessage())  # type: ignore[method-assign]
+        logging.getLogger("trainspect").addHandler(self.handler)
+        return self.lines
+
+    def __exit__(self, *exc: object) -> None:
+        logging.getLogger("trainspect").removeHandler(self.handler)

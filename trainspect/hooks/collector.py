@@ -30,6 +30,7 @@ from trainspect.hooks.run_opening import absolute_out_dir, check_before_open, op
 from trainspect.hooks.save_plan import SavePlanner, TensorPlan
 from trainspect.hooks.step_state import StepState
 from trainspect.modes import ModeKeys, parse_mode
+from trainspect.shard import Shard
 from trainspect.step import ReductionKey, Scalar, StepKey, StepRecord, TensorRecord, scalar_record
 from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
@@ -39,8 +40,11 @@ from trainspect.store.run_writer import RunWriter
 
 __all__ = ["Collector", "StepKey", "LateTensor"]
 
-LateTensor = tuple[str, TensorPlan, "np.ndarray | None", "dict[ReductionKey, float] | None", "tuple[int, ...] | None"]
-"""(name, plan, raw value, reductions, shape) of a tensor added to a finished step."""
+LateTensor = tuple[
+    str, TensorPlan, "np.ndarray | None", "dict[ReductionKey, float] | None", "tuple[int, ...] | None",
+    "Shard | None", "dict[str, float] | None",
+]  # fmt: skip
+"""(name, plan, raw value, reductions, shape, shard, partials) of a tensor added to a finished step."""
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +74,18 @@ class Collector(Guarded):
         export_tensorboard: write TensorBoard summaries (on by default).
         tensorboard_dir: where event files go (default: the run directory itself).
         dry_run: decide everything but write nothing.
-        include_workers: ``"one"`` (only the chief records tensors) or ``"all"``.
+        include_workers: ``"one"`` (only the chief records tensors) or ``"all"``; with ``"one"``, every rank records
+            when the model's parameters are sharded (``sharded``, set by the framework hook before the run opens):
+            rank 0's pieces alone make no tensor.
         rules: rules evaluated live while training (their needs are recorded automatically).
         always_saved: collections this framework records every step unless configured otherwise (Keras:
             ``metrics``), besides ``losses``.
         worker: this worker's name (default ``worker_<rank>``, the rank settled when the run opens).
         job_id: identifies the job that owns ``out_dir`` (default: the job's, see :mod:`trainspect.hooks.distributed`).
 
-    The run opens (the directory and this worker's files are claimed, the writers start) at :meth:`start` when this
-    process's rank is known then, else at the first step: a hook built before ``torch.distributed`` is initialised
-    learns its rank from the process group (:mod:`trainspect.hooks.run_opening`).
+    The run opens (the directory and this worker's files are claimed, the writers start) at the first step: a hook
+    built before ``torch.distributed`` is initialised learns its rank from the process group
+    (:mod:`trainspect.hooks.run_opening`).
     """
 
     def __init__(
@@ -120,6 +126,8 @@ class Collector(Guarded):
         self.worker = worker or "worker_0"
         self._worker_given = worker
         self.include_workers = include_workers
+        self.sharded = False
+        """The model's parameters are sharded across the ranks (every rank records them: see ``include_workers``)."""
         self.dry_run = dry_run
         self.collections = CollectionManager()
         always_saved = tuple(always_saved)
@@ -171,6 +179,7 @@ class Collector(Guarded):
         self._members: dict[str, set[str]] = {}
         self._histograms: set[str] = set()
         self._started = False
+        self._wanted = False
         self._closed = False
 
     def note_config(self, key: str, value: Any) -> None:
@@ -186,7 +195,7 @@ class Collector(Guarded):
     @property
     def records_tensors(self) -> bool:
         """Whether this worker writes tensors (``include_workers="one"`` keeps only the chief's)."""
-        return not self.dry_run and (self.include_workers == "all" or self.rank == 0)
+        return not self.dry_run and (self.include_workers == "all" or self.rank == 0 or self.sharded)
 
     @property
     def opened(self) -> bool:
@@ -199,10 +208,13 @@ class Collector(Guarded):
         if self._started and not self.dry_run:
             callback(self)
 
-    @guarded()
     def start(self) -> None:
-        """Open the run now if this process's rank is known, else at the first step (idempotent)."""
-        self.open(final=False)
+        """The hook is attached: the run opens at the first step (or at :meth:`close` if this rank is known then).
+
+        Not before the first step: a launcher may set up the process group later (its rank), and an engine may shard
+        the model after it was registered (then every rank records, see ``include_workers``).
+        """
+        self._wanted = True
 
     def open(self, final: bool) -> None:
         """Settle this worker's identity, claim the run directory and its files, start the writers.
@@ -260,6 +272,8 @@ class Collector(Guarded):
         """Finish the open step, flush everything and write the end marker."""
         if self._closed:
             return
+        if not self._started and self._wanted:
+            self.open(final=False)  # a started rank that never stepped still joins (and ends) a distributed job
         self.end_step()
         self._closed = True
         self.state.close()
@@ -402,11 +416,17 @@ class Collector(Guarded):
         value: np.ndarray | None,
         reductions: dict[ReductionKey, float] | None = None,
         shape: tuple[int, ...] | None = None,
+        shard: Shard | None = None,
+        partials: dict[str, float] | None = None,
     ) -> None:
-        """Add a host-side tensor (raw value and/or reductions) to the open step."""
+        """Add a host-side tensor (raw value and/or reductions) to the open step.
+
+        ``shard``: the value is this rank's piece of a sharded tensor; ``partials``: the piece's statistics
+        (:data:`~trainspect.shard.PARTIAL_KEYS`) from which the full tensor's reductions are combined.
+        """
         if self._record is None:
             return
-        self._record[name] = TensorRecord(name, value, reductions or {}, plan.collections, shape)
+        self._record[name] = TensorRecord(name, value, reductions or {}, plan.collections, shape, shard, partials)
         self._note_histogram(name, plan)
 
     def _note_histogram(self, name: str, plan: TensorPlan) -> None:
@@ -428,8 +448,8 @@ class Collector(Guarded):
             return
         mode, mode_step, gs, wall = step
         records = {}
-        for name, plan, value, reductions, shape in tensors:
-            records[name] = TensorRecord(name, value, reductions or {}, plan.collections, shape)
+        for name, plan, value, reductions, shape, shard, partials in tensors:
+            records[name] = TensorRecord(name, value, reductions or {}, plan.collections, shape, shard, partials)
             self._note_histogram(name, plan)
         self._submit(StepRecord(mode, mode_step, gs, wall, self.worker, records))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -20,6 +22,8 @@ from trainspect.hooks.shutdown import CLOSERS
 __all__ = ["HookAPI"]
 
 H = TypeVar("H", bound="HookAPI")
+
+log = logging.getLogger(__name__)
 
 
 class HookAPI(Guarded):
@@ -48,6 +52,7 @@ class HookAPI(Guarded):
         profiler_config: Any = None,
         mlflow_run: Any = None,
         always_saved: Iterable[str] = (),
+        local_gradients: bool = False,
     ) -> None:
         """Validate the configuration and build the collector (with TRAINSPECT_DISABLE=1, one that records nothing).
 
@@ -60,10 +65,11 @@ class HookAPI(Guarded):
             "dry_run": dry_run, "reduction_config": reduction_config, "save_config": save_config,
             "include_regex": include_regex, "include_collections": include_collections, "save_all": save_all,
             "include_workers": include_workers, "rules": rules, "profiler_config": profiler_config,
-            "mlflow_run": mlflow_run,
+            "mlflow_run": mlflow_run, "local_gradients": local_gradients,
         }  # fmt: skip
         given, autologger = join_autolog(framework, given)
         self._given = dict(given)  # what a copy of this hook in a spawned process is built from (spawn_ticket)
+        self.local_gradients = bool(given.get("local_gradients", False))
         if env.TRAINSPECT_DISABLE.get():
             given.update(dry_run=True, rules=None, profiler_config=None)
         self._extras = HookExtras(
@@ -114,7 +120,12 @@ class HookAPI(Guarded):
         from trainspect.hook_config import hook_kwargs_from_dict, load_json_config, sagemaker_notes
 
         doc = load_json_config(json_file_path)
-        hook = cls(**hook_kwargs_from_dict(doc))
+        kwargs = hook_kwargs_from_dict(doc)
+        accepted = inspect.signature(cls).parameters
+        for key in [k for k in kwargs if k not in accepted]:
+            log.warning("trainspect: %s is a PyTorch hook setting; %s ignores it", key, cls.__qualname__)
+            del kwargs[key]
+        hook = cls(**kwargs)
         notes = sagemaker_notes(doc)
         if notes:
             hook.collector.note_config("sagemaker", notes)

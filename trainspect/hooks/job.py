@@ -36,7 +36,7 @@ class PyTorchJob:
 _DEFAULTS: dict[str, Any] = {
     "export_tensorboard": True, "tensorboard_dir": None, "dry_run": False, "reduction_config": None,
     "save_config": None, "include_regex": None, "include_collections": None, "save_all": False,
-    "include_workers": "one", "rules": None, "profiler_config": None, "mlflow_run": None,
+    "include_workers": "one", "rules": None, "profiler_config": None, "mlflow_run": None, "local_gradients": False,
 }  # fmt: skip
 
 

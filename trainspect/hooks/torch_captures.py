@@ -3,6 +3,17 @@
 A module or tensor with a hook takes PyTorch's slower call path, so gradient and module input/output hooks are
 attached only for the steps that save them (:class:`StepHooks`), and what a saving step records is decided again
 only when the planner's set of saving collections changes (:func:`decide_captures`).
+
+Which gradient a saving step records: by default the one the optimizer applies, read when ``optimizer.step()``
+runs (a global optimizer pre-step hook, installed only while such a step is open; an optimizer step given a closure,
+which computes the gradient, is read after the closure returns; a step that opened inside ``optimizer.step()``, its
+closure's forward pass, when ``step()`` returns): after DDP's all-reduce, FSDP's
+reduce-scatter and DeepSpeed's reduction, so every rank records the synchronised gradient (with ``GradScaler``,
+unscaled; a step the scaler skips is read when ``GradScaler.step`` returns). Until an optimizer is known (a loop
+without one), post-accumulate-grad hooks record each parameter's gradient as backward leaves it. With
+``local_gradients``, those hooks record each rank's own gradient before any reduction; sharded parameters (FSDP,
+FSDP2, tensor parallel, ZeRO-3), whose per-rank gradient before the reduction is no piece of the full one, are read at
+``optimizer.step()`` either way.
 """
 
 from __future__ import annotations
@@ -11,11 +22,13 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_pre_hook
 
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.collector import Collector
 from trainspect.hooks.step_state import Captures
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
+from trainspect.hooks.torch_params import ParamView
 from trainspect.hooks.torch_staging import StepStaging
 
 __all__ = ["StepHooks", "decide_captures", "stage_optimizer_variables", "wanted"]
@@ -34,12 +47,12 @@ def wanted(collector: Collector, name: str) -> bool:
     return plan.raw or bool(plan.reductions)
 
 
-def decide_captures(collector: Collector, params: list[tuple[str, nn.Parameter]]) -> Captures:
-    """What a saving step records for the planner's current set of saving collections."""
+def decide_captures(collector: Collector, views: list[ParamView]) -> Captures:
+    """What a saving step records for the planner's current set of saving collections (``params``: name, view)."""
     return Captures(
         generation=collector.planner.generation,
-        params=tuple((n, p) for n, p in params if wanted(collector, n)),
-        gradients=any(wanted(collector, f"gradient/{n}") for n, _ in params),
+        params=tuple((v.name, v) for v in views if wanted(collector, v.name)),
+        gradients=any(wanted(collector, f"gradient/{v.name}") for v in views),
         module_io=collector.planner.takes_modules,
         optimizer=wanted(collector, "optimizer/lr_group_0") or wanted(collector, "optimizer/momentum_group_0"),
     )
@@ -65,27 +78,80 @@ def _outputs(value: Any) -> list[Any]:
 
 
 class StepHooks:
-    """Gradient and module input/output hooks of one step; :meth:`detach` removes them when the step ends."""
+    """Gradient and module input/output hooks of one step; :meth:`detach` removes them when the step ends.
 
-    def __init__(self, hook: Owner) -> None:
+    Args:
+        hook: the PyTorch hook.
+        local_gradients: record each rank's own gradient, before any reduction (see the module's docstring).
+    """
+
+    def __init__(self, hook: Owner, local_gradients: bool = False) -> None:
         self._hook = hook
+        self.local_gradients = local_gradients
         self.handles: list[Any] = []
+        self._at_step: list[ParamView] = []  # gradients read when optimizer.step() runs (or GradScaler skips it)
 
-    def attach(self, captures: Captures, params: list[tuple[str, nn.Parameter]], modules: list[Any]) -> None:
-        """Hook the gradients and module inputs/outputs ``captures`` asks for."""
+    def attach(
+        self, captures: Captures, views: list[ParamView], modules: list[Any], optimizer_known: bool = True
+    ) -> None:
+        """Hook the gradients and module inputs/outputs ``captures`` asks for.
+
+        ``optimizer_known``: an optimizer is known to update the model (else gradients are also hooked as backward
+        leaves them, and replaced by the optimizer's if one steps after all).
+        """
         if captures.gradients:
-            for name, param in params:
-                if param.requires_grad:
-                    hook = self._grad_hook(f"gradient/{name}")
-                    self.handles.append(param.register_post_accumulate_grad_hook(Callback(hook)))
+            self._attach_gradients(views, optimizer_known)
         if captures.module_io:
             for path, sub in modules:
                 own_hook_dicts(sub)
                 self.handles.append(sub.register_forward_hook(Callback(self._io_hook(path))))
 
+    def _attach_gradients(self, views: list[ParamView], optimizer_known: bool) -> None:
+        local = self.local_gradients
+        for view in views:
+            if view.hookable and view.param.requires_grad and (not optimizer_known or (local and not view.sharded)):
+                hook = self._grad_hook(view)
+                self.handles.append(view.param.register_post_accumulate_grad_hook(Callback(hook)))
+        self._at_step = [v for v in views if not local or v.sharded]
+        if self._at_step:
+            owner = self._hook
+            at_step = guarded()(lambda hook_self, args, kwargs: self._at_optimizer_step(args, kwargs))
+            self.handles.append(register_optimizer_step_pre_hook(lambda o, a, k: at_step(owner, a, k)))
+
+    def _at_optimizer_step(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """``optimizer.step()`` begins: read the gradients, or after its closure (which computes them) returns."""
+        closure = kwargs.get("closure", args[0] if args else None)
+        if not callable(closure):
+            self.read_gradients()
+            return None
+        owner, read = self._hook, guarded()(lambda hook_self: self.read_gradients())
+
+        def then_read() -> Any:  # Lightning's automatic optimization and LBFGS compute the gradient in the closure
+            result = closure()
+            read(owner)
+            return result
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": then_read}
+        return (then_read, *args[1:]), kwargs
+
+    def read_gradients(self) -> None:
+        """Stage the gradients the optimizer applies (once per step; by default they replace those hooked before)."""
+        views, self._at_step = self._at_step, []
+        if not views:
+            return
+        owner = self._hook
+        staging, collector = owner.staging, owner.collector
+        if not self.local_gradients:
+            staging.grads.clear()  # gradients hooked as backward left them: the optimizer's replace them
+        for view in views:
+            name = f"gradient/{view.name}"
+            staging.stage_read(name, view.grad, collector.plan(name), gradient=True)
+
     def detach(self) -> None:
         """Remove this step's hooks."""
         handles, self.handles = self.handles, []
+        self._at_step = []
         for handle in handles:
             handle.remove()
 
@@ -105,14 +171,11 @@ class StepHooks:
 
         return lambda module, args, output: hook(owner, module, args, output)
 
-    def _grad_hook(self, name: str) -> Any:
-        owner = self._hook
+    def _grad_hook(self, view: ParamView) -> Any:
+        owner, name = self._hook, f"gradient/{view.name}"
 
         @guarded()
         def hook(hook_self: Owner, param: torch.Tensor) -> None:
-            if param.grad is not None:
-                plan = owner.collector.plan(name)
-                if plan.raw or plan.reductions:
-                    owner.staging.stage_gradient(name, param.grad, plan)
+            owner.staging.stage_read(name, view.grad, owner.collector.plan(name), gradient=True)
 
         return lambda param: hook(owner, param)

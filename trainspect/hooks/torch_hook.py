@@ -27,6 +27,10 @@ from trainspect.hooks.torch_backward import STATE as _TAP
 from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 from trainspect.hooks.torch_captures import StepHooks, decide_captures, stage_optimizer_variables
+from trainspect.hooks.torch_params import ParamView, clean_path, model_name, unwrap
+from trainspect.hooks.torch_params import fingerprint as _param_objects
+from trainspect.hooks.torch_params import parameter_views as _views_of
+from trainspect.hooks.torch_params import warn_one_worker as _warn_one_worker
 from trainspect.hooks.torch_staging import StepLosses, StepStaging
 from trainspect.modes import ModeKeys, parse_mode
 
@@ -35,14 +39,6 @@ __all__ = ["Hook"]
 _TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # modes whose steps end at optimizer.step()
 BACKWARD_LOSS = "loss"
 """The name of the loss that ``.backward()`` was called on (collection ``losses``), as Keras names its loss."""
-
-
-def _unwrap(module: nn.Module) -> nn.Module:
-    """Return the user's model inside DistributedDataParallel / DataParallel wrappers (names stay the same)."""
-    wrappers = (nn.parallel.DistributedDataParallel, nn.DataParallel)
-    while isinstance(module, wrappers):
-        module = module.module
-    return module
 
 
 @torch.compiler.disable
@@ -55,9 +51,13 @@ class Hook(HookAPI):
     """Records losses, weights, gradients, module inputs/outputs and optimizer variables of a PyTorch model.
 
     Steps begin at the registered model's forward pass; a training step ends at ``optimizer.step()``. A weight at
-    step N is the value used in step N's forward pass, a gradient at step N the one computed in its backward pass.
-    Parameters are those of :class:`~trainspect.hooks.collector.Collector`, plus ``profiler_config`` and
-    ``mlflow_run``.
+    step N is the value used in step N's forward pass, a gradient at step N the one computed in its backward pass:
+    by default the one the optimizer applies, read when ``optimizer.step()`` runs (after DDP's all-reduce, FSDP's
+    reduce-scatter, DeepSpeed's reduction: the same on every rank; unscaled under ``GradScaler``). Sharded parameters
+    (FSDP2/DTensor, tensor parallel, classic FSDP, DeepSpeed ZeRO-3) are recorded as each rank's piece (see
+    docs/distributed.md). Parameters are those of :class:`~trainspect.hooks.collector.Collector`, plus
+    ``profiler_config``, ``mlflow_run`` and ``local_gradients``: record each rank's own gradient as its backward
+    pass leaves it, before any reduction (sharded parameters are read at ``optimizer.step()`` either way).
 
     Example:
         >>> import tempfile, torch, trainspect as ts
@@ -85,23 +85,27 @@ class Hook(HookAPI):
         rules: Iterable[Any] | str | None = None,
         profiler_config: Any = None,
         mlflow_run: Any = None,
+        local_gradients: bool = False,
     ) -> None:
         self._setup(
             "pytorch", out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
             dry_run=dry_run, reduction_config=reduction_config, save_config=save_config, include_regex=include_regex,
             include_collections=include_collections, save_all=save_all, include_workers=include_workers, rules=rules,
-            profiler_config=profiler_config, mlflow_run=mlflow_run,
+            profiler_config=profiler_config, mlflow_run=mlflow_run, local_gradients=local_gradients,
         )  # fmt: skip
         self._handles: list[Any] = []
         self._top: set[int] = set()
-        self._params: list[tuple[str, nn.Parameter]] = []
+        self._models: list[nn.Module] = []  # the registered models, as registered (wrappers included)
+        self._param_key: tuple[int, ...] = ()  # their parameter objects when self._params was made
+        self._params: list[ParamView] = []
+        self._warned_one_worker = False
         self._submodules: list[tuple[str, nn.Module]] = []
         self._known: set[int] = set()  # ids of the registered models' submodules
         self._state = self.collector.state  # IDLE / OPEN / CLOSED, and whether the open step saves
         self._step = TrainingStep()  # forward depth, optimizer seen/stepped, what a saving step captures
         self.staging = StepStaging(self.collector)
         self._losses = StepLosses()
-        self._step_hooks = StepHooks(self)
+        self._step_hooks = StepHooks(self, local_gradients=self.local_gradients)
         self._loss_names: set[str] = set()
         self._pending: list[tuple[str, torch.Tensor, tuple[str, ...]]] = []
         self._globals_installed = False
@@ -122,7 +126,7 @@ class Hook(HookAPI):
             install_dataloader_timer(recorder)
             install_cuda_memory(recorder)  # the job's CUDA memory per step (allocator counters, no sync)
             self._timer_recorder = recorder
-        self.collector.start()  # opens the run now if this process's rank is known, else at the first step
+        self.collector.start()  # the run opens at the first step
         if not self._globals_installed:
             self._globals_installed = True
             if recorder is not None:  # the pre-step hook only times the backward pass and the optimizer
@@ -171,24 +175,46 @@ class Hook(HookAPI):
         ``module_hooks=False``: the caller reports the model's forward passes itself, calling ``_on_top_forward_pre``
         and ``_on_top_forward`` around each (``autolog``'s global module hooks do: one hook per model, not three).
         """
-        self.start()
         BackwardTap.refresh()
         if id(module) in self._top:
+            self.start()
             return
         self._top.add(id(module))
         if module_hooks:
             own_hook_dicts(module)
             self._handles.append(module.register_forward_pre_hook(Callback(self._on_top_forward_pre)))
             self._handles.append(module.register_forward_hook(Callback(self._on_top_forward), always_call=True))
-        module = _unwrap(module)
+        if all(m is not module for m in self._models):
+            self._models.append(module)
+        self._refresh_params()
+        module = unwrap(module)
         self._top.add(id(module))
-        prefix = type(module).__name__
-        for pname, param in module.named_parameters():
-            self._params.append((f"{prefix}_{pname}", param))
+        prefix = model_name(module)
         for path, sub in module.named_modules():
-            object.__setattr__(sub, "_trainspect_name", path or prefix)
-            self._submodules.append((path or prefix, sub))
+            name = clean_path(path) or prefix
+            object.__setattr__(sub, "_trainspect_name", name)
+            self._submodules.append((name, sub))
             self._known.add(id(sub))
+        self.start()  # after the parameters are known: a sharded model is recorded by every rank from the start
+
+    def _refresh_params(self) -> bool:
+        """List the registered models' parameters again if their objects changed; return whether they did.
+
+        ``fully_shard`` (or any engine) applied after ``register_module`` replaces a model's parameter objects.
+        """
+        key = _param_objects(self._models)
+        if key == self._param_key and (self._params or not key):
+            return False
+        self._param_key = key
+        warn = self.staging.skips.warn
+        self._params = [view for model in self._models for view in _views_of(model, warn)]
+        collector = self.collector
+        if any(view.sharded for view in self._params) and not collector.sharded:
+            if not collector.opened:
+                collector.sharded = True  # every rank records: a piece alone is no tensor
+            elif not self._warned_one_worker and not collector.records_tensors:
+                self._warned_one_worker = _warn_one_worker(self._params)
+        return True
 
     register_hook = register_module
 
@@ -256,6 +282,7 @@ class Hook(HookAPI):
     def _begin_step(self) -> None:
         collector, extras, step = self.collector, self._extras, self._step
         if not collector.opened:
+            self._refresh_params()  # a model sharded since it was registered is recorded by every rank
             _open_run(collector)
         if self._step_hooks.handles or self._state.open:
             self._end_step()
@@ -271,17 +298,21 @@ class Hook(HookAPI):
             extras.on_step_start(collector)
         if saving:
             captures = step.captures
-            if captures.generation != collector.planner.generation:
+            changed = captures.generation != collector.planner.generation
+            if (changed or captures.at_begin) and self._refresh_params() or changed:
                 step.captures = captures = decide_captures(collector, self._params)
             if captures.at_begin:
                 self._capture_at_begin(captures)
 
     def _capture_at_begin(self, captures: Captures) -> None:
         """Stage the weights the step saves (as its forward pass will use them) and attach its step hooks."""
-        for name, param in captures.params:
-            self.staging.stage(name, param, self.collector.plan(name))
+        staging, collector = self.staging, self.collector
+        for name, view in captures.params:
+            staging.stage_read(name, view.weight, collector.plan(name))
         if captures.gradients or captures.module_io:
-            self._step_hooks.attach(captures, self._params, self._submodules)
+            step = self._step  # no heap scan here: before the first optimizer step, gradients are also hooked
+            known = step.optimizer_seen or bool(step.accumulates)
+            self._step_hooks.attach(captures, self._params, self._submodules, optimizer_known=known)
 
     def _end_step(self, final: bool = False) -> None:
         """End the open step. Device copies are read a step later unless something reads the record now."""
@@ -348,7 +379,8 @@ class Hook(HookAPI):
         """Whether an optimizer updates the model: decided once, at the first forward that could accumulate."""
         step = self._step
         if step.accumulates is None:
-            step.accumulates = optimizer_holds([p for _, p in self._params])
+            self._refresh_params()
+            step.accumulates = optimizer_holds([view.param for view in self._params])
         return step.accumulates
 
     def _on_loss_module(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
@@ -399,6 +431,7 @@ class Hook(HookAPI):
         try:
             if self._state.open and self.collector.mode in _TRAINING:
                 self._step.optimizer_seen = self._step.optimizer_stepped = True
+                self._step_hooks.read_gradients()  # a step the scaler skipped: its (unscaled, inf/NaN) gradients
                 self._end_step()
         except TrainingStopped:
             raise
@@ -423,6 +456,8 @@ class Hook(HookAPI):
                 return
             if state.saving and step.captures.optimizer:
                 stage_optimizer_variables(self.collector, self.staging, optimizer)
+            if self._step_hooks.handles:  # a step that opened inside optimizer.step() (its closure's forward pass)
+                self._step_hooks.read_gradients()
             step.optimizer_stepped = True
             if self.collector.mode in _TRAINING:
                 self._end_step()

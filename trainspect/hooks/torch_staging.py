@@ -5,23 +5,55 @@ them to the collector when the step ends. With ``defer`` (the default configurat
 record), copies still in flight from a CUDA device are not waited for: an event per CUDA stream is recorded after them,
 and they are read when the next step ends (or at close), joining their own step's record — the training thread does
 not wait for the GPU to record a loss. :class:`StepLosses` keeps the step's loss values (one per micro-batch).
+
+A tensor that cannot be staged (a tensor subclass trainspect cannot copy, a sharded parameter whose engine metadata
+cannot be read) is skipped with one warning naming it; the rest of the step, its losses included, is recorded.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from trainspect import env
 from trainspect.hooks import torch_tensors
 from trainspect.hooks.collector import Collector, StepKey
 from trainspect.hooks.save_plan import TensorPlan
 from trainspect.hooks.torch_backward import micro_batches_name
-from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, record_fence, stage
+from trainspect.hooks.torch_placements import Unrecordable
+from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, partials_dict, record_fence, stage
+from trainspect.shard import Shard
 from trainspect.step import Scalar
 
-__all__ = ["StepStaging", "StepLosses"]
+__all__ = ["StepStaging", "StepLosses", "SkipLog"]
+
+log = logging.getLogger(__name__)
+
+
+class SkipLog:
+    """The tensors a hook could not read: one warning per name (they are tried again at later saving steps)."""
+
+    __slots__ = ("warned",)
+
+    def __init__(self) -> None:
+        self.warned: set[str] = set()
+
+    def warn(self, name: str, why: str) -> None:
+        """Warn, once per ``name``, that tensor ``name`` is not recorded, and why."""
+        if name not in self.warned:
+            self.warned.add(name)
+            log.warning("trainspect: %s is not recorded: %s", name, why)
+
+    def failed(self, name: str, exc: Exception) -> None:
+        """Staging ``name`` raised: warn (under TRAINSPECT_TESTING, an error that is no data problem re-raises)."""
+        if env.TRAINSPECT_TESTING.get() and not isinstance(exc, (Unrecordable, AttributeError)):
+            raise exc
+        self.warn(name, f"{type(exc).__name__}: {exc}")
+
 
 _LOSSES = ("losses",)
 _MICRO_BATCHES = TensorPlan(True, (), False, frozenset())
@@ -30,7 +62,7 @@ _MICRO_BATCHES = TensorPlan(True, (), False, frozenset())
 class StepStaging:
     """The open step's staged tensors (gradients keyed by name: the last accumulation wins) and late copies."""
 
-    __slots__ = ("collector", "staged", "grads", "late")
+    __slots__ = ("collector", "staged", "grads", "late", "skips")
 
     def __init__(self, collector: Collector) -> None:
         self.collector = collector
@@ -38,19 +70,42 @@ class StepStaging:
         self.grads: dict[str, Staged] = {}
         self.late: tuple[StepKey, list[Staged], list[Any]] | None = None
         """The copies a finished step left in flight (its key, the staged tensors, their devices' events)."""
+        self.skips = SkipLog()
 
-    def stage(self, name: str, tensor: Any, plan: TensorPlan) -> None:
-        """Start the host copy of what ``plan`` asks of ``tensor`` (nothing when it asks nothing)."""
+    def _stage(self, name: str, tensor: Any, plan: TensorPlan, shard: Shard | None) -> Staged | None:
+        try:
+            return stage(name, tensor, plan, shard)
+        except Exception as exc:
+            self.skips.failed(name, exc)
+            return None
+
+    def stage(self, name: str, tensor: Any, plan: TensorPlan, shard: Shard | None = None) -> None:
+        """Start the host copy of what ``plan`` asks of ``tensor`` (nothing when it asks nothing).
+
+        ``shard``: ``tensor`` is this rank's piece of a sharded tensor.
+        """
         if plan.raw or plan.reductions:
-            staged = stage(name, tensor, plan)
+            staged = self._stage(name, tensor, plan, shard)
             if staged is not None:
                 self.staged.append(staged)
 
-    def stage_gradient(self, name: str, grad: torch.Tensor, plan: TensorPlan) -> None:
+    def stage_gradient(self, name: str, grad: torch.Tensor, plan: TensorPlan, shard: Shard | None = None) -> None:
         """Stage a gradient (accumulated: a later one replaces an earlier one of the same step)."""
-        staged = stage(name, grad, plan)
+        staged = self._stage(name, grad, plan, shard)
         if staged is not None:
             self.grads[name] = staged
+
+    def stage_read(self, name: str, read: Callable[[], Any], plan: TensorPlan, gradient: bool = False) -> None:
+        """Stage the ``(tensor, shard)`` piece ``read()`` returns (None: nothing to record); a failing read warns."""
+        if not (plan.raw or plan.reductions):
+            return
+        try:
+            piece = read()
+        except Exception as exc:
+            self.skips.failed(name, exc)
+            return
+        if piece is not None:
+            (self.stage_gradient if gradient else self.stage)(name, piece[0], plan, piece[1])
 
     def commit(self, defer: bool) -> None:
         """Add the staged tensors to the collector's open step; with ``defer``, CUDA copies in flight join it later.
@@ -75,7 +130,7 @@ class StepStaging:
                     staged = [s for s in staged if s.stream is None]
         add = self.collector.add
         for s, value, reds in materialize(staged):
-            add(s.name, s.plan, value, reds, s.shape)
+            add(s.name, s.plan, value, reds, s.shape, s.shard, partials_dict(s))
 
     def complete_late(self) -> None:
         """Read the copies a past step left in flight (waiting for their devices' events) and add them to it."""
@@ -83,7 +138,9 @@ class StepStaging:
         if late is not None:
             step, staged, fence = late
             done = materialize(staged, fence)
-            self.collector.add_late(step, [(s.name, s.plan, value, reds, s.shape) for s, value, reds in done])
+            self.collector.add_late(
+                step, [(s.name, s.plan, value, reds, s.shape, s.shard, partials_dict(s)) for s, value, reds in done]
+            )
 
 
 class StepLosses:

@@ -9,6 +9,13 @@ Devices, by :func:`device_kind`:
   copies one step later (``Hook._end_step``), so the training thread does not wait for the GPU.
 * any other accelerator (``mps``, ``xpu``, …): blocking copies (``Tensor.cpu()``), reductions in float32 (MPS has no
   float64); ``torch.cuda`` is never touched for them.
+
+A sharded tensor (a DTensor, or a ``(local piece, Shard)`` pair from :mod:`~trainspect.hooks.torch_params`) is
+staged as its local piece: the raw value is the piece, and the reductions asked for become the piece's
+:data:`~trainspect.shard.PARTIAL_KEYS` statistics (one stacked tensor, one host copy, no collective), from which the
+reader combines the full tensor's. No tensor subclass is ever copied with ``.numpy()``: a DTensor is read through
+``to_local()``, any other subclass with its own dispatch raises
+:class:`~trainspect.hooks.torch_placements.Unrecordable`.
 """
 
 from __future__ import annotations
@@ -20,12 +27,14 @@ import numpy as np
 import torch
 
 from trainspect.hooks.save_plan import TensorPlan
+from trainspect.hooks.torch_placements import Unrecordable, dtensor_piece, is_dtensor
 from trainspect.reductions import device_table
+from trainspect.shard import PARTIAL_KEYS, Shard
 from trainspect.step import ReductionKey
 
 __all__ = [
     "Staged", "stage", "materialize", "record_fence", "device_kind", "reduction_dtype", "snapshot",
-    "combine", "HostScalar",
+    "combine", "HostScalar", "partials_dict",
 ]  # fmt: skip
 
 
@@ -40,6 +49,10 @@ class Staged:
     shape: tuple[int, ...]
     stream: Any = None
     """The CUDA stream the copies into ``raw`` / ``reductions`` were issued on (may still run); None: done."""
+    shard: Shard | None = None
+    """Where this local piece sits in the full tensor (None: it is the full tensor)."""
+    partials: np.ndarray | torch.Tensor | None = None
+    """A sharded piece's statistics after ``count`` (:data:`~trainspect.shard.PARTIAL_KEYS` order), being copied."""
 
 
 _OPS: dict[str, Any] = device_table(
@@ -130,12 +143,20 @@ def _reduce(t: torch.Tensor, name: str, absolute: bool, dtype: torch.dtype = tor
     return _OPS[name](x)
 
 
-def _host_copy(t: torch.Tensor) -> np.ndarray | torch.Tensor:
-    """A host copy: a NumPy array, or for a CUDA tensor a pinned tensor being filled asynchronously."""
+def _host_copy(t: torch.Tensor, engine_owned: bool = False) -> np.ndarray | torch.Tensor:
+    """A host copy: a NumPy array, or for a CUDA tensor a pinned tensor being filled asynchronously.
+
+    ``engine_owned``: the tensor's storage belongs to a sharding engine that may resize it later (FSDP frees and
+    re-allocates storages), so no NumPy array is ever made over it (that makes a storage non-resizable).
+    """
     x = t.detach()
     kind = device_kind(x)
     if kind == "cpu" and x.dtype in _NUMPY_DTYPES and x.layout == torch.strided and not x.is_conj():
+        if engine_owned:
+            return x.clone(memory_format=torch.contiguous_format).numpy()
         return x.numpy().copy()  # the common case (losses, CPU weights) in as few calls as possible
+    if kind == "cpu" and engine_owned:
+        x = x.clone()
     if x.dtype == torch.bfloat16:
         x = x.float()
     if x.layout != torch.strided:
@@ -156,10 +177,58 @@ def _pinned_empty(shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, pin_memory=True)
 
 
-def stage(name: str, tensor: Any, plan: TensorPlan) -> Staged | None:
-    """Start copying what ``plan`` asks of ``tensor`` to the host (non-blocking on CUDA); None if not a tensor."""
+def _plain(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as a plain tensor (a Parameter's or a data-only subclass's), never a subclass with its own dispatch.
+
+    Raises:
+        Unrecordable: a tensor subclass that dispatches its own operations (not a DTensor: those are pieces).
+    """
+    if type(tensor).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__:
+        raise Unrecordable(f"a {type(tensor).__name__} (a tensor subclass trainspect cannot copy)")
+    x = tensor.detach()
+    return x if type(x) is torch.Tensor else x.as_subclass(torch.Tensor)
+
+
+def _partials(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A non-empty piece's statistics after ``count``, in :data:`~trainspect.shard.PARTIAL_KEYS` order, stacked."""
+    x = x.detach().reshape(-1).to(dtype)
+    a = x.abs()
+    total, abs_total = x.sum(), a.sum()
+    n = x.numel()
+    return torch.stack([
+        total, x.square().sum(), (x - total / n).square().sum(), x.min(), x.max(),
+        abs_total, (a - abs_total / n).square().sum(), a.min(), a.max(), x.prod(),
+    ])  # fmt: skip
+
+
+def partials_dict(staged: Staged) -> dict[str, float] | None:
+    """A staged piece's partial statistics (copies done), keyed by :data:`~trainspect.shard.PARTIAL_KEYS`."""
+    if staged.shard is None or staged.partials is None:
+        return None
+    values = staged.partials.tolist()
+    return {"count": float(np.prod(staged.shape)), **dict(zip(PARTIAL_KEYS[1:], values, strict=True))}
+
+
+def stage(name: str, tensor: Any, plan: TensorPlan, shard: Shard | None = None) -> Staged | None:
+    """Start copying what ``plan`` asks of ``tensor`` to the host (non-blocking on CUDA); None if not a tensor.
+
+    ``shard``: ``tensor`` is a local piece of a sharded tensor (a DTensor is one by itself). An empty piece is not
+    staged: the other ranks hold every element.
+
+    Raises:
+        Unrecordable: a tensor subclass that cannot be copied, or a DTensor placement with no Shard description.
+    """
     if not isinstance(tensor, torch.Tensor):
         return None
+    if type(tensor) is not torch.Tensor:
+        if shard is None and is_dtensor(tensor):
+            piece = dtensor_piece(tensor)
+            if piece is None:
+                return None
+            tensor, shard = piece
+        tensor = _plain(tensor)
+    if shard is not None:
+        return _stage_piece(name, tensor, plan, shard)
     kind = device_kind(tensor)
     reds = None
     if plan.reductions and tensor.numel() > 0:
@@ -169,6 +238,19 @@ def stage(name: str, tensor: Any, plan: TensorPlan) -> Staged | None:
     raw = _host_copy(tensor) if plan.raw else None
     stream = torch.cuda.current_stream(tensor.device) if kind == "cuda" else None
     return Staged(name, plan, raw, reds, tuple(tensor.shape), stream)
+
+
+def _stage_piece(name: str, piece: torch.Tensor, plan: TensorPlan, shard: Shard) -> Staged | None:
+    """Stage a local piece: its raw value, and its partial statistics in place of reductions."""
+    if piece.numel() == 0:
+        return None
+    kind = device_kind(piece)
+    partials = None
+    if plan.reductions and not piece.is_complex():
+        partials = _host_copy(_partials(piece, reduction_dtype(kind)))
+    raw = _host_copy(piece, engine_owned=True) if plan.raw else None
+    stream = torch.cuda.current_stream(piece.device) if kind == "cuda" else None
+    return Staged(name, plan, raw, None, tuple(piece.shape), stream, shard, partials)
 
 
 def record_fence(staged: list[Staged]) -> list[Any]:
