@@ -76,7 +76,7 @@ class Hook(keras.callbacks.Callback, HookAPI):
         """Start writing (called by the first ``fit``/``evaluate``/``predict`` and by ``__enter__``)."""
         self._extras.attach(self.collector)
         self._close_at_exit_once()
-        self.collector.start()  # opens the run now if this process's rank is known, else at the first step
+        self.collector.start()  # the run opens at the first step
 
     def _start_worker_parts(self) -> None:
         if self._extras.framework_recorder is not None and not self._window_set:
