@@ -311,3 +311,41 @@ def test_torchrun_four_ranks_names_the_rank_that_fed_a_nan(tmp_path, capsys):
     capsys.readouterr()
     assert rules_main([str(out), "--rule", "ExplodingTensor"]) == 1
     assert "first in worker_3 at step 12" in capsys.readouterr().out
+
+
+def test_a_sharded_tensors_reductions_are_judged_as_the_full_tensors_on_every_worker(tmp_path):
+    """Each rank recorded its piece of a sharded gradient: a rule on its mean sees the full tensor's mean."""
+    from trainspect.modes import ModeKeys
+    from trainspect.reductions import partials_of
+    from trainspect.rules import Check, Select, TensorRule
+    from trainspect.shard import Shard
+    from trainspect.step import StepRecord, TensorRecord
+    from trainspect.store.manifest import mark_job_end
+    from trainspect.store.tensor_file import TensorFileWriter
+
+    full = np.concatenate([np.zeros(6), np.full(4, 12.5)])  # rank 0's piece: mean 0; rank 1's: 12.5; full: 5.0
+    pieces = [(full[:6], Shard((10,), (0,), "block")), (full[6:], Shard((10,), (6,), "block"))]
+    for rank, (local, shard) in enumerate(pieces):
+        writer = TensorFileWriter(tmp_path / "tensors" / f"worker_{rank}")
+        for step in range(3):
+            grad = TensorRecord("gradient/w", None, {}, frozenset({"gradients"}), local.shape, shard, partials_of(local))
+            writer.write(StepRecord(ModeKeys.TRAIN, step, step, 100.0 + step, f"worker_{rank}", {"gradient/w": grad}))
+        writer.close()
+    mark_job_end(RunLayout(tmp_path))
+
+    class MeanIsFive(TensorRule):
+        def selects(self):
+            return [Select(collections=("gradients",), reductions=("mean",), raw=False)]
+
+        def check(self, state, data):
+            means = [t.reductions.get(("mean", False)) for t in data.role()]
+            means = [m for m in means if m is not None]
+            if not means:
+                return None
+            return Check(means[0], abs(means[0] - 5.0) < 1e-9, ("gradient/w",), f"mean {means[0]}")
+
+    (verdict,) = ts.rules.evaluate(ts.create_trial(tmp_path), [MeanIsFive()], write=False)
+    assert verdict.status is Status.ISSUES_FOUND, verdict.message
+    per_worker = verdict.details["per_worker"]
+    assert sorted(per_worker) == ["worker_0", "worker_1"]
+    assert all(p["status"] == "IssuesFound" for p in per_worker.values()), per_worker

@@ -199,7 +199,8 @@ class TrialFeed:
         if not saved_steps:
             return {}
         first = self._first_step(tensor, saved_steps)
-        values = {} if self._reductions_suffice(tensor, need, first) else self._values(tensor, steps)
+        kw = self._reduction_kw(tensor, first)
+        values = {} if self._reductions_suffice(tensor, need, first, kw) else self._values(tensor, steps)
         reduced = reduce_series(values, need.reductions) if need.reductions else {}
         out = {}
         for step in saved_steps:
@@ -208,7 +209,7 @@ class TrialFeed:
                 raw = value if need.raw else None
                 out[step] = TensorRecord(name, raw, reduced.get(step, {}), colls, tuple(value.shape))
             else:
-                reds = self._saved_reductions(tensor, step, need)
+                reds = self._saved_reductions(tensor, step, need, kw)
                 if reds:
                     out[step] = TensorRecord(name, None, reds, colls)
         return out
@@ -226,11 +227,23 @@ class TrialFeed:
                 break
         return saved[0]
 
-    def _reductions_suffice(self, tensor: TensorView, need: Needs, step: int) -> bool:
+    def _reduction_kw(self, tensor: TensorView, step: int) -> dict[str, Any]:
+        """How to read a tensor's reductions: a sharded tensor's are the full tensor's, whichever worker is read.
+
+        They are combined from every rank's piece; its raw values stay the worker's own piece (element-wise problems
+        are found, and named, on the rank whose piece has them).
+        """
+        is_sharded = getattr(tensor, "is_sharded", None)
+        try:
+            return {} if self._kw and callable(is_sharded) and is_sharded(step) else self._kw
+        except Exception:
+            return self._kw
+
+    def _reductions_suffice(self, tensor: TensorView, need: Needs, step: int, kw: dict[str, Any]) -> bool:
         if need.raw or not need.reductions:
             return False
         try:
-            saved = tensor.reduction_values(step, **self._kw) or {}
+            saved = tensor.reduction_values(step, **kw) or {}
         except Exception:
             return False
         return all(key in saved for key in need.reductions)
@@ -242,11 +255,13 @@ class TrialFeed:
         except Exception:
             return {}
 
-    def _saved_reductions(self, tensor: TensorView, step: int, need: Needs) -> dict[ReductionKey, float]:
+    def _saved_reductions(
+        self, tensor: TensorView, step: int, need: Needs, kw: dict[str, Any]
+    ) -> dict[ReductionKey, float]:
         reds: dict[ReductionKey, float] = {}
         for rname, is_abs in need.reductions:
             try:
-                value = tensor.reduction_value(step, rname, mode=_GLOBAL, abs=is_abs, **self._kw)
+                value = tensor.reduction_value(step, rname, mode=_GLOBAL, abs=is_abs, **kw)
             except Exception:
                 continue
             if value is not None:
