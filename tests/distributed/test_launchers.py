@@ -9,14 +9,17 @@ session directory).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 import trainspect as ts
@@ -41,9 +44,18 @@ def _run(cmd: list[str], cwd: Path, under_trainspect: Path | None = None, extra:
         config = cwd / "config.json"
         config.write_text(json.dumps({"HookParameters": {"include_workers": "all"}}))
         cmd = [str(BIN / "trainspect"), "run", "--out", str(under_trainspect), "--config", str(config), "--", *cmd]
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-    assert proc.returncode == 0, (proc.stdout[-3000:], proc.stderr[-6000:])
-    return proc
+    env["PYTHONFAULTHANDLER"] = "1"  # a job stopped at the timeout prints every thread's stack (below)
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for child in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
+            with contextlib.suppress(psutil.Error):
+                child.send_signal(signal.SIGABRT)  # faulthandler dumps each process's threads, then it dies
+        out, err = proc.communicate(timeout=60)
+        pytest.fail(f"the job did not end in {timeout} s; its stacks:\n{err[-20000:]}\n{out[-3000:]}")
+    assert proc.returncode == 0, (out[-3000:], err[-6000:])
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _check_every_rank(out: Path, expected: Path, world: int = 2, loss: str = "loss") -> ts.Trial:
