@@ -169,3 +169,29 @@ def test_saves_before_any_step_make_a_step_of_their_own(tmp_path: Path) -> None:
         hook.save_scalar("lr", 0.5)
     trial = ts.create_trial(tmp_path / "run")
     assert float(trial.tensor("scalar/lr").value(0)) == 0.5 and trial.job_ended
+
+
+_THREAD_SCRIPT = """
+import os, sys, threading, torch, trainspect as ts
+def train():
+    model = torch.nn.Linear(3, 1); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = ts.torch.Hook(sys.argv[1]); hook.register_module(model)
+    for _ in range(5):
+        opt.zero_grad(); model(torch.ones(2, 3)).pow(2).mean().backward(); opt.step()
+thread = threading.Thread(target=train); thread.start(); thread.join()
+deadline = __import__("time").monotonic() + 60
+while not os.path.exists(os.path.join(sys.argv[1], "training_job_end.ts")) and __import__("time").monotonic() < deadline:
+    __import__("time").sleep(0.05)
+os._exit(0)  # as Ray ends its workers: killed, no exit handler runs
+"""
+
+
+def test_a_run_trained_in_a_thread_ends_when_the_thread_ends(tmp_path: Path) -> None:
+    """Ray Train runs the training function in a thread of its worker, then kills the worker (one worker: no
+    process group is destroyed first)."""
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-c", _THREAD_SCRIPT, str(out)], capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trial = ts.create_trial(out)
+    assert trial.job_ended and trial.steps() == list(range(5))

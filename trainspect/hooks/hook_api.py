@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
@@ -121,7 +122,7 @@ class HookAPI(Guarded):
 
         doc = load_json_config(json_file_path)
         kwargs = hook_kwargs_from_dict(doc)
-        accepted = inspect.signature(cls).parameters
+        accepted = _settings_of(cls)
         for key in [k for k in kwargs if k not in accepted]:
             log.warning("trainspect: %s is a PyTorch hook setting; %s ignores it", key, cls.__qualname__)
             del kwargs[key]
@@ -140,7 +141,9 @@ class HookAPI(Guarded):
         """The run opened (this worker's identity is settled): start the parts that write per worker.
 
         A rank of a ``torch.distributed`` job ends its run when the job's process group is destroyed: Ray Train
-        ends its workers that way (their processes are then killed, no exit handler runs), as Lightning does.
+        ends its workers that way (their processes are then killed, no exit handler runs), as Lightning does. A run
+        that a thread other than the main thread opened (Ray Train runs the training function in one) ends when that
+        thread ends, for the same reason (a one-worker Ray job destroys no process group).
         """
         self._extras.start(collector)
         self._start_worker_parts()
@@ -150,6 +153,15 @@ class HookAPI(Guarded):
             from trainspect.hooks.distributed import close_with_process_group
 
             close_with_process_group(self._on_group_destroyed)
+        opener = threading.current_thread()
+        if self._ends_with_its_thread and opener is not threading.main_thread():
+            threading.Thread(target=self._close_after, args=(opener,), name="trainspect-run-thread-end",
+                             daemon=True).start()  # fmt: skip
+
+    def _close_after(self, opener: threading.Thread) -> None:
+        opener.join()
+        if not self._closing:
+            self._on_group_destroyed()
 
     def _start_worker_parts(self) -> None:
         """The framework's parts that need this worker's name (its profiling window), once the run is open."""
@@ -179,10 +191,11 @@ class HookAPI(Guarded):
         return (f"{os.getpid()}-{id(self)}", f"{cls.__module__}:{cls.__qualname__}", settings)
 
     def _on_group_destroyed(self) -> None:
-        """The process group this worker's rank came from is being destroyed: the worker's run ends here."""
+        """The worker's run ends here: its process group is being destroyed, or the thread that trained ended."""
         job = active_job()
         (job if job is not None and job.hook is self else self).close()
 
+    _ends_with_its_thread = False  # a framework whose steps run in the training thread (PyTorch, not Keras' callbacks)
     _close_at_exit: int | None = None  # the process that closes this hook at exit (a forked child: its own copy)
     _closing = False
 
@@ -240,3 +253,19 @@ class HookAPI(Guarded):
         self._extras.before_close(self.collector)
         self.collector.close()
         self._extras.close(self.collector)
+
+
+def _settings_of(cls: type) -> set[str]:
+    """The keyword settings ``cls`` takes.
+
+    They are those of the first ``__init__`` up its MRO that names them: subclasses that pass ``*args, **kwargs``
+    on, as the smdebug-named hooks do, take their base's.
+    """
+    for klass in cls.__mro__:
+        if "__init__" not in vars(klass):
+            continue
+        params = inspect.signature(vars(klass)["__init__"]).parameters.values()
+        if not any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params):
+            return {p.name for p in params} - {"self"}
+    return set()
+

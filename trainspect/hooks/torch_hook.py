@@ -70,6 +70,8 @@ class Hook(HookAPI):
         ['scalar/my_loss']
     """
 
+    _ends_with_its_thread = True  # the first step runs in the training thread (see HookAPI._run_opened)
+
     def __init__(
         self,
         out_dir: str | os.PathLike[str],
