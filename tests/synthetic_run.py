@@ -69,9 +69,9 @@ def write_steps(
     frames.close()
 
 
-def write_tensors(run: Path, records: list[StepRecord], end: bool = True) -> None:
-    """Write tensor step records of ``worker_0`` through the store's writer, with the collections they name."""
-    writer = RunWriter(RunLayout(run), "worker_0", tensorboard=False)
+def _submit(run: Path, worker: str, records: list[StepRecord], chief: bool = False) -> RunWriter:
+    """Hand one worker's step records to a started writer, and the collections they name; return the writer."""
+    writer = RunWriter(RunLayout(run), worker, tensorboard=False, chief=chief)
     writer.start()
     manager = CollectionManager()
     members: dict[str, set[str]] = {}
@@ -86,6 +86,12 @@ def write_tensors(run: Path, records: list[StepRecord], end: bool = True) -> Non
     for cname, names in members.items():
         doc[cname]["tensor_names"] = sorted(set(doc[cname].get("tensor_names", [])) | names)
     writer.write_collections(doc)
+    return writer
+
+
+def write_tensors(run: Path, records: list[StepRecord], end: bool = True) -> None:
+    """Write tensor step records of ``worker_0`` through the store's writer, with the collections they name."""
+    writer = _submit(run, "worker_0", records, chief=True)
     if end:
         writer.close(end_job=True)
     else:
@@ -107,19 +113,4 @@ def write_worker_tensors(run: Path, worker: str, records: list[StepRecord], end:
 
     The collections the records name are written with them; ``end`` also writes the end-of-job marker.
     """
-    writer = RunWriter(RunLayout(run), worker, tensorboard=False, chief=end)
-    writer.start()
-    manager = CollectionManager()
-    members: dict[str, set[str]] = {}
-    for rec in records:
-        writer.submit(rec)
-        for t in rec.tensors.values():
-            for c in t.collections:
-                members.setdefault(c, set()).add(t.name)
-    for cname in members:
-        manager.get(cname)
-    doc: dict[str, Any] = manager.to_dict()
-    for cname, names in members.items():
-        doc[cname]["tensor_names"] = sorted(set(doc[cname].get("tensor_names", [])) | names)
-    writer.write_collections(doc)
-    writer.close(end_job=end)
+    _submit(run, worker, records, chief=end).close(end_job=end)

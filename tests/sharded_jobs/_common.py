@@ -73,3 +73,23 @@ class Expected:
 
     def save(self, out: str) -> None:
         np.savez(os.path.join(out, f"expected_rank{rank()}.npz"), **self.values)
+
+
+def train_dtensor(model: nn.Module, opt: torch.optim.Optimizer, expected: Expected, same: bool = False) -> None:
+    """Train ``STEPS`` steps of a model whose parameters are DTensors, noting each step's full weights and gradients."""
+    for step in range(STEPS):
+        expected.add("w", step, {n: p.full_tensor() for n, p in model.named_parameters()})
+        loss = model(batch(step, same=same)).pow(2).mean()
+        loss.backward()
+        expected.add("g", step, {n: p.grad.full_tensor() for n, p in model.named_parameters()})
+        opt.step()
+        opt.zero_grad()
+
+
+def finish(trainspect_hook: Any, expected: Expected, out: str) -> None:
+    """Close the hook, save what it should have recorded, end the process group."""
+    import torch.distributed as dist
+
+    trainspect_hook.close()
+    expected.save(out)
+    dist.destroy_process_group()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from _common import STEPS, Expected, Net, args, batch, hook
+from _common import STEPS, Expected, Net, args, batch, finish, hook
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: N817
 
 
@@ -40,9 +40,7 @@ def main() -> None:
         expected.add("l", step, dict(zip(names, local, strict=True)))
         opt.step()
         opt.zero_grad()
-    h.close()
-    expected.save(opts.out)
-    dist.destroy_process_group()
+    finish(h, expected, opts.out)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import deepspeed
 import torch
-import torch.distributed as dist
-from _common import STEPS, Expected, Net, args, batch, hook
+from _common import STEPS, Expected, Net, args, batch, finish, hook
 from deepspeed.utils import safe_get_full_grad
 
 
@@ -35,9 +34,7 @@ def main() -> None:
         engine.backward(loss)
         expected.add("g", step, {n: safe_get_full_grad(p) for n, p in params})
         engine.step()
-    h.close()
-    expected.save(opts.out)
-    dist.destroy_process_group()
+    finish(h, expected, opts.out)
 
 
 if __name__ == "__main__":

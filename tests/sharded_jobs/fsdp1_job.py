@@ -11,7 +11,7 @@ import copy
 
 import torch
 import torch.distributed as dist
-from _common import STEPS, Expected, Net, args, batch, hook
+from _common import STEPS, Expected, Net, args, batch, finish, hook
 from torch.distributed.fsdp import FullyShardedDataParallel as FSDP  # noqa: N817
 
 
@@ -38,9 +38,7 @@ def main() -> None:
         expected.add("g", step, _mean_local_gradient(weights, x))
         opt.step()
         opt.zero_grad()
-    h.close()
-    expected.save(opts.out)
-    dist.destroy_process_group()
+    finish(h, expected, opts.out)
 
 
 def _mean_local_gradient(weights: dict[str, torch.Tensor], x: torch.Tensor) -> dict[str, torch.Tensor]:

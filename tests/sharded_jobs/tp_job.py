@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
-from _common import STEPS, Expected, args, batch, hook
+from _common import Expected, args, finish, hook, train_dtensor
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
@@ -31,16 +31,8 @@ def main() -> None:
     h.register_module(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     expected = Expected()
-    for step in range(STEPS):
-        expected.add("w", step, {n: p.full_tensor() for n, p in model.named_parameters()})
-        loss = model(batch(step, same=True)).pow(2).mean()
-        loss.backward()
-        expected.add("g", step, {n: p.grad.full_tensor() for n, p in model.named_parameters()})
-        opt.step()
-        opt.zero_grad()
-    h.close()
-    expected.save(opts.out)
-    dist.destroy_process_group()
+    train_dtensor(model, opt, expected, same=True)
+    finish(h, expected, opts.out)
 
 
 if __name__ == "__main__":
