@@ -170,7 +170,9 @@ def test_explicit_opt_in_and_the_trial_api(tmp_path, smdebug_modules):
 
     assert same is invoke_rule
 
-    class WeightsChange(__import__("trainspect.smdebug_compat.api", fromlist=["Rule"]).Rule):
+    from smdebug.rules import Rule
+
+    class WeightsChange(Rule):
         def invoke_at_step(self, step):
             return step > 0 and not (self.base_trial.tensor("Linear_weight").value(step) ==
                                      self.base_trial.tensor("Linear_weight").value(step - 1)).all()
@@ -242,3 +244,59 @@ def test_a_subclassed_smdebug_hook_records_module_outputs_and_their_gradients(tm
     assert grad.steps() == [0, 2, 4] and grad.value(4).shape == (8, 4, 6, 6)
     assert trial.tensor("1.running_mean_output_0").value(2).shape == (4,)
     assert trial.tensor("4_output_0").steps() == [0, 2, 4]
+
+
+def test_a_custom_rule_written_for_smdebug_runs_unchanged(tmp_path, smdebug_modules):
+    """The imports and the lifecycle of an smdebug custom rule (set_required_tensors, invoke_at_step, the raise)."""
+    import smdebug.pytorch as smd
+    from smdebug.exceptions import RuleEvaluationConditionMet, TensorUnavailable
+    from smdebug.rules.rule import Rule
+    from smdebug.rules.rule_invoker import invoke_rule
+    from smdebug.trials import create_trial
+
+    model = torch.nn.Linear(4, 2)
+    hook = smd.Hook(out_dir=str(tmp_path / "run"), include_collections=["weights", "losses"],
+                    save_config=smd.SaveConfig(save_interval=1))  # fmt: skip
+    hook.register_module(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(6):
+        opt.zero_grad()
+        loss = model(torch.ones(2, 4)).sum() * (10.0 if step == 4 else 1.0)
+        loss.backward()
+        opt.step()
+    hook.close()
+    trial = create_trial(str(tmp_path / "run"))
+
+    class BigWeightChange(Rule):
+        def __init__(self, base_trial, threshold=0.5):
+            super().__init__(base_trial, action_str="")
+            self.threshold = float(threshold)
+
+        def set_required_tensors(self, step):
+            if step > 0:
+                self.req_tensors.add("Linear_weight", steps=[step - 1, step])
+
+        def invoke_at_step(self, step):
+            if step == 0:
+                return False
+            w = self.base_trial.tensor("Linear_weight")
+            return float(abs(w.value(step) - w.value(step - 1)).max()) > self.threshold
+
+    rule = BigWeightChange(trial)
+    assert rule.rule_name == "BigWeightChange" and rule.trials == [trial]
+    assert invoke_rule(rule, start_step=0) == 1  # the step after the tenfold gradient
+    with pytest.raises(RuleEvaluationConditionMet, match="BigWeightChange at step 5") as met:
+        invoke_rule(BigWeightChange(trial), start_step=0, raise_eval_cond=True)
+    assert met.value.step == 5 and not met.value.end_of_rule
+    assert rule.req_tensors.get_tensor_steps("Linear_weight") == [4, 5]
+
+    class ReadsAMissingTensor(Rule):
+        def set_required_tensors(self, step):
+            self.req_tensors.add("no_such_tensor", steps=[step])
+
+        def invoke_at_step(self, step):
+            raise AssertionError("never reached: the missing tensor skips every step")
+
+    with pytest.raises(TensorUnavailable):
+        ReadsAMissingTensor(trial).invoke(0)
+    assert invoke_rule(ReadsAMissingTensor(trial)) == 0

@@ -1,4 +1,4 @@
-"""smdebug's hook singletons, framework hook classes, ``create_trial`` and ``invoke_rule``, on trainspect."""
+"""smdebug's hook singletons, framework hook classes and ``create_trial``, on trainspect."""
 
 from __future__ import annotations
 
@@ -8,17 +8,11 @@ import os
 from typing import Any
 
 from trainspect import env
-from trainspect.exceptions import (
-    NoMoreData,
-    SmdebugNotSupported,
-    StepUnavailable,
-    TensorUnavailableForStep,
-    TrainspectError,
-)
+from trainspect.exceptions import SmdebugNotSupported
 
 __all__ = [
     "pytorch_hook_class", "keras_hook_class", "get_hook_for", "set_hook", "del_hook", "get_collection",
-    "get_collections", "create_trial", "invoke_rule", "Rule", "RuleEvaluationConditionMet",
+    "get_collections", "create_trial",
 ]  # fmt: skip
 
 log = logging.getLogger(__name__)
@@ -160,49 +154,3 @@ def _flush_job_hook() -> None:
     flush = getattr(hook, "flush", None)
     if flush is not None and not getattr(hook, "disabled", False):
         flush(timeout=10.0)
-
-
-class RuleEvaluationConditionMet(TrainspectError):
-    """Raised by ``invoke_rule(..., raise_eval_cond=True)`` when a rule's ``invoke_at_step`` returns True."""
-
-    def __init__(self, rule_name: str, step: int) -> None:
-        super().__init__(f"Evaluation of the rule {rule_name} at step {step} resulted in the condition being met")
-        self.rule_name, self.step = rule_name, step
-
-
-class Rule:
-    """smdebug's custom-rule base: subclass it and implement ``invoke_at_step(step) -> bool``."""
-
-    def __init__(self, base_trial: Any, other_trials: list[Any] | None = None, action_str: str = "") -> None:
-        self.base_trial = base_trial
-        self.other_trials = other_trials or []
-        self.action_str = action_str
-
-    def invoke_at_step(self, step: int) -> bool:
-        """Return True when the rule's condition is met at ``step``."""
-        raise NotImplementedError
-
-    def invoke(self, step: int) -> bool:
-        """Evaluate one step (smdebug's name)."""
-        return bool(self.invoke_at_step(step))
-
-
-def invoke_rule(rule_obj: Rule, start_step: int = 0, end_step: int | None = None, raise_eval_cond: bool = False) -> int:
-    """Evaluate an smdebug-style rule at every saved step from ``start_step``; return the steps where it was met.
-
-    Steps whose tensors are missing are skipped, as smdebug does.
-    """
-    trial = rule_obj.base_trial
-    trial.refresh()
-    steps = [s for s in trial.steps() if s >= start_step and (end_step is None or s < end_step)]
-    met = 0
-    for step in steps:
-        try:
-            result = rule_obj.invoke(step)
-        except (TensorUnavailableForStep, StepUnavailable, NoMoreData):
-            continue
-        if result:
-            met += 1
-            if raise_eval_cond:
-                raise RuleEvaluationConditionMet(type(rule_obj).__name__, step)
-    return met

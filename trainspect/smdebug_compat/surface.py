@@ -116,16 +116,25 @@ def _config_constants() -> dict[str, Any]:
 
 
 def _rules() -> dict[str, Any]:
-    from trainspect.smdebug_compat.api import invoke_rule
+    from trainspect.smdebug_compat.rule import Rule, invoke_rule
 
-    return {"invoke_rule": invoke_rule}
+    return {"invoke_rule": invoke_rule, "Rule": Rule}
+
+
+def _rule_module() -> dict[str, Any]:
+    from trainspect.smdebug_compat import rule
+
+    return {name: getattr(rule, name) for name in ("Rule", "RequiredTensors")}
 
 
 def _exceptions() -> dict[str, Any]:
     from trainspect import exceptions
+    from trainspect.smdebug_compat import rule
 
     names = ("TensorUnavailable", "TensorUnavailableForStep", "StepUnavailable", "StepNotYetAvailable", "NoMoreData")
-    return {name: getattr(exceptions, name) for name in names}
+    return {**{name: getattr(exceptions, name) for name in names},
+            **{name: getattr(rule, name) for name in ("RuleEvaluationConditionMet",
+                                                      "InsufficientInformationForRuleInvocation")}}  # fmt: skip
 
 
 def _core_collection() -> dict[str, Any]:
@@ -165,6 +174,7 @@ MODULES: dict[str, Callable[[], dict[str, Any]]] = {
     "smdebug.trials": _trials,
     "smdebug.rules": _rules,
     "smdebug.rules.rule_invoker": _rules,
+    "smdebug.rules.rule": _rule_module,
     "smdebug.exceptions": _exceptions,
     "smdebug.profiler": dict,
     "smdebug.profiler.utils": lambda: {"str2bool": str2bool},
