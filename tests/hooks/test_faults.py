@@ -173,3 +173,20 @@ def test_nan_and_inf_are_stored_and_read_back_exactly(out_dir):
         ("max", True): np.inf,
     }
     np.testing.assert_array_equal(inf.value(1), [1.0, np.inf])
+
+
+def test_a_job_that_recorded_nothing_says_so_at_close(out_dir, caplog):
+    """A hook that never saw a step (its model was never called, nothing was trained) says so, and why, at close."""
+    caplog.set_level(logging.WARNING)
+    registered, trained = Tiny(), Tiny()
+    with ts.torch.Hook(out_dir, export_tensorboard=False) as hook:
+        registered.register(hook)
+        with torch.no_grad():
+            trained.model(torch.ones(4, 4))  # another model's inference: no step of the hook's
+    lines = [w.getMessage() for w in _warnings(caplog)]
+    assert len(lines) == 1 and "nothing was recorded" in lines[0] and str(out_dir) in lines[0], lines
+    caplog.clear()
+    with ts.torch.Hook(out_dir.parent / "trained", export_tensorboard=False) as hook:
+        trained.register(hook)
+        trained.train(3)
+    assert not [w for w in _warnings(caplog) if "nothing was recorded" in w.getMessage()]

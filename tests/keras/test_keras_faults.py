@@ -250,3 +250,29 @@ class caplog_at_warning:  # noqa: N801 - a context manager named as it reads
 
     def __exit__(self, *exc: object) -> None:
         logging.getLogger("trainspect").removeHandler(self.handler)
+
+
+def test_a_gradienttape_loop_records_nothing_and_the_close_says_why(tmp_path, caplog):
+    """A custom GradientTape loop is not instrumented: the hook's close says that nothing was recorded, and why."""
+    caplog.set_level(logging.WARNING)
+    m = model()
+    x, y = data()
+    optimizer = keras.optimizers.SGD(0.1)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    with ts.keras.Hook(tmp_path / "run", export_tensorboard=False, save_config=ts.SaveConfig(save_interval=1)):
+        for start in range(0, 64, BATCH):
+            with tf.GradientTape() as tape:
+                loss = loss_fn(y[start : start + BATCH], m(x[start : start + BATCH], training=True))
+            grads = tape.gradient(loss, m.trainable_variables)
+            optimizer.apply(grads, m.trainable_variables)
+    lines = [w.getMessage() for w in _warnings(caplog)]
+    assert len(lines) == 1, lines
+    assert "nothing was recorded" in lines[0] and "GradientTape" in lines[0] and "callbacks=[hook]" in lines[0]
+
+
+def test_a_trained_model_gets_no_such_word(tmp_path, caplog):
+    caplog.set_level(logging.WARNING)
+    m, (x, y) = model(), data()
+    with ts.keras.Hook(tmp_path / "run", export_tensorboard=False) as hook:
+        m.fit(x[:32], y[:32], batch_size=BATCH, epochs=1, verbose=0, callbacks=[hook])
+    assert not [w for w in _warnings(caplog) if "nothing was recorded" in w.getMessage()]

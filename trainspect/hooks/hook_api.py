@@ -196,6 +196,8 @@ class HookAPI(Guarded):
         (job if job is not None and job.hook is self else self).close()
 
     _ends_with_its_thread = False  # a framework whose steps run in the training thread (PyTorch, not Keras' callbacks)
+    _nothing_recorded_why = "the hook saw no training step"
+    """Why a hook that saw no step recorded nothing: what the framework's hook needs to see a step."""
     _close_at_exit: int | None = None  # the process that closes this hook at exit (a forked child: its own copy)
     _closing = False
 
@@ -253,6 +255,8 @@ class HookAPI(Guarded):
         self._extras.before_close(self.collector)
         self.collector.close()
         self._extras.close(self.collector)
+        if self.collector.global_step < 0 and not self.collector.dry_run and not self.disabled:
+            log.warning("trainspect: nothing was recorded in %s: %s", self.out_dir, self._nothing_recorded_why)
 
 
 def _settings_of(cls: type) -> set[str]:

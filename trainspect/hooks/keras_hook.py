@@ -42,6 +42,11 @@ class Hook(keras.callbacks.Callback, HookAPI):
         ['loss']
     """
 
+    _nothing_recorded_why = (
+        "no fit, evaluate or predict batch ran with the hook among its callbacks (callbacks=[hook]); custom "
+        "GradientTape training loops are not instrumented (docs/keras.md)"
+    )
+
     def __init__(
         self,
         out_dir: str | os.PathLike[str],
