@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import ClassVar
@@ -22,6 +23,15 @@ TRAIN_WINDOW = 20
 MIN_RISE = 0.1
 """Smallest relative rise of the validation loss above its best that counts (besides the noise test)."""
 
+BROKEN_RATIO = 1000.0
+"""A validation loss this many times the training loss (now and at the start of training) is three orders of
+magnitude beyond any generalisation gap: the evaluation itself is broken (SageMaker's resnet50 example at lr 1.0:
+about 15,700 against 5, BatchNorm running statistics wrecked). A summed validation loss would need batches of more
+samples than this ratio, each as badly predicted as the untrained model's."""
+
+MIN_NOISE = 4
+"""Earlier evaluations of one batch each that the noise estimate needs (two second differences)."""
+
 SCALE_HINT = 50.0
 """A first evaluation's loss this many times the training loss is more likely another unit than a model that bad
 (pytorch/examples' MNIST sums its test loss over 1,000-sample batches and averages its training loss): the verdict's
@@ -38,6 +48,9 @@ class _State:
     best: Window | None = None
     best_values: list[float] = field(default_factory=list)
     first: Window | None = None
+    first_train: list[tuple[int, float]] = field(default_factory=list)  # the first TRAIN_WINDOW training losses
+    means: list[float] = field(default_factory=list)  # every evaluation's mean loss
+    train_low: Window | None = None  # the lowest training loss at an evaluation
     scale: float | None = None  # the first evaluation's loss over the training loss, when above SCALE_HINT
     streak: int = 0
     evaluations: int = 0
@@ -50,13 +63,20 @@ class Overfit(TensorRule):
     ends). trainspect's default compares its mean loss with the mean of the last 20 training losses before
     it (the training loss at the same point of training), and counts it when the relative gap
     ``(val − train) / train`` exceeds ``ratio_threshold`` *and* the validation loss lies above its best
-    evaluation by more than 3 standard errors (batch by batch when the evaluations cover the same number of
-    batches, else from their spreads) and 10 % of the best (or first, if larger: a loss converged near zero does
-    not rise) evaluation's loss: the gap
-    grows because validation gets worse, not because training is still going well. ``patience``
-    consecutive such evaluations trigger. With ``literal=True`` the rule is smdebug's: the static gap against
-    the mean training loss since the previous evaluation. Steps before ``start_step`` are ignored. Heuristic:
-    the generalisation gap (Goodfellow et al., *Deep Learning*, 2016, §5.2; Prechelt 1998's GL criterion).
+    evaluation by more than 3 standard errors and 10 % of the best (or first, if larger: a loss converged near
+    zero does not rise) evaluation's loss: the gap grows because validation gets worse, not because training is
+    still going well. The noise comes from the data, never assumed: batch by batch when the evaluations cover
+    the same number of batches, else from their spreads; an evaluation of one batch has the residual noise of
+    the evaluation series around its trend (second differences), so with fewer than 4 such evaluations the
+    message says the rise cannot be told from noise. An evaluation does not count while the training loss
+    itself rises (above its lowest at an evaluation by 3 standard errors and 10 % of its scale) or is not
+    finite: the run diverges, LossNotDecreasing's finding, not overfitting. ``patience`` consecutive counted
+    evaluations trigger. Apart from that, a validation loss over 1,000x the training loss (now and at the
+    start of training) triggers at once, even at the first evaluation: no generalisation gap is that large,
+    the evaluation itself is broken (BatchNorm statistics wrecked by a too-high learning rate, inputs
+    preprocessed differently). With ``literal=True`` the rule is smdebug's: the static gap against the mean
+    training loss since the previous evaluation. Steps before ``start_step`` are ignored. Heuristic: the
+    generalisation gap (Goodfellow et al., *Deep Learning*, 2016, §5.2; Prechelt 1998's GL criterion).
 
     Example:
         >>> Overfit(patience="2").params["patience"]
@@ -77,7 +97,9 @@ class Overfit(TensorRule):
     literal: bool
     recommendation: ClassVar[str] = (
         "The model overfits: add regularisation (weight decay, dropout, augmentation), get more data, "
-        "reduce capacity, or stop earlier."
+        "reduce capacity, or stop earlier. A validation loss orders of magnitude above the training loss is a "
+        "broken evaluation instead: check the model in eval mode (BatchNorm statistics), the held-out "
+        "preprocessing and the loss's reduction."
     )
     series_label: ClassVar[str] = "relative generalisation gap"
 
@@ -111,8 +133,11 @@ class Overfit(TensorRule):
             return None
         if data.mode is ModeKeys.TRAIN:
             result = self._close(state)
-            state.train.append(float(np.mean(values)))
-            state.recent.append((data.step, float(np.mean(values))))
+            loss = float(np.mean(values))
+            state.train.append(loss)
+            state.recent.append((data.step, loss))
+            if len(state.first_train) < TRAIN_WINDOW:
+                state.first_train.append((data.step, loss))
             return result
         return None
 
@@ -133,7 +158,8 @@ class Overfit(TensorRule):
         state.evaluations += 1
         if self.literal:
             return self._literal(state, float(np.mean(train)), float(np.mean(evals)), steps)
-        return self._windowed(state, window_of(evals, steps, _spread(evals)), evals)
+        state.means.append(float(np.mean(evals)))
+        return self._windowed(state, window_of(evals, steps, _spread(evals, state.means)), evals)
 
     def _windowed(self, state: _State, val: Window, values: list[float]) -> Check:
         recent = list(state.recent)
@@ -141,22 +167,26 @@ class Overfit(TensorRule):
         gap = (val.mean - train.mean) / abs(train.mean) if train.mean else float("inf")
         best, first = state.best, state.first or val
         state.first = first
-        rising = best is not None and _rising(val, values, best, state.best_values, first)
-        state.streak = state.streak + 1 if gap > self.chart_threshold() and rising else 0
+        rising = best is not None and math.isfinite(val.sigma) and _rising(val, values, best, state.best_values, first)
+        diverging = self._diverging(state, train)
+        state.streak = state.streak + 1 if gap > self.chart_threshold() and rising and not diverging else 0
+        broken = _broken(val, train, [v for _, v in state.first_train])
         detail = (
             f"validation loss {fmt(val.mean)} (EVAL steps {val.steps()}) vs training loss {fmt(train.mean)} "
             f"(TRAIN steps {train.steps()}): gap {fmt(gap)} (threshold {fmt(self.chart_threshold())}); "
         )
         if best is None:
             detail += "first evaluation"
-            if train.mean > 0 and val.mean > SCALE_HINT * train.mean:
+            if train.mean > 0 and SCALE_HINT * train.mean < val.mean and not broken:
                 state.scale = val.mean / train.mean
         else:
-            detail += f"best validation loss {fmt(best.mean)} (steps {best.steps()}), " + (
-                "rising" if rising else "not rising beyond its noise"
-            )
+            detail += f"best validation loss {fmt(best.mean)} (steps {best.steps()}), " + _how(rising, val)
         detail += f" ({state.streak}/{self.patience} in a row)"
-        if state.scale is not None:
+        if diverging:
+            detail += f"; {diverging}"
+        if broken:
+            detail += f"; {broken}"
+        elif state.scale is not None:
             detail += (
                 f"; the first validation loss was {fmt(state.scale)}x the training loss: if one is summed over its "
                 "batch (reduction='sum') and the other averaged, the gap compares different units "
@@ -164,7 +194,28 @@ class Overfit(TensorRule):
             )
         if best is None or val.mean < best.mean:
             state.best, state.best_values = val, list(values)
-        return Check(gap, state.streak >= self.patience, (), detail)
+        return Check(gap, state.streak >= self.patience or bool(broken), (), detail)
+
+    def _diverging(self, state: _State, train: Window) -> str:
+        """Why the training loss itself rises (then the gap is no overfitting); empty when it does not.
+
+        The training loss now (the mean of the last 20) is compared with its lowest: at an earlier evaluation or at
+        the start of training (the first 20). Above it by 10 % of the larger of both, it rises: then the gap says
+        nothing about generalisation.
+        """
+        if not math.isfinite(train.mean):
+            return "the training loss is not finite: the run diverges (LossNotDecreasing's, ExplodingTensor's finding)"
+        start = window_of([v for _, v in state.first_train], [s for s, _ in state.first_train])
+        low = state.train_low if state.train_low is not None and state.train_low.mean < start.mean else start
+        if state.train_low is None or train.mean < state.train_low.mean:
+            state.train_low = train
+        floor = MIN_RISE * max(abs(low.mean), abs(start.mean))
+        if train.mean - low.mean <= floor:  # no noise margin: a miss is safer than a misdiagnosis
+            return ""
+        return (
+            f"the training loss rises too ({fmt(train.mean)}, lowest {fmt(low.mean)} at TRAIN steps {low.steps()}): "
+            "the run diverges, it does not overfit (LossNotDecreasing's finding), so this is not counted"
+        )
 
     def _literal(self, state: _State, mean_train: float, mean_eval: float, steps: list[int]) -> Check:
         gap = (mean_eval - mean_train) / abs(mean_train) if mean_train else float("inf")
@@ -191,11 +242,59 @@ def _rising(val: Window, values: list[float], best: Window, best_values: list[fl
         diffs = np.asarray(values) - np.asarray(best_values)
         se = float(np.std(diffs, ddof=1)) / np.sqrt(diffs.size)
         return float(diffs.mean()) > max(Z_RISE * se, floor)
-    return val.mean - best.mean > max(Z_RISE * (val.se + best.se), floor)
+    best_se = best.se if math.isfinite(best.se) else val.sigma  # one batch then: the series' noise now
+    return val.mean - best.mean > max(Z_RISE * (val.se + best_se), floor)
 
 
-def _spread(values: list[float]) -> float:
-    """The spread of an evaluation's batch losses (5 % of the mean for a single batch: unknown noise)."""
+def _how(rising: bool, val: Window) -> str:
+    """The rise test's outcome, for messages."""
+    if rising:
+        return "rising"
+    if not math.isfinite(val.sigma):
+        return f"too few evaluations of one batch to tell a rise from noise (the noise needs {MIN_NOISE} earlier ones)"
+    return "not rising beyond its noise"
+
+
+def _broken(val: Window, train: Window, first_train: list[float]) -> str:
+    """Why the validation loss is orders of magnitude above the training loss; empty when it is not."""
+    start = float(np.mean(first_train)) if first_train else train.mean
+    ref = max(train.mean, start)
+    if not (ref > 0 and math.isfinite(val.mean)) or val.mean <= BROKEN_RATIO * ref:
+        return ""
+    return (
+        f"the validation loss is {fmt(val.mean / ref)}x the training loss ({fmt(train.mean)} now, {fmt(start)} "
+        f"at the start of training), more than {fmt(BROKEN_RATIO)}x: not overfitting, the evaluation itself is "
+        "broken (BatchNorm running statistics wrecked by a too-high learning rate, held-out inputs preprocessed "
+        "differently, a model evaluated in the wrong mode), or the validation loss is summed over more than "
+        f"{fmt(val.mean / ref)} samples a batch"
+    )
+
+
+def _spread(values: list[float], means: list[float]) -> float:
+    """The noise of an evaluation's mean loss, estimated from the data, never assumed.
+
+    The spread of its batch losses; for an evaluation of one batch, the residual spread of the earlier evaluation
+    means around their local trend (NaN while there are fewer than ``MIN_NOISE``: too few to tell).
+    """
     if len(values) > 1:
         return float(np.std(values, ddof=1))
-    return 0.05 * abs(values[0])
+    return _residual_sigma(means[:-1])  # the noise so far: an evaluation that runs away cannot hide
+
+
+def _residual_sigma(values: list[float]) -> float:
+    """The noise of a series around its local trend: the robust spread of its second differences over sqrt(6).
+
+    Second differences remove a linear trend (a rising or falling loss does not count as noise). NaN with fewer
+    than ``MIN_NOISE`` finite values.
+
+    Example:
+        >>> round(_residual_sigma([1.0, 1.1, 1.2, 1.3, 1.4]), 6)
+        0.0
+        >>> import math; math.isnan(_residual_sigma([1.0, 2.0]))
+        True
+    """
+    arr = np.asarray(values, dtype=np.float64)
+    arr = arr[np.isfinite(arr)]
+    if arr.size < MIN_NOISE:
+        return math.nan
+    return float(1.4826 * np.median(np.abs(np.diff(arr, 2))) / math.sqrt(6.0))
