@@ -72,6 +72,8 @@ class ExplodingTensor(TensorRule):
     def _bad(self, rec: TensorRecord) -> bool:
         only_nan = self.only_nan
         reds = rec.reductions
+        if rec.shape is not None and 0 in rec.shape or rec.value is not None and np.asarray(rec.value).size == 0:
+            return False  # an empty tensor (a ZeRO-3 parameter not gathered): its NaN reductions mean "none"
         if rec.value is not None:
             kind = np.asarray(rec.value).dtype.kind
             if kind not in "fc":

@@ -9,6 +9,7 @@ from typing import ClassVar
 import numpy as np
 
 from trainspect.rules._common import LITERAL, fmt, is_training
+from trainspect.rules._dead_gradients import DEAD_STEPS, DeadGradients, beside_healthy_weight, listed
 from trainspect.rules.base import Param, Requirement
 from trainspect.rules.step_data import Check, StepData, as_float, tensor_reduction
 from trainspect.rules.tensor_rule import Select, TensorRule
@@ -22,6 +23,8 @@ class _State:
     loss: float | None = None
     excused: dict[str, str] = field(default_factory=dict)
     grads_seen: bool = False
+    dead: DeadGradients = field(default_factory=DeadGradients)
+    dead_now: dict[str, str] = field(default_factory=dict)
 
 
 class VanishingGradient(TensorRule):
@@ -34,11 +37,13 @@ class VanishingGradient(TensorRule):
     (they are ExplodingTensor's business), so a diverging run does not also report vanishing gradients.
 
     trainspect's default leaves out, and names in the details, three kinds of tiny gradients that are no
-    vanishing-gradient problem: a gradient that is exactly zero (no gradient flows at all, by construction or
-    behind dead ReLU units, which DeadRelu reports; vanishing gradients are tiny, not zero); a bias gradient
-    that is tiny while its layer's weight gradient is not (a bias followed by a normalisation, or an attention
-    key bias: zero up to rounding); and every gradient at a training step whose loss is below
+    vanishing-gradient problem: a gradient that has been exactly zero since its first record (no gradient flows
+    by construction: an unused or masked parameter, units dead from the start, which DeadRelu reports); a bias
+    gradient that is tiny while its layer's weight gradient is not (a bias followed by a normalisation, or an
+    attention key bias: zero up to rounding); and every gradient at a training step whose loss is below
     ``converged_loss_ratio`` times the first loss (the model has converged, so its gradients are tiny).
+    A gradient that was non-zero and then stays exactly zero for ``dead_steps`` recorded steps is dead (a
+    learning rate so high that it killed the network) and is counted, named per parameter.
     ``literal=True`` judges every gradient, as smdebug does.
 
     Example:
@@ -56,10 +61,18 @@ class VanishingGradient(TensorRule):
             min=0,
             max=1,
         ),  # fmt: skip
+        Param(
+            "dead_steps",
+            int,
+            DEAD_STEPS,
+            "recorded steps a once non-zero gradient must stay exactly zero to count as dead",
+            min=1,
+        ),  # fmt: skip
         LITERAL,
     )
     threshold: float
     converged_loss_ratio: float
+    dead_steps: int
     literal: bool
     recommendation: ClassVar[str] = (
         "Gradients vanish: use ReLU-family activations instead of sigmoid/tanh, He/Xavier initialisation, "
@@ -91,8 +104,8 @@ class VanishingGradient(TensorRule):
         return float(self.threshold)
 
     def init_state(self) -> _State:
-        """The first and latest training loss, and the gradients not counted."""
-        return _State()
+        """The first and latest training loss, each gradient's zero history, and the gradients not counted."""
+        return _State(dead=DeadGradients(self.dead_steps))
 
     def check(self, state: _State, data: StepData) -> Check | None:
         """Judge the smallest finite mean |gradient| at this step."""
@@ -106,9 +119,15 @@ class VanishingGradient(TensorRule):
                 values[rec.name] = value
         if not values:
             return None
+        state.dead.update(data.step, values)
+        state.dead_now = {}
         low = [name for name, v in values.items() if v < limit]
         if not self.literal:
-            low = self._real(state, data, values, low)
+            low = self._real(state, values, low)
+        return Check(min(values.values()), bool(low), tuple(low), self._detail(state, data, values, low))
+
+    def _detail(self, state: _State, data: StepData, values: dict[str, float], low: list[str]) -> str:
+        limit = self.chart_threshold()
         smallest = min(values, key=values.__getitem__)
         detail = f"abs_mean of {smallest} is {fmt(values[smallest])} (threshold {fmt(limit)})"
         if low:
@@ -116,9 +135,11 @@ class VanishingGradient(TensorRule):
                 f"{len(low)} gradient(s) below threshold {fmt(limit)} at step {data.step}; "
                 f"smallest abs_mean {fmt(min(values[n] for n in low))} in {min(low, key=values.__getitem__)}"
             )
+        if state.dead_now:
+            detail += f"; {len(state.dead_now)} dead (non-zero, then exactly zero): " + listed(state.dead_now)
         if state.excused:
-            detail += "; not counted: " + "; ".join(f"{n} ({why})" for n, why in list(state.excused.items())[:5])
-        return Check(values[smallest], bool(low), tuple(low), detail)
+            detail += "; not counted: " + listed(state.excused)
+        return detail
 
     def _note_loss(self, state: _State, data: StepData) -> None:
         if not is_training(data.mode):
@@ -129,7 +150,7 @@ class VanishingGradient(TensorRule):
             if state.first_loss is None:
                 state.first_loss = state.loss
 
-    def _real(self, state: _State, data: StepData, values: dict[str, float], low: list[str]) -> list[str]:
+    def _real(self, state: _State, values: dict[str, float], low: list[str]) -> list[str]:
         """The tiny gradients that are a vanishing-gradient problem (the others go to ``state.excused``)."""
         if not low:
             return low
@@ -139,21 +160,15 @@ class VanishingGradient(TensorRule):
                 state.excused[name] = f"loss {fmt(loss)} has converged"
             return []
         real = []
-        limit = self.chart_threshold()
         for name in low:
-            sibling = _weight_of(name)
-            if values[name] == 0:
-                state.excused[name] = "exactly zero: no gradient flows (dead units, unused parameter)"
-            elif sibling is not None and values.get(sibling, 0.0) >= limit:
+            sibling = beside_healthy_weight(name, values, self.chart_threshold())
+            if sibling is not None:
                 state.excused[name] = f"bias gradient tiny while {sibling} is not: zero by construction"
+            elif values[name] == 0 and state.dead.dead(name) is None:
+                state.excused[name] = state.dead.describe(name)
             else:
+                if values[name] == 0:
+                    state.dead_now[name] = state.dead.describe(name)
+                state.excused.pop(name, None)
                 real.append(name)
         return real
-
-
-def _weight_of(name: str) -> str | None:
-    """The weight gradient of the same layer as a bias gradient (None for other names)."""
-    for suffix in ("bias", "_bias"):
-        if name.endswith(suffix):
-            return name[: -len("bias")] + "weight"
-    return None
