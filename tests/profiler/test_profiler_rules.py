@@ -165,7 +165,9 @@ def test_step_outlier() -> None:
     one = np.full(300, 0.1)
     one[150] = 1.0
     assert StepOutlier().evaluate(data(framework=[steps(one)])).status is Status.NO_ISSUES_FOUND
-    assert StepOutlier(n_outliers=0).evaluate(data(framework=[steps(one)])).status is Status.ISSUES_FOUND
+    assert StepOutlier(literal=True, n_outliers=0).evaluate(data(framework=[steps(one)])).status is Status.ISSUES_FOUND
+    assert StepOutlier(n_outliers=0).evaluate(data(framework=[steps(one)])).status is Status.NO_ISSUES_FOUND  # 2.7%
+    assert StepOutlier(min_lost_percent=1).evaluate(data(framework=[steps(one)])).status is Status.ISSUES_FOUND
     assert StepOutlier(mode="EVAL").evaluate(data(framework=[steps(d)])).status is Status.NO_DATA
     assert StepOutlier().evaluate(data(framework=[steps(d[:50])])).status is Status.NO_DATA
 

@@ -73,8 +73,18 @@ class StepDurationSection(Section):
         page.chart(charts.line_chart(series, "Step duration over time", y_name="step duration", y_unit="s"), 280)
         worst = stats.sort_values("max", ascending=False).head(1)
         if len(worst) and float(worst["max"].iloc[0]) > 3 * float(worst["p50"].iloc[0]) > 0:
-            page.note("Some steps take more than three times the median: look for CPU or I/O bottlenecks, "
-                      "garbage collection or checkpointing at those times (see StepOutlier).", warn=True)  # fmt: skip
+            _long_steps_note(ctx, page)
+
+
+def _long_steps_note(ctx: ReportContext, page: Page) -> None:
+    """Warn of long steps unless StepOutlier judged that they cost little of the training loop."""
+    outlier = next((v for v in ctx.verdicts if v.rule == "StepOutlier"), None)
+    if outlier is not None and outlier.status.value == "NoIssuesFound":
+        page.note("Some steps take more than three times the median, but StepOutlier finds they cost little of "
+                  "the training loop (scheduler noise on a loaded machine, rare stalls).")  # fmt: skip
+        return
+    page.note("Some steps take more than three times the median: look for CPU or I/O bottlenecks, garbage "
+              "collection or checkpointing at those times (see StepOutlier).", warn=True)  # fmt: skip
 
 
 class OperatorSection(Section):
