@@ -38,6 +38,9 @@ MAX_TREND_POINTS = 5000
 FLOOR_FRACTION = 0.01
 """A rise smaller than this fraction of the first window's loss is ignored (a loss converged near zero)."""
 
+INTERLEAVED_AFTER = 3
+"""Returns to a series after other losses were recorded without it, before it counts as alternating (a GAN's)."""
+
 _Result = tuple[float, bool, str, str]
 
 
@@ -49,11 +52,14 @@ class _Track:
     series: WindowedSeries | None = None
     progressed: bool = False
     seen: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) until the loss went down
+    last_step: int | None = None
+    returns: int = 0  # values that came after other losses were recorded without this one (see INTERLEAVED_AFTER)
 
 
 @dataclass
 class _State:
     tracks: dict[tuple[str, int], _Track] = field(default_factory=dict)
+    last_loss_step: dict[int, int] = field(default_factory=dict)  # per mode: the last step that recorded a loss
 
 
 class LossNotDecreasing(TensorRule):
@@ -66,7 +72,9 @@ class LossNotDecreasing(TensorRule):
     ``diff_percent`` % and 2 standard errors, nor does a line through the losses fall by 2 standard errors
     (the loss never decreased; evaluation losses are not judged so, since evaluation usually starts after some
     training). A loss that went down and stays at its floor is converged, not stalled. NaN or infinite losses
-    always trigger.
+    always trigger. A loss series that alternates with others (its steps take turns with another optimizer's, as
+    the hook records a GAN's ``loss/Discriminator`` and ``loss/Generator``) is a game's, not a minimisation: its
+    rises and stalls are not judged unless ``judge_interleaved=True``.
 
     With ``literal=True`` the rule is smdebug's: at a step s it compares the loss with the newest saved step
     p <= s - num_steps of the same mode, then waits until s + num_steps before judging again, and triggers
@@ -88,6 +96,8 @@ class LossNotDecreasing(TensorRule):
         Param("diff_percent", float, 0.1, "smallest relative decrease (%) that counts as decreasing", min=0, max=100),
         Param("increase_threshold_percent", float, 5.0, "largest rise (%) above the best loss tolerated", min=0),
         Param("mode", str, None, "TRAIN, EVAL, PREDICT or GLOBAL (None: every mode separately)"),
+        Param("judge_interleaved", bool, False, "also judge rises and stalls of loss series that alternate with "
+              "another optimizer's (a GAN's discriminator and generator)"),  # fmt: skip
         LITERAL,
     )
     collection_names: list[str] | None
@@ -97,6 +107,7 @@ class LossNotDecreasing(TensorRule):
     diff_percent: float
     increase_threshold_percent: float
     mode: str | None
+    judge_interleaved: bool
     literal: bool
     recommendation: ClassVar[str] = (
         "The loss diverged, rose or never went down: lower the learning rate (or add warm-up/a schedule), check "
@@ -137,6 +148,8 @@ class LossNotDecreasing(TensorRule):
             return None
         judge = self._literal if self.literal else self._windowed
         results = [r for r in (judge(state, rec.name, data, as_float(rec)) for rec in data.role()) if r]
+        if results:
+            state.last_loss_step[int(data.mode)] = data.step
         return _combine(results)
 
     def finish(self, state: _State, last: StepData | None) -> Check | None:
@@ -145,6 +158,8 @@ class LossNotDecreasing(TensorRule):
             return None
         results = []
         for (name, mode), track in state.tracks.items():
+            if self._alternates(track):
+                continue
             win = track.series.close() if track.series is not None else None
             if win is not None and win.count >= max(2, self.num_steps // 2):
                 results.append(self._judge_window(track, name, ModeKeys(mode), win))
@@ -157,12 +172,25 @@ class LossNotDecreasing(TensorRule):
         if not math.isfinite(loss):
             return math.nan, True, name, f"{mode_name(data.mode)} {name} is {fmt(loss)} at step {data.step}: not finite"
         track = state.tracks.setdefault((name, int(data.mode)), _Track())
+        last_any = state.last_loss_step.get(int(data.mode))
+        if track.last_step is not None and last_any is not None and last_any > track.last_step:
+            track.returns += 1  # other losses were recorded since this one's last value: steps alternate
+        track.last_step = data.step
+        if self._alternates(track):
+            return 0.0, False, name, (
+                f"{mode_name(data.mode)} {name} alternates with another optimizer's loss series (steps take turns, "
+                "as a GAN's discriminator and generator): its rises and stalls are not judged (judge_interleaved=True "
+                "judges them); NaN/Inf still are"
+            )
         if track.series is None:
             track.series = WindowedSeries(self.num_steps)
         if not track.progressed and len(track.seen) < MAX_TREND_POINTS:
             track.seen.append((data.step, loss))
         win = track.series.add(data.mode_step, data.step, loss)
         return self._judge_window(track, name, data.mode, win) if win is not None else None
+
+    def _alternates(self, track: _Track) -> bool:
+        return track.returns >= INTERLEAVED_AFTER and not self.judge_interleaved
 
     def _judge_window(self, track: _Track, name: str, mode: ModeKeys, win: Window) -> _Result:
         series = track.series
