@@ -185,6 +185,7 @@ def test_a_job_that_recorded_nothing_says_so_at_close(out_dir, caplog):
             trained.model(torch.ones(4, 4))  # another model's inference: no step of the hook's
     lines = [w.getMessage() for w in _warnings(caplog)]
     assert len(lines) == 1 and "nothing was recorded" in lines[0] and str(out_dir) in lines[0], lines
+    assert "hook.register_module(model)" in lines[0]
     caplog.clear()
     with ts.torch.Hook(out_dir.parent / "trained", export_tensorboard=False) as hook:
         trained.register(hook)

@@ -26,6 +26,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch.nn.modules.loss import _Loss
 
 from trainspect import env
+from trainspect.exceptions import TrainingStopped
 from trainspect.modes import ModeKeys
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "hold",
     "micro_batches_name",
     "optimizer_holds",
+    "optimizers_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -154,6 +156,8 @@ def _wrap_backward(original: Any) -> Any:
         try:
             if state.listeners:
                 _notify(tensors)
+        except TrainingStopped:
+            raise  # a StopTraining action: a backward pass outside any step began one
         except Exception as exc:
             _failed("backward", exc)
         timers = state.timers
@@ -319,18 +323,24 @@ def optimizer_holds(params: list[torch.nn.Parameter]) -> bool:
 
     An optimizer's constructor marks its class's ``step`` as ``hooked``; without such a class no heap scan is needed.
     """
+    return bool(optimizers_of(params, first_only=True))
+
+
+def optimizers_of(params: list[torch.nn.Parameter], first_only: bool = False) -> list[torch.optim.Optimizer]:
+    """The ``torch.optim`` optimizers that update any of ``params`` (a heap scan: done once per run by callers)."""
     import gc
 
     classes = _subclasses(torch.optim.Optimizer)
     if not any(getattr(c.__dict__.get("step"), "hooked", False) for c in classes):
-        return False
-    ids, kinds = {id(p) for p in params}, set(classes)
+        return []
+    ids, kinds, found = {id(p) for p in params}, set(classes), []
     for obj in gc.get_objects():
         if type(obj) in kinds:  # not isinstance: that would read a proxy's __class__ (deprecation warnings)
-            for group in obj.param_groups:
-                if any(id(p) in ids for p in group["params"]):
-                    return True
-    return False
+            if any(id(p) in ids for group in obj.param_groups for p in group["params"]):
+                found.append(obj)
+                if first_only:
+                    break
+    return found
 
 
 def micro_batches_name(loss_name: str) -> str:

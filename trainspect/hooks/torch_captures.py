@@ -120,7 +120,7 @@ class StepHooks:
 
     def _at_optimizer_step(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         """``optimizer.step()`` begins: read the gradients, or after its closure (which computes them) returns."""
-        closure = kwargs.get("closure", args[0] if args else None)
+        closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0]: the optimizer
         if not callable(closure):
             self.read_gradients()
             return None
@@ -133,7 +133,7 @@ class StepHooks:
 
         if "closure" in kwargs:
             return args, {**kwargs, "closure": then_read}
-        return (then_read, *args[1:]), kwargs
+        return (args[0], then_read, *args[2:]), kwargs
 
     def read_gradients(self) -> None:
         """Stage the gradients the optimizer applies (once per step; by default they replace those hooked before)."""

@@ -23,15 +23,13 @@ from trainspect.hooks import torch_frameworks  # noqa: F401  (registers Lightnin
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.step_state import Captures, TrainingStep
-from trainspect.hooks.torch_backward import STATE as _TAP
 from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 from trainspect.hooks.torch_captures import StepHooks, decide_captures, stage_optimizer_variables
-from trainspect.hooks.torch_params import ParamView, clean_path, model_name, unwrap
-from trainspect.hooks.torch_params import fingerprint as _param_objects
-from trainspect.hooks.torch_params import parameter_views as _views_of
-from trainspect.hooks.torch_params import warn_one_worker as _warn_one_worker
-from trainspect.hooks.torch_staging import StepLosses, StepStaging
+from trainspect.hooks.torch_loss_series import OptimizerLosses
+from trainspect.hooks.torch_models import ModelRegistry, infer_mode, warn_unregistered
+from trainspect.hooks.torch_params import ParamView
+from trainspect.hooks.torch_staging import StepLosses, StepStaging, first_closure_losses
 from trainspect.modes import ModeKeys, parse_mode
 
 __all__ = ["Hook"]
@@ -71,6 +69,10 @@ class Hook(HookAPI):
     """
 
     _ends_with_its_thread = True  # the first step runs in the training thread (see HookAPI._run_opened)
+    _nothing_recorded_why = (
+        "no registered module was called and no backward pass ran with one registered (register the model that "
+        "trains: hook.register_module(model))"
+    )
 
     def __init__(
         self,
@@ -96,16 +98,14 @@ class Hook(HookAPI):
             profiler_config=profiler_config, mlflow_run=mlflow_run, local_gradients=local_gradients,
         )  # fmt: skip
         self._handles: list[Any] = []
-        self._top: set[int] = set()
-        self._models: list[nn.Module] = []  # the registered models, as registered (wrappers included)
-        self._param_key: tuple[int, ...] = ()  # their parameter objects when self._params was made
-        self._params: list[ParamView] = []
-        self._warned_one_worker = False
-        self._submodules: list[tuple[str, nn.Module]] = []
-        self._known: set[int] = set()  # ids of the registered models' submodules
         self._state = self.collector.state  # IDLE / OPEN / CLOSED, and whether the open step saves
         self._step = TrainingStep()  # forward depth, optimizer seen/stepped, what a saving step captures
         self.staging = StepStaging(self.collector)
+        self._registry = registry = ModelRegistry(self.collector.collections, self.staging.skips.warn)
+        self._top, self._submodules = registry.top, registry.submodules  # (changed in place; benchmarks clear them)
+        self._params: list[ParamView] = registry.params
+        self._series = OptimizerLosses()  # one loss series per optimizer when steps alternate optimizers
+        self._unregistered = 0  # 1: a backward pass no registered model's step recorded; 2: warned about it
         self._losses = StepLosses()
         self._step_hooks = StepHooks(self, local_gradients=self.local_gradients)
         self._loss_names: set[str] = set()
@@ -131,8 +131,7 @@ class Hook(HookAPI):
         self.collector.start()  # the run opens at the first step
         if not self._globals_installed:
             self._globals_installed = True
-            if recorder is not None:  # the pre-step hook only times the backward pass and the optimizer
-                self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_pre))
+            self._handles.append(register_optimizer_step_pre_hook(self._on_optimizer_pre))
             self._handles.append(register_optimizer_step_post_hook(self._on_optimizer_post))
             self._handles.append(BackwardTap(self))
 
@@ -178,51 +177,25 @@ class Hook(HookAPI):
         and ``_on_top_forward`` around each (``autolog``'s global module hooks do: one hook per model, not three).
         """
         BackwardTap.refresh()
-        if id(module) in self._top:
-            self.start()
-            return
-        self._top.add(id(module))
-        if module_hooks:
-            own_hook_dicts(module)
-            self._handles.append(module.register_forward_pre_hook(Callback(self._on_top_forward_pre)))
-            self._handles.append(module.register_forward_hook(Callback(self._on_top_forward), always_call=True))
-        if all(m is not module for m in self._models):
-            self._models.append(module)
-        self._refresh_params()
-        module = unwrap(module)
-        self._top.add(id(module))
-        prefix = model_name(module)
-        for path, sub in module.named_modules():
-            name = clean_path(path) or prefix
-            object.__setattr__(sub, "_trainspect_name", name)
-            self._submodules.append((name, sub))
-            self._known.add(id(sub))
+        drivers = self._registry.add(module)  # the module, or a container's children (see torch_models)
+        for i, driver in enumerate(drivers if module_hooks and drivers else ()):
+            pre = self._on_top_forward_pre if i == 0 else self._on_follower_forward_pre
+            own_hook_dicts(driver)
+            self._handles.append(driver.register_forward_pre_hook(Callback(pre)))
+            self._handles.append(driver.register_forward_hook(Callback(self._on_top_forward), always_call=True))
+        if drivers is not None:
+            self._refresh_params()
         self.start()  # after the parameters are known: a sharded model is recorded by every rank from the start
 
     def _refresh_params(self) -> bool:
-        """List the registered models' parameters again if their objects changed; return whether they did.
-
-        ``fully_shard`` (or any engine) applied after ``register_module`` replaces a model's parameter objects.
-        """
-        key = _param_objects(self._models)
-        if key == self._param_key and (self._params or not key):
-            return False
-        self._param_key = key
-        warn = self.staging.skips.warn
-        self._params = [view for model in self._models for view in _views_of(model, warn)]
-        collector = self.collector
-        if any(view.sharded for view in self._params) and not collector.sharded:
-            if not collector.opened:
-                collector.sharded = True  # every rank records: a piece alone is no tensor
-            elif not self._warned_one_worker and not collector.records_tensors:
-                self._warned_one_worker = _warn_one_worker(self._params)
-        return True
+        """List the registered models' parameters (and submodules) again if they changed; return whether they did."""
+        return self._registry.refresh(self.collector)
 
     register_hook = register_module
 
     def knows(self, module: nn.Module) -> bool:
         """Whether ``module`` is a registered model or one of its submodules."""
-        return id(module) in self._known or id(module) in self._top
+        return self._registry.knows(module)
 
     @guarded()
     def register_loss(self, loss_module: nn.Module) -> None:
@@ -292,10 +265,8 @@ class Hook(HookAPI):
             extras.check_stop(collector)
         saving = collector.begin_step()
         step.optimizer_stepped = False
-        if self._pending:
-            pending, self._pending = self._pending, []
-            for name, value, colls in pending:
-                self._stage_forced(name, value, colls)
+        if self._pending or self._losses.held:
+            self._join_early()
         if not extras.quiet:
             extras.on_step_start(collector)
         if saving:
@@ -305,6 +276,14 @@ class Hook(HookAPI):
                 step.captures = captures = decide_captures(collector, self._params)
             if captures.at_begin:
                 self._capture_at_begin(captures)
+
+    def _join_early(self) -> None:
+        """Tensors saved and losses recorded before the step began join it."""
+        pending, self._pending = self._pending, []
+        for name, value, colls in pending:
+            self._stage_forced(name, value, colls)
+        for name in self._losses.take_held():
+            self._note_loss(name)
 
     def _capture_at_begin(self, captures: Captures) -> None:
         """Stage the weights the step saves (as its forward pass will use them) and attach its step hooks."""
@@ -345,7 +324,7 @@ class Hook(HookAPI):
                 return
             collector = self.collector
             if not self._mode_explicit:
-                inferred = _TAP.mode or (ModeKeys.TRAIN if module.training else ModeKeys.EVAL)
+                inferred = infer_mode(module, collector.mode, self._state.open and not step.optimizer_stepped)
                 if inferred is not collector.mode:
                     self._end_step()
                     collector.set_mode(inferred)
@@ -362,6 +341,18 @@ class Hook(HookAPI):
             raise
         except Exception as exc:
             self._internal_error("_on_top_forward_pre", exc)
+
+    def _on_follower_forward_pre(self, module: nn.Module, args: Any) -> None:
+        """A container's later child (``decoder`` after ``encoder``): it joins the open step of its mode."""
+        step, collector = self._step, self.collector
+        if self.disabled or not self._state.open or step.optimizer_stepped or step.forward_depth or not (
+            self._mode_explicit or infer_mode(module, collector.mode, True) is collector.mode
+        ):  # fmt: skip
+            self._on_top_forward_pre(module, args)
+            return
+        step.forward_depth = 1
+        if not self._extras.quiet:
+            self._extras.on_forward_start()
 
     def _on_top_forward(self, module: nn.Module, args: Any, output: Any) -> None:
         if self.disabled:
@@ -382,7 +373,7 @@ class Hook(HookAPI):
         step = self._step
         if step.accumulates is None:
             self._refresh_params()
-            step.accumulates = optimizer_holds([view.param for view in self._params])
+            step.accumulates = optimizer_holds([view.param for view in self._registry.params])
         return step.accumulates
 
     def _on_loss_module(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
@@ -397,26 +388,53 @@ class Hook(HookAPI):
                 self._begin_step()
                 if not self._state.open:
                     return  # closed
-            if name not in self._loss_names:
-                self._loss_names.add(name)
-                self.collector.collections.get("losses").add_tensor_name(name)
+            self._note_loss(name)
             self._losses.add(name, value)
         except TrainingStopped:
             raise
         except Exception as exc:
             self._internal_error("record_loss", exc)
 
+    def _note_loss(self, name: str) -> None:
+        if name not in self._loss_names:
+            self._loss_names.add(name)
+            self.collector.collections.get("losses").add_tensor_name(name)
+
     def _on_backward(self, loss: torch.Tensor) -> None:
-        """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step."""
+        """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step.
+
+        A backward pass outside any step (the model called as ``model.forward(x)``, or a container's submodule
+        outside the registered ones) opens one: its loss, weights and gradients are recorded (not its module tensors).
+        """
+        if not self._state.open and not self.disabled:
+            self._open_at_backward()
         self._on_functional_loss(BACKWARD_LOSS, loss)
+
+    def _open_at_backward(self) -> None:
+        try:
+            if not self._registry.models:
+                self._unregistered = self._unregistered or 1  # warned about at the optimizer step
+                return
+            if not self._mode_explicit and self.collector.mode is not ModeKeys.TRAIN:
+                self.collector.set_mode(ModeKeys.TRAIN)  # a backward pass trains
+            self._begin_step()
+        except TrainingStopped:
+            raise
+        except Exception as exc:
+            self._internal_error("_open_at_backward", exc)
 
     def _on_functional_loss(self, name: str, value: Any) -> None:
         """A functional loss (``F.mse_loss`` …) was computed outside a loss module: record it as that module's.
 
-        Only inside a step (one a forward pass of the model opened): a loss computed elsewhere opens none. (Also the
-        backward loss's way in, from :meth:`_on_backward`.)
+        Only inside a step (one a forward pass of the model opened); one that requires a gradient, computed before the
+        step's first forward pass (Lightning's discriminator loss on real data), joins the next step if it begins
+        before the next optimizer step. (Also the backward loss's way in, from :meth:`_on_backward`.)
         """
-        if self.disabled or not self._state.open:
+        if self.disabled:
+            return
+        if not self._state.open:
+            if isinstance(value, torch.Tensor) and value.requires_grad and self._registry.models:
+                self._losses.hold(name, value)  # the next step's, if one begins before the next optimizer step
             return
         if name not in self._loss_names or not isinstance(value, torch.Tensor):
             self.record_loss(name, value)
@@ -441,9 +459,11 @@ class Hook(HookAPI):
             self._internal_error("_on_scaler_step", exc)
 
     @guarded()
-    def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         self._step.optimizer_seen = True
-        self._extras.on_optimizer_start()
+        if self._timer_recorder is not None:  # the profiler times the backward pass and the optimizer
+            self._extras.on_optimizer_start()
+        return first_closure_losses(self._losses, args, kwargs) if len(args) > 1 or kwargs else None
 
     def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if self.disabled:
@@ -451,10 +471,14 @@ class Hook(HookAPI):
         try:
             step = self._step
             step.optimizer_seen = True
+            self._losses.frozen = False
+            self._losses.held.clear()
             if not self._extras.quiet:
                 self._extras.on_optimizer_end()
             state = self._state
             if not state.open:
+                if self._unregistered == 1:
+                    self._unregistered = warn_unregistered()
                 return
             if state.saving and step.captures.optimizer:
                 stage_optimizer_variables(self.collector, self.staging, optimizer)
@@ -462,6 +486,7 @@ class Hook(HookAPI):
                 self._step_hooks.read_gradients()
             step.optimizer_stepped = True
             if self.collector.mode in _TRAINING:
+                self._series.name_step(self._losses, optimizer, self._registry, self.collector.collections)
                 self._end_step()
         except TrainingStopped:
             raise

@@ -319,14 +319,15 @@ def _view(name: str, param: Any, orig: dict[int, tuple[Any, int, bool]]) -> Para
     return ParamView(name, param)
 
 
-def parameter_views(model: nn.Module, warn: Callable[[str, str], None]) -> list[ParamView]:
+def parameter_views(model: nn.Module, warn: Callable[[str, str], None], prefix: str | None = None) -> list[ParamView]:
     """The parameters of a registered model (wrappers included) to record on this rank.
 
     A parameter of which this rank holds nothing (another rank's FSDP shard, ZeRO-3 padding) has no view here; one
-    whose engine metadata cannot be read is left out with ``warn(name, why)``.
+    whose engine metadata cannot be read is left out with ``warn(name, why)``. ``prefix``: of the names (default: the
+    model's class name).
     """
     inner = unwrap(model)
-    prefix = model_name(inner)
+    prefix = prefix or model_name(inner)
     orig = _fsdp1_orig_params(model, warn)
     views: list[ParamView] = []
     for path, param in _named_parameters(inner, _fsdp2_sharded(model, warn)):

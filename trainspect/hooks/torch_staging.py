@@ -24,12 +24,13 @@ from trainspect.hooks import torch_tensors
 from trainspect.hooks.collector import Collector, StepKey
 from trainspect.hooks.save_plan import TensorPlan
 from trainspect.hooks.torch_backward import micro_batches_name
+from trainspect.hooks.torch_loss_series import series_name
 from trainspect.hooks.torch_placements import Unrecordable
 from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, partials_dict, record_fence, stage
 from trainspect.shard import Shard
 from trainspect.step import Scalar
 
-__all__ = ["StepStaging", "StepLosses", "SkipLog"]
+__all__ = ["StepStaging", "StepLosses", "SkipLog", "first_closure_losses"]
 
 log = logging.getLogger(__name__)
 
@@ -146,10 +147,11 @@ class StepStaging:
 class StepLosses:
     """The losses recorded in the open step: per name, one value per micro-batch, each taken when recorded.
 
-    A tensor recorded under two names (the backward loss that is a loss module's output) is copied once.
+    A tensor recorded under two names (the backward loss that is a loss module's output) is copied once; one recorded
+    twice under one name (a loss module the script registered and ``trainspect run`` also records) counts once.
     """
 
-    __slots__ = ("values", "_more", "_last", "_plans", "_scalars", "_generation")
+    __slots__ = ("values", "_more", "_last", "_last_names", "_plans", "_scalars", "_generation", "frozen", "held")
 
     def __init__(self) -> None:
         self.values: dict[str, HostScalar | torch.Tensor] = {}
@@ -157,18 +159,44 @@ class StepLosses:
         self._more: dict[str, list[HostScalar | torch.Tensor]] = {}
         """Losses recorded more than once in the open step (gradient accumulation): all their values, in order."""
         self._last: tuple[torch.Tensor, HostScalar | torch.Tensor] | None = None
+        self._last_names: set[str] = set()  # the names the last tensor was recorded under
         self._plans: dict[str, TensorPlan] = {}  # the planner's plans of the losses, for one planner generation
         self._scalars: dict[str, frozenset[str]] = {}  # losses saved raw only: their collections (same generation)
         self._generation = -1
+        self.frozen = False
+        """The open step takes no more losses (an optimizer's closure called again: LBFGS's line search)."""
+        self.held: list[tuple[str, HostScalar | torch.Tensor]] = []
+        """Losses recorded between steps, for the next step (their values taken when recorded)."""
+
+    def hold(self, name: str, value: torch.Tensor) -> None:
+        """Keep a loss recorded between steps for the next step (dropped at the next optimizer step, or at close)."""
+        if len(self.held) < 64:
+            self.held.append((name, torch_tensors.snapshot(value)))
+
+    def take_held(self) -> list[str]:
+        """A step begins: the losses held for it join it (before its own); return their names."""
+        held, self.held = self.held, []
+        for name, snap in held:
+            self._add_snapshot(name, snap)
+        return [name for name, _ in held]
 
     def add(self, name: str, value: torch.Tensor) -> None:
         """Record ``value`` now (whatever the script does to the tensor later)."""
+        if self.frozen:
+            return
         last = self._last
         if last is not None and last[0] is value:
+            if name in self._last_names:
+                return  # the same tensor again under the same name: no second micro-batch
+            self._last_names.add(name)
             snap = last[1]
         else:
             snap = torch_tensors.snapshot(value)  # looked up here: tests fake a device at this boundary
             self._last = (value, snap)
+            self._last_names = {name}
+        self._add_snapshot(name, snap)
+
+    def _add_snapshot(self, name: str, snap: HostScalar | torch.Tensor) -> None:
         values = self.values
         if name not in values:
             values[name] = snap
@@ -178,6 +206,14 @@ class StepLosses:
                 self._more[name] = [values[name], snap]
             else:
                 more.append(snap)
+
+    def rename(self, owner: str) -> list[str]:
+        """Put the open step's losses in ``owner``'s series (``loss/<owner>``…); return their new names."""
+        self.values = {series_name(name, owner): value for name, value in self.values.items()}
+        if self._more:
+            self._more = {series_name(name, owner): values for name, values in self._more.items()}
+        self._last_names = set()
+        return list(self.values)
 
     def recorded(self, value: torch.Tensor) -> bool:
         """Whether ``value`` is the tensor recorded last in the open step (under any name)."""
@@ -189,7 +225,7 @@ class StepLosses:
         ``quiet``: nothing reads the step's record, so a plain scalar loss skips NumPy: those are returned, for
         ``Collector.end_step``, with whether each was returned so before (its name is known to the collector).
         """
-        losses, self.values, self._last = self.values, {}, None
+        losses, self.values, self._last, self.frozen = self.values, {}, None, False
         more = self._more
         generation = staging.collector.planner.generation
         if generation != self._generation:
@@ -229,3 +265,25 @@ class StepLosses:
                 return
             value = torch.from_numpy(np.array(value[0], dtype=value[1]))
         staging.stage(name, value, plan)
+
+
+def first_closure_losses(losses: StepLosses, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``optimizer.step(closure)`` begins: the step's losses are those of the closure's first call.
+
+    LBFGS calls its closure up to ``max_iter`` times per step (a line search): the step's loss is the loss at the
+    step's weights, not the mean of the search's evaluations. Returns the optimizer pre-hook's ``(args, kwargs)``
+    with the closure wrapped (None: no closure).
+    """
+    closure = kwargs.get("closure", args[1] if len(args) > 1 else None)  # args[0]: the optimizer itself
+    if not callable(closure):
+        return None
+
+    def first_call_counts() -> Any:
+        try:
+            return closure()
+        finally:
+            losses.frozen = True  # until the step's losses are flushed
+
+    if "closure" in kwargs:
+        return args, {**kwargs, "closure": first_call_counts}
+    return (args[0], first_call_counts, *args[2:]), kwargs
