@@ -227,3 +227,21 @@ def test_in_a_terminal_the_training_owns_it_and_gets_ctrl_c(tmp_path: Path) -> N
     assert "read 'hello\\n'" in text and "interrupted" in text, text
     assert "Traceback" not in text and "KeyboardInterrupt" not in text
     assert os.waitstatus_to_exitcode(status) == 130
+
+
+def test_a_job_that_trained_nothing_is_told_so_once(tmp_path: Path) -> None:
+    """The script and its helper process import torch and train nothing the hook sees: one line for the job."""
+    script = tmp_path / "train.py"
+    script.write_text(
+        textwrap.dedent("""
+        import subprocess, sys, torch
+        with torch.no_grad():
+            torch.nn.Linear(4, 2).forward(torch.ones(1, 4))
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    """)
+    )
+    proc = _wrapper(tmp_path, "--", sys.executable, str(script), disable=False)
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    assert err.count("nothing was recorded") == 1, err
+    assert "no process of the job ran a training step" in err

@@ -14,10 +14,22 @@ from pathlib import Path
 from trainspect.exceptions import TrainspectError
 from trainspect.rules.verdict import Verdict, read_verdicts
 from trainspect.store.layout import RunLayout
+from trainspect.store.manifest import read_worker_manifests
 
 __all__ = ["summary_lines", "exit_line"]
 
 _MESSAGE_CHARS = 160
+NOTHING_RECORDED = (
+    "trainspect: nothing was recorded: no process of the job ran a training step under the hook (PyTorch: no "
+    "call of a registered or top-level module and no backward pass; Keras: no fit, evaluate or predict batch; "
+    "custom GradientTape loops are not instrumented)"
+)
+
+
+def _recorded_nothing(layout: RunLayout) -> bool:
+    """Whether no worker of the run saw a step (a worker's run opens at its first step; ``last_step`` -1: none)."""
+    workers = read_worker_manifests(layout)
+    return not any(doc.get("last_step", 0) is None or doc.get("last_step", 0) >= 0 for doc in workers.values())
 
 
 def _rule_line(v: Verdict) -> str:
@@ -58,6 +70,8 @@ def summary_lines(run_dir: str | os.PathLike[str], verdicts: Sequence[Verdict] |
             verdicts = []
     issues = [v for v in verdicts if v.issues_found]
     lines = [_rule_line(v) for v in issues]
+    if _recorded_nothing(layout):
+        lines.append(NOTHING_RECORDED)
     if verdicts and not issues:
         lines.append(f"trainspect: no issues found by {len(verdicts)} rule{'s' if len(verdicts) != 1 else ''}")
     if layout.report.is_file():

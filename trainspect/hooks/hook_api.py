@@ -255,7 +255,8 @@ class HookAPI(Guarded):
         self._extras.before_close(self.collector)
         self.collector.close()
         self._extras.close(self.collector)
-        if self.collector.global_step < 0 and not self.collector.dry_run and not self.disabled:
+        quiet = self.collector.dry_run or self.disabled or env.TRAINSPECT_RUN_ACTIVE.get()  # the wrapper says it
+        if self.collector.global_step < 0 and not quiet:
             log.warning("trainspect: nothing was recorded in %s: %s", self.out_dir, self._nothing_recorded_why)
 
 
