@@ -15,13 +15,21 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["DEAD_STEPS", "DeadGradients", "beside_healthy_weight", "listed", "weight_of"]
+from trainspect.rules.base import Param
+
+__all__ = ["DEAD_STEPS", "DEAD_STEPS_PARAM", "DeadGradients", "beside_healthy_weight", "listed", "weight_of"]
 
 DEAD_STEPS = 3
 """Consecutive recorded steps a once non-zero gradient must stay exactly zero to count as dead (default).
 
 One or two zero records can be a parameter left out of a step (a branch not taken, a layer dropped for one
 batch, gradients zeroed without ``set_to_none``); three in a row, spaced by the save interval, are not."""
+
+DEAD_STEPS_PARAM = Param(
+    "dead_steps", int, DEAD_STEPS, "recorded steps a once non-zero gradient must stay exactly zero to count as dead",
+    min=1,
+)  # fmt: skip
+"""The parameter of VanishingGradient and WeightUpdateRatio that says when a gradient is dead."""
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import ClassVar
 import numpy as np
 
 from trainspect.rules._common import LITERAL, fmt, is_training
-from trainspect.rules._dead_gradients import DEAD_STEPS, DeadGradients, beside_healthy_weight, listed
+from trainspect.rules._dead_gradients import DEAD_STEPS_PARAM, DeadGradients, beside_healthy_weight, listed
 from trainspect.rules.base import Param, Requirement
 from trainspect.rules.step_data import Check, StepData, as_float, tensor_reduction
 from trainspect.rules.tensor_rule import Select, TensorRule
@@ -61,13 +61,7 @@ class VanishingGradient(TensorRule):
             min=0,
             max=1,
         ),  # fmt: skip
-        Param(
-            "dead_steps",
-            int,
-            DEAD_STEPS,
-            "recorded steps a once non-zero gradient must stay exactly zero to count as dead",
-            min=1,
-        ),  # fmt: skip
+        DEAD_STEPS_PARAM,
         LITERAL,
     )
     threshold: float

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from trainspect.rules._common import LITERAL, fmt, is_training
-from trainspect.rules._dead_gradients import DEAD_STEPS, DeadGradients, beside_healthy_weight, listed
+from trainspect.rules._dead_gradients import DEAD_STEPS_PARAM, DeadGradients, beside_healthy_weight, listed
 from trainspect.rules.base import Param, Requirement
 from trainspect.rules.step_data import Check, StepData, tensor_reduction
 from trainspect.rules.tensor_rule import Select, TensorRule
@@ -59,13 +59,7 @@ class WeightUpdateRatio(TensorRule):
         Param("large_threshold", float, 10.0, "largest acceptable ratio", min=0),
         Param("small_threshold", float, 1e-8, "smallest acceptable ratio", min=0),
         Param("epsilon", float, 1e-9, "added to the denominator", min=0),
-        Param(
-            "dead_steps",
-            int,
-            DEAD_STEPS,
-            "recorded steps a once non-zero gradient must stay exactly zero to count as dead",
-            min=1,
-        ),  # fmt: skip
+        DEAD_STEPS_PARAM,
         LITERAL,
     )
     num_steps: int | None
