@@ -69,6 +69,22 @@ def test_steps_driven_by_direct_forward_calls_are_recorded(tmp_path) -> None:
     assert "_FFLayer_weight" in trial.tensor_names(collection="weights")
 
 
+def test_another_models_backward_pass_opens_no_step(tmp_path) -> None:
+    """A backward pass opens a step only when it reaches the registered model's parameters (a second hook's or an
+    unregistered model's training is not this hook's)."""
+    torch.manual_seed(0)
+    registered, other = nn.Linear(4, 2), nn.Linear(4, 2)
+    opt = torch.optim.SGD(other.parameters(), lr=0.1)
+    with ts.torch.Hook(tmp_path, include_collections=["losses"], save_config=EVERY_STEP) as hook:
+        hook.register_module(registered)
+        for _ in range(3):
+            opt.zero_grad()
+            other(torch.ones(2, 4)).pow(2).mean().backward()
+            opt.step()
+        registered.forward(torch.ones(2, 4)).sum().backward()  # this one is the registered model's
+    assert ts.create_trial(tmp_path).steps() == [0]
+
+
 def test_backward_passes_no_registered_model_records_warns_once_what_to_register(tmp_path, caplog) -> None:
     torch.manual_seed(0)
     layer = _FFLayer(6, 5)  # no model registered: as under autolog, where a model is found at its first call

@@ -407,14 +407,16 @@ class Hook(HookAPI):
         outside the registered ones) opens one: its loss, weights and gradients are recorded (not its module tensors).
         """
         if not self._state.open and not self.disabled:
-            self._open_at_backward()
+            self._open_at_backward(loss)
         self._on_functional_loss(BACKWARD_LOSS, loss)
 
-    def _open_at_backward(self) -> None:
+    def _open_at_backward(self, loss: torch.Tensor) -> None:
         try:
             if not self._registry.models:
                 self._unregistered = self._unregistered or 1  # warned about at the optimizer step
                 return
+            if not self._registry.trains(loss):
+                return  # another model's backward pass (a second hook's, an unregistered one's)
             if not self._mode_explicit and self.collector.mode is not ModeKeys.TRAIN:
                 self.collector.set_mode(ModeKeys.TRAIN)  # a backward pass trains
             self._begin_step()

@@ -31,6 +31,8 @@ from trainspect.modes import ModeKeys
 __all__ = ["ModelRegistry", "infer_mode", "warn_unregistered"]
 
 log = logging.getLogger(__name__)
+GRAPH_NODES = 100_000
+"""Autograd nodes :meth:`ModelRegistry.trains` visits at most (a larger graph counts as the models')."""
 
 
 def infer_mode(module: nn.Module, current: ModeKeys, in_step: bool) -> ModeKeys:
@@ -192,6 +194,28 @@ class ModelRegistry:
                 weights = self._collections.get("weights")
                 if name not in weights.tensor_names:
                     weights.add_tensor_name(name)
+
+    def trains(self, loss: Any, limit: int = GRAPH_NODES) -> bool:
+        """Whether ``loss``'s backward pass reaches a parameter of the registered models (not another model's loss).
+
+        Walks the autograd graph from ``loss.grad_fn`` to its ``AccumulateGrad`` leaves; only for a backward pass
+        outside any step (a model called as ``model.forward(x)``), never in the usual step. A graph larger than
+        ``limit`` nodes counts as reaching them.
+        """
+        params = {id(view.param) for view in self.params}
+        stack: list[Any] = [getattr(loss, "grad_fn", None)]
+        seen: set[Any] = set()
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            if len(seen) >= limit:
+                return True
+            seen.add(node)
+            if id(getattr(node, "variable", None)) in params:
+                return True
+            stack.extend(nxt for nxt, _ in node.next_functions)
+        return False
 
     def owner_of(self) -> dict[int, tuple[int, str, str]]:
         """Each recorded parameter's (order, model prefix, path in the model), by ``id`` of the parameter."""
