@@ -78,6 +78,8 @@ class RemoteRun:
         self.on_full: Callable[[bool], None] | None = None
         self.world_size = 1
         self._thread: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
+        self._watch_lock = threading.Lock()
         self._stop = threading.Event()
         self._down_since: float | None = None
         self._full = False
@@ -105,12 +107,19 @@ class RemoteRun:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="trainspect-upload", daemon=True)
             self._thread.start()
+            # the backlog is watched apart from the uploads: a sweep against a store that is down can block for
+            # many seconds (the client's retries), while training fills the spool
+            self._watcher = threading.Thread(target=self._watch, name="trainspect-spool-watch", daemon=True)
+            self._watcher.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(min(1.0, self.settings.interval)):
+            self._watch_backlog()
 
     def _run(self) -> None:
         backoff = 0.0
         next_send = time.monotonic() + self.settings.interval
         while not self._stop.wait(min(1.0, self.settings.interval)):
-            self._watch_backlog()
             if time.monotonic() < next_send:
                 continue
             ok = self._sweep()
@@ -135,7 +144,10 @@ class RemoteRun:
         return True
 
     def _watch_backlog(self) -> None:
-        backlog = self.sync.backlog()
+        with self._watch_lock:
+            self._update_full(self.sync.backlog())
+
+    def _update_full(self, backlog: int) -> None:
         full = backlog > self.settings.spool_bytes if not self._full else backlog > self.settings.spool_bytes // 2
         if full != self._full:
             self._full = full
@@ -163,9 +175,10 @@ class RemoteRun:
         if self._stop.is_set() and self._thread is None:
             return not self.spool.exists()  # closed before
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        for thread in (self._thread, self._watcher):
+            if thread is not None:
+                thread.join()
+        self._thread = self._watcher = None
         deadline = time.monotonic() + (self.settings.close_timeout if timeout is None else timeout)
         delay = 0.2
         while True:
