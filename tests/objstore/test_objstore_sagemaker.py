@@ -12,7 +12,7 @@ import trainspect as ts
 from trainspect.profiler import SystemMetricsReader, load_profiler_data
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-FIX = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "smdebug_profiler_resources"
+FIX = Path(__file__).resolve().parents[1] / "data" / "smdebug_profiler_resources"  # see its README.md (Apache-2.0)
 JOB = f"s3://{BUCKET}/job-42"
 
 
@@ -33,7 +33,7 @@ def test_debug_output_reads_as_the_local_trial(s3: S3Server) -> None:
 
 
 def test_profiler_output_reads_as_the_local_folder(s3: S3Server) -> None:
-    assert FIX.is_dir(), f"the shared fixtures are missing: {FIX}"
+    assert FIX.is_dir(), f"the fixtures are missing: {FIX}"
     upload(FIX / "test_traces", f"{BUCKET}/job-42/profiler-output")
     reader = SystemMetricsReader(f"{JOB}/profiler-output")
     assert reader.source == "sagemaker"

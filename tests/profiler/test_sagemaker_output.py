@@ -1,7 +1,7 @@
 """SageMaker profiler output read as SageMaker meant it.
 
 Real files: smdebug's own test resources (awslabs/sagemaker-debugger ``tests/profiler/resources``, Apache-2.0),
-kept in ``../shared/fixtures/smdebug_profiler_resources`` (relative to the repository root); the expected counts
+copied into ``tests/data/smdebug_profiler_resources`` (its README.md says whence); the expected counts
 are the ones smdebug's tests assert (``tests/profiler/core/test_system_metric_reader.py``,
 ``test_algorithm_metric_readers.py``, ``test_system_profiler_file_parser.py``, ``test_smtfprofiler_events.py``,
 ``test_horovodprofiler_events.py``, ``test_tfprofiler_events.py``).
@@ -26,13 +26,13 @@ from trainspect.rules.engine import evaluate
 from trainspect.rules.profiler import CPUBottleneck, OverallSystemUsage
 from trainspect.rules.verdict import Status
 
-FIX = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "smdebug_profiler_resources"
+FIX = Path(__file__).resolve().parents[1] / "data" / "smdebug_profiler_resources"  # see its README.md (Apache-2.0)
 NOW_US = time.time() * 1e6
 
 
 @pytest.fixture(scope="module")
 def res() -> Path:
-    assert FIX.is_dir(), f"the shared fixtures are missing: {FIX}"
+    assert FIX.is_dir(), f"the fixtures are missing: {FIX}"
     return FIX
 
 
