@@ -235,8 +235,11 @@ def test_logs_nothing_alarming_on_a_clean_run(s3: S3Server, caplog: pytest.LogCa
 def test_spool_is_removed_and_close_is_idempotent(s3: S3Server, caplog: pytest.LogCaptureFixture) -> None:
     unused = Job(URL)
     unused_spool = unused.hook.collector.remote.spool
-    unused.hook.close()
+    with caplog.at_level(logging.WARNING, logger="trainspect"):
+        unused.hook.close()
     assert not unused_spool.exists()  # a hook that never recorded leaves nothing behind
+    assert any(f"nothing was recorded in {URL}" in r.getMessage() for r in caplog.records)  # and says so
+    caplog.clear()
     job = Job(f"s3://{BUCKET}/exp3")
     job.train(3)
     with caplog.at_level(logging.WARNING, logger="trainspect"):

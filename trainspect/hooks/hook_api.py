@@ -257,7 +257,9 @@ class HookAPI(Guarded):
         self._extras.close(self.collector)
         quiet = self.collector.dry_run or self.disabled or env.TRAINSPECT_RUN_ACTIVE.get()  # the wrapper says it
         if self.collector.global_step < 0 and not quiet:
-            log.warning("trainspect: nothing was recorded in %s: %s", self.out_dir, self._nothing_recorded_why)
+            remote = self.collector.remote
+            where = remote.url if remote is not None else self.out_dir  # a URL run: the URL, not its spool
+            log.warning("trainspect: nothing was recorded in %s: %s", where, self._nothing_recorded_why)
 
 
 def _settings_of(cls: type) -> set[str]:
