@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     if command and command[0] == "--":
         command = command[1:]
     script = next((Path(c).stem for c in command[1:] if c.endswith(".py")), Path(command[0]).name if command else "")
-    default = Path("runs") / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
+    default = _unused(Path("runs") / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}")
     out: Any = args.out if is_url(args.out) else Path(args.out or default).resolve()
     bootstrap = str(Path(__file__).parent / "_bootstrap")
     path = os.pathsep.join(p for p in (bootstrap, str(Path(__file__).parent.parent), env.PYTHONPATH.get()) if p)
@@ -89,8 +89,37 @@ def _run(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"trainspect run: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
             return 2
+    _record_exit(code, out)
     _print_outcome(code, out)
     return exit_like(code)
+
+
+def _record_exit(code: int, out: Path | str) -> None:
+    """Note how the script ended in its run directory; after a failure the report is made again to say so."""
+    if isinstance(out, str) or not out.is_dir():
+        return
+    from trainspect._closing_summary import recorded_nothing
+    from trainspect.store.job_events import write_exit
+    from trainspect.store.layout import RunLayout
+
+    layout = RunLayout(out)
+    write_exit(out, code, steps_recorded=not recorded_nothing(layout))
+    if code != 0 and layout.report.is_file():
+        try:
+            from trainspect.report.render import write_report
+
+            write_report(out)
+        except Exception as exc:  # noqa: BLE001 - the report the hook wrote stays
+            print(f"trainspect: the report could not be updated with the exit status: {exc}", file=sys.stderr)
+
+
+def _unused(path: Path) -> Path:
+    """``path``, or ``path-2``, ``path-3`` … when it exists (two runs started in the same second)."""
+    candidate, n = path, 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.name}-{n}")
+    return candidate
 
 
 def _print_outcome(code: int, out: Path | str) -> None:
@@ -212,7 +241,24 @@ def _out_problem(out: Path | str) -> str:
         return f"--out {str(out)!r}: {str(parent)!r} is not a directory"
     if not os.access(parent, os.W_OK | os.X_OK):
         return f"--out {str(out)!r}: {str(parent)!r} is not writable"
-    return ""
+    return _reused_problem(out)
+
+
+def _reused_problem(out: Path) -> str:
+    """A directory that already holds a run (of another job: ``trainspect run`` starts a new one) is refused."""
+    from trainspect.store.layout import RunLayout
+    from trainspect.store.manifest import read_manifest
+
+    layout = RunLayout(out)
+    manifest = read_manifest(layout)
+    job = env.TRAINSPECT_JOB_ID.get()
+    if manifest is not None and job and manifest.get("job_id") == job:
+        return ""  # a command of this same job (a nested trainspect run) joins it
+    if manifest is None and not any(p.exists() for p in (layout.tensors_dir, layout.profiler_dir, layout.workers_dir)):
+        return ""
+    when = f", created {time.ctime(float(manifest.get('created') or 0))}" if manifest else ""
+    return (f"--out {str(out)!r} already holds another run{when}: trainspect never merges or overwrites runs; "
+            "choose a new --out (or leave it out: runs/<script>-<time>)")  # fmt: skip
 
 
 def _add_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -4,7 +4,9 @@ Adapters (the PyTorch hook, :mod:`trainspect.hooks.torch_profiling`) translate f
 on :class:`FrameworkRecorder`. Each call appends a tuple to a list; a background daemon thread writes the
 lists about once per second as ``TABLE`` frames to ``RunLayout.framework_dir(worker)/<start ms>.tfw``
 (format: docs/profiler.md). The job phases follow from the records: initialization runs from the
-process start (``psutil.Process().create_time()``) to the first step's start, the training loop from
+job's start (:func:`trainspect.hooks.job_start.job_start`: the process start, ``psutil.Process().create_time()``,
+for a script's first hook; the hook's start in a notebook or for a later run of the process) to the first step's
+start, the training loop from
 there to the last step's end, finalization from there to :meth:`FrameworkRecorder.close`.
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 import numpy as np
 import psutil
 
+from trainspect.hooks.job_start import job_start
 from trainspect.hooks.system_monitor import default_node_id
 from trainspect.modes import ModeKeys
 from trainspect.profiler import schema
@@ -75,6 +78,8 @@ class FrameworkRecorder:
         self._sources: dict[str, Callable[[], dict[str, float]]] = {}
         self._pending: tuple[int, int, int, float] | None = None
         self._workers = -1
+        self._loader: tuple[int, int | None] | None = None
+        self._events: list[dict[str, Any]] = []  # event records the writer thread writes (loader changes)
         self._file: FrameFile | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -88,12 +93,15 @@ class FrameworkRecorder:
         now = time.time()
         self._file = FrameFile(self.directory / f"{int(now * 1000):013d}{schema.FRAMEWORK_SUFFIX}")
         proc = psutil.Process()
+        began, why = job_start(proc.create_time(), now)
         self._file.write_json(
             schema.KIND_EVENT,
             {
                 "event": "start",
                 "time": now,
                 "process_start": proc.create_time(),
+                "job_start": began,
+                "job_start_from": why,
                 "worker": self.worker,
                 "node": self.node,
                 "host": socket.gethostname(),
@@ -168,6 +176,20 @@ class FrameworkRecorder:
         if n != self._workers:
             self._workers = int(n)
 
+    def set_dataloader(self, num_workers: int, batch_size: int | None) -> None:
+        """The loader the next waits draw from: its worker processes and batch size.
+
+        A change (a validation loader after the training loader) is written as a ``dataloader`` event, so readers
+        tell which loader fed the TRAIN steps (:func:`trainspect.profiler.analysis.training_loader`).
+        """
+        self.set_dataloader_workers(num_workers)
+        loader = (int(num_workers), None if batch_size is None else int(batch_size))
+        if loader != self._loader:
+            self._loader = loader
+            event = {"event": "dataloader", "time": time.time(), "num_workers": loader[0], "batch_size": loader[1]}
+            with self._lock:
+                self._events.append(event)
+
     # --- writing -------------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.wait(self._flush_interval_s):
@@ -189,8 +211,11 @@ class FrameworkRecorder:
             steps, self._steps = self._steps, []
             spans, self._spans = self._spans, []
             metrics, self._metrics = self._metrics, []
+            events, self._events = self._events, []
         if self._file is None:
             return
+        for event in events:
+            self._file.write_json(schema.KIND_EVENT, event)
         if steps:
             cols = list(zip(*steps, strict=False))
             self._file.write(schema.KIND_TABLE, schema.encode_table("steps", _step_columns(cols)))

@@ -52,11 +52,18 @@ class _Patch:
 _PATCH = _Patch()
 
 
+def _batch_size(it: Any) -> int | None:
+    """The batch size of a DataLoader iterator's loader (None without a batch sampler: an IterableDataset's own)."""
+    size = getattr(getattr(it, "_index_sampler", None), "batch_size", None)
+    return size if isinstance(size, int) and size > 0 else None
+
+
 def _report(it: Any, start: float, end: float) -> None:
     workers = int(getattr(it, "_num_workers", 0) or 0)
+    batch = _batch_size(it)
     for rec in tuple(_PATCH.recorders):
         try:
-            rec.set_dataloader_workers(workers)
+            rec.set_dataloader(workers, batch)
             rec.record_span("dataloader", start, end, None)
         except Exception:  # never raise into the training loop
             if not _PATCH.warned:

@@ -206,11 +206,20 @@ def _build_tables(
     if starts:
         first = min(starts, key=lambda e: float(e["time"]))  # type: ignore[arg-type]
         tables.process_start = float(first["process_start"])  # type: ignore[arg-type]
+        if first.get("job_start") is not None:  # recorded since the job start differs from the process start
+            tables.job_start = float(first["job_start"])  # type: ignore[arg-type]
+            tables.extra["job_start_from"] = str(first.get("job_start_from", ""))
         tables.recorder_start = float(first["time"])  # type: ignore[arg-type]
         tables.node = str(first.get("node", ""))
         tables.pid = int(first.get("pid", 0))  # type: ignore[call-overload]
     if closes:
         tables.close_time = max(float(e["time"]) for e in closes)  # type: ignore[arg-type]
+    loaders = [e for e in events if e.get("event") == "dataloader" and isinstance(e.get("time"), (int, float))]
+    tables.loaders = sorted(
+        ({"time": float(e["time"]), "num_workers": e.get("num_workers"), "batch_size": e.get("batch_size")}  # type: ignore[arg-type]
+         for e in loaders),
+        key=lambda e: e["time"],
+    )  # fmt: skip
     workers = tables.spans["workers"]
     known = workers[workers >= 0]
     tables.dataloader_workers = int(known[-1]) if len(known) else None

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from trainspect.modes import ModeKeys
+from trainspect.profiler.arrays import FrameworkTables
 from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.detailed import PYTHON_COLUMNS
 from trainspect.profiler.metrics import CATALOGUE
@@ -31,6 +32,8 @@ __all__ = [
     "is_own_frame",
     "is_profiler_frame",
     "dataloader_statistics",
+    "training_loader",
+    "training_loader_of",
     "cuda_memory_statistics",
 ]
 
@@ -46,7 +49,10 @@ def job_statistics(data: ProfilerData) -> dict[str, Any]:
     """Job start, end and phases over every worker.
 
     Returns:
-        ``start``, ``end``, ``duration_s``; with steps also ``training_loop_start``, ``training_loop_end``,
+        ``start``, ``end``, ``duration_s`` (from the job's start: see :meth:`ProfilerData.start_time`), the
+        ``process_start`` of the earliest process when known and ``before_job_s``, the time its process ran before
+        the job began (a notebook's idle kernel, an earlier run of the same script; 0 for a script's first run);
+        with steps also ``training_loop_start``, ``training_loop_end``,
         ``initialization_s``, ``training_loop_s``, ``finalization_s`` and their ``*_percent`` of the job
         (negative values clamped to 0; finalization is ``None`` until a worker closed). Empty dict when no
         data.
@@ -55,6 +61,10 @@ def job_statistics(data: ProfilerData) -> dict[str, Any]:
     if start is None or end is None:
         return {}
     out: dict[str, Any] = {"start": start, "end": end, "duration_s": end - start}
+    procs = [t.process_start for t in data.framework.values() if t.process_start is not None]
+    if procs:
+        out["process_start"] = min(procs)
+        out["before_job_s"] = max(start - min(procs), 0.0)
     tabs = [t for t in data.framework.values() if t.step_count]
     if not tabs:
         return out
@@ -238,10 +248,68 @@ def python_hotspots(data: ProfilerData, n: int = 20, include_own: bool = False) 
     return agg.groupby("worker", sort=False).head(n).reset_index(drop=True)[cols]
 
 
+def _train_waits(tab: FrameworkTables) -> np.ndarray:
+    """Which dataloader waits fed TRAIN steps: the step a wait lies in, else the next one to start."""
+    sel = tab.spans["kind"] == 4
+    starts, ends = tab.spans["start"][sel], tab.spans["end"][sel]
+    if not tab.step_count:
+        return np.ones(len(starts), dtype=bool)
+    s_start, s_end, modes = tab.steps["start"], tab.steps["end"], tab.steps["mode"]
+    before = np.searchsorted(s_start, starts, side="right") - 1
+    inside = (before >= 0) & (s_end[np.clip(before, 0, None)] >= ends)
+    owner = np.where(inside, before, before + 1)
+    known = owner < len(s_start)
+    train = np.zeros(len(starts), dtype=bool)
+    train[known] = modes[owner[known]] == int(ModeKeys.TRAIN)
+    return train
+
+
+def _most_common(values: np.ndarray) -> int | None:
+    values = values[values >= 0]
+    if not len(values):
+        return None
+    uniq, counts = np.unique(values.astype(np.int64), return_counts=True)
+    return int(uniq[int(np.argmax(counts))])
+
+
+def training_loader_of(tab: FrameworkTables) -> dict[str, int | None] | None:
+    """The loader one worker's TRAIN steps drew from: ``{"num_workers", "batch_size"}`` (None: no waits recorded).
+
+    Not the loader that ran last (a validation loader with 0 workers after a training loader with 4): the waits
+    that fed TRAIN steps decide; a run without TRAIN steps gives its loaders' most common values.
+    """
+    sel = tab.spans["kind"] == 4
+    if not sel.any():
+        return None
+    train = _train_waits(tab)
+    pick = train if train.any() else np.ones(len(train), dtype=bool)
+    workers = _most_common(tab.spans["workers"][sel][pick])
+    batch: int | None = None
+    if tab.loaders:
+        times = np.array([e["time"] for e in tab.loaders])
+        sizes = np.array([e["batch_size"] if isinstance(e.get("batch_size"), int) else -1 for e in tab.loaders])
+        at = np.searchsorted(times, tab.spans["start"][sel][pick], side="right") - 1
+        batch = _most_common(sizes[at[at >= 0]])
+    return {"num_workers": workers, "batch_size": batch}
+
+
+def training_loader(data: ProfilerData) -> dict[str, int | None] | None:
+    """The training loader's ``num_workers`` and ``batch_size`` (per worker process; the chief's when they differ).
+
+    None when no dataloader wait was recorded (no profiler, or a loop that is not fed by a DataLoader).
+    """
+    for worker in sorted(data.framework):
+        found = training_loader_of(data.framework[worker])
+        if found is not None:
+            return found
+    return None
+
+
 def dataloader_statistics(data: ProfilerData) -> pd.DataFrame:
     """Per worker: ``worker, num_workers, count, mean_s, p50_s, p95_s, max_s, total_s, loop_percent``.
 
-    ``loop_percent`` is the dataloader wait as a share of the worker's training loop.
+    ``loop_percent`` is the dataloader wait as a share of the worker's training loop; ``num_workers`` is the
+    training loader's (:func:`training_loader_of`).
     """
     rows = []
     for worker, tab in data.framework.items():
@@ -250,7 +318,8 @@ def dataloader_statistics(data: ProfilerData) -> pd.DataFrame:
             continue
         d = (tab.spans["end"] - tab.spans["start"])[sel]
         loop = float(tab.steps["end"].max() - tab.steps["start"].min()) if tab.step_count else float("nan")
-        rows.append([worker, tab.dataloader_workers, len(d), float(d.mean()), float(np.percentile(d, 50)),
+        loader = training_loader_of(tab) or {}
+        rows.append([worker, loader.get("num_workers"), len(d), float(d.mean()), float(np.percentile(d, 50)),
                      float(np.percentile(d, 95)), float(d.max()), float(d.sum()),
                      100.0 * float(d.sum()) / loop if loop and loop > 0 else float("nan")])  # fmt: skip
     cols = ["worker", "num_workers", "count", "mean_s", "p50_s", "p95_s", "max_s", "total_s", "loop_percent"]

@@ -158,10 +158,15 @@ class FrameworkTables:
         step_metrics: per-step framework metrics: ``global_step``, ``time`` (epoch s, when recorded) and one
             float64 column per metric key (``gpu0_memory_allocated_bytes`` …; NaN where a row lacks it),
             sorted by ``time``.
-        process_start: epoch seconds the process started (start of initialization), when known.
+        process_start: epoch seconds the process started, when known.
+        job_start: when the job began (start of initialization): the process start for a script's first hook, the
+            hook's start in a notebook or for a later run of the process; None in older runs (the process start).
         recorder_start: when the recorder started.
         close_time: when the recorder closed (end of finalization), when known.
-        dataloader_workers: the last known number of dataloader workers.
+        dataloader_workers: the last known number of dataloader workers (of whichever loader ran last; the
+            training loader's: :func:`trainspect.profiler.analysis.training_loader`).
+        loaders: the loaders' changes, oldest first: ``time``, ``num_workers``, ``batch_size`` (recorded since the
+            training loader is told apart; empty in older runs).
         pid: the worker's process id.
     """
 
@@ -171,9 +176,11 @@ class FrameworkTables:
     spans: dict[str, np.ndarray] = field(default_factory=_empty_spans)
     step_metrics: dict[str, np.ndarray] = field(default_factory=_empty_step_metrics)
     process_start: float | None = None
+    job_start: float | None = None
     recorder_start: float | None = None
     close_time: float | None = None
     dataloader_workers: int | None = None
+    loaders: list[dict[str, Any]] = field(default_factory=list)
     pid: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -184,11 +191,16 @@ class FrameworkTables:
 
     def first_time(self) -> float | None:
         """Earliest time known for this worker (process start, recorder start or first record)."""
-        cands = [t for t in (self.process_start, self.recorder_start) if t is not None]
+        cands = [t for t in (self.began, self.recorder_start) if t is not None]
         for table in (self.steps, self.spans):
             if len(table["start"]):
                 cands.append(float(table["start"].min()))
         return min(cands) if cands else None
+
+    @property
+    def began(self) -> float | None:
+        """When the job began: ``job_start``, else (older runs) ``process_start``."""
+        return self.job_start if self.job_start is not None else self.process_start
 
     def last_time(self) -> float | None:
         """Latest time known for this worker (close or last record end)."""
@@ -206,7 +218,7 @@ class FrameworkTables:
         if not self.step_count:
             return {"initialization": None, "training_loop": None, "finalization": None}
         first, last = float(self.steps["start"][0]), float(self.steps["end"].max())
-        begin = self.process_start if self.process_start is not None else self.recorder_start
+        begin = self.began if self.began is not None else self.recorder_start
         return {
             "initialization": (begin, first) if begin is not None else None,
             "training_loop": (first, last),

@@ -64,7 +64,11 @@ class ProfilerData:
         return any(t.step_count for t in self.framework.values())
 
     def start_time(self) -> float | None:
-        """Earliest known time (process start, first sample or first record), epoch seconds."""
+        """Earliest known time (the job's start, first sample or first record), epoch seconds.
+
+        The job's start is the process start for a script's first hook, the hook's start in a notebook or for a
+        later run of the same process (:attr:`FrameworkTables.began`).
+        """
         cands = [float(a.timestamps[0]) for a in self.system.values() if len(a)]
         cands += [t for t in (f.first_time() for f in self.framework.values()) if t is not None]
         return min(cands) if cands else None

@@ -32,6 +32,7 @@ from trainspect.rules.tally import Tally
 from trainspect.rules.tensor_rule import TensorRule
 from trainspect.rules.verdict import Status, Verdict
 from trainspect.step import StepRecord, TensorRecord
+from trainspect.store.job_events import write_stop
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import read_manifest
 
@@ -342,6 +343,8 @@ class LiveRuleRunner:
             if isinstance(action, StopTraining):
                 if self._stop is None:
                     self._stop = TrainingStopped(rule.name, verdict.first_trigger_step, verdict.message)
+                    if self.write:  # the report, compare and MLflow say the run was stopped, and by what
+                        write_stop(self.run_dir, rule.name, self._last_step, verdict.mode, self.worker)
                 continue
             try:
                 action.fire(verdict)

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from trainspect.profiler.analysis import training_loader_of
 from trainspect.profiler.arrays import FrameworkTables
 from trainspect.profiler.data import ProfilerData
 from trainspect.rules._common import LITERAL
@@ -97,7 +98,7 @@ class Dataloader(ProfilerRule):
             xs, ys = downsample(secs, counts)
             series.append(Series(f"{node} parallel data loaders", xs, ys, "s", (float(secs[-1]),) if bad else (), low))
         details["dataloading_time"] = _times(spans)
-        details["num_workers"] = {t.worker: t.dataloader_workers for t in spans}
+        details["num_workers"] = {t.worker: (training_loader_of(t) or {}).get("num_workers") for t in spans}
         if most <= self.patience:
             return self.no_data(f"too little data: {most} seconds with dataloader activity; needs > {self.patience}")
         parts = [

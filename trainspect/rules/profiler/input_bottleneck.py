@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from trainspect.modes import ModeKeys
+from trainspect.profiler.analysis import training_loader_of
 from trainspect.profiler.arrays import FrameworkTables
 from trainspect.profiler.data import ProfilerData
 from trainspect.rules.base import Param
@@ -136,7 +137,7 @@ class InputBottleneck(ProfilerRule):
         return Series(f"{worker} input wait (% of step cycle)", xs, ys, "s", trig, self.threshold)
 
     def _describe(self, worker: str, x: InputWaits, tab: FrameworkTables) -> str:
-        loaders = tab.dataloader_workers
+        loaders = (training_loader_of(tab) or {}).get("num_workers")
         how = "" if loaders is None or loaders < 0 else f", DataLoader num_workers={loaders}"
         waited, total = float(x.wait_s.sum()), float(x.cycle_s.sum())
         return (
@@ -154,7 +155,7 @@ class InputBottleneck(ProfilerRule):
             "cycles": len(x.cycle_s),
             "p50_wait_s": float(np.percentile(x.wait_s, 50)) if len(x.wait_s) else None,
             "p50_wait_percent": float(np.percentile(share, 50)) if len(share) else None,
-            "num_workers": tab.dataloader_workers,
+            "num_workers": (training_loader_of(tab) or {}).get("num_workers"),
         }
 
     def _with_steps(self, verdict: Verdict, bad: list[InputWaits]) -> Verdict:
