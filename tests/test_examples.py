@@ -37,7 +37,8 @@ def test_demo_tells_caught_then_fixed_then_compared(tmp_path: Path) -> None:
     assert {"Dataloader", "StepOutlier"} <= {v.rule for v in fixed}  # the rules that need > 10 s of steps ran
     assert "trainspect.issues = ''" in proc.stdout and "trainspect.issues = 'ExplodingTensor" in proc.stdout
     # 3. the comparison, and data in every profiler panel of both runs (no GPU on this machine)
-    assert "rules triggered" in proc.stdout and (out / "compare.html").exists()
+    assert "unlike runs: A diverged (loss NaN from step" in proc.stdout and (out / "compare.html").exists()
+    assert "stopped by StopTraining at step" in proc.stdout and "not offered: unlike runs" in proc.stdout
     for run in (bad, good):
         ctx = ReportContext.load(run, evaluate_profiler_rules=False)
         assert all(ctx.has(part) for part in ("system", "steps", "operators", "python", "dataloader", "tensors"))

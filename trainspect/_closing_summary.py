@@ -12,11 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from trainspect.exceptions import TrainspectError
+from trainspect.rules.counts import RuleCounts
 from trainspect.rules.verdict import Verdict, read_verdicts
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import read_worker_manifests
 
-__all__ = ["summary_lines", "exit_line"]
+__all__ = ["summary_lines", "exit_line", "recorded_nothing"]
 
 _MESSAGE_CHARS = 160
 NOTHING_RECORDED = (
@@ -26,7 +27,7 @@ NOTHING_RECORDED = (
 )
 
 
-def _recorded_nothing(layout: RunLayout) -> bool:
+def recorded_nothing(layout: RunLayout) -> bool:
     """Whether no worker of the run saw a step (a worker's run opens at its first step; ``last_step`` -1: none)."""
     workers = read_worker_manifests(layout)
     return not any(doc.get("last_step", 0) is None or doc.get("last_step", 0) >= 0 for doc in workers.values())
@@ -70,10 +71,10 @@ def summary_lines(run_dir: str | os.PathLike[str], verdicts: Sequence[Verdict] |
             verdicts = []
     issues = [v for v in verdicts if v.issues_found]
     lines = [_rule_line(v) for v in issues]
-    if _recorded_nothing(layout):
+    if recorded_nothing(layout):
         lines.append(NOTHING_RECORDED)
-    if verdicts and not issues:
-        lines.append(f"trainspect: no issues found by {len(verdicts)} rule{'s' if len(verdicts) != 1 else ''}")
+    if verdicts:
+        lines.append(f"trainspect: {RuleCounts.of(verdicts).line()}")
     if layout.report.is_file():
         lines.append(f"trainspect: report {layout.report}")
     lines.append(f"trainspect: run directory {Path(run_dir)}")

@@ -47,6 +47,7 @@ __all__ = [
     "MASTER_ADDR",
     "MASTER_PORT",
     "TRAINSPECT_PROFILE",
+    "TRAINSPECT_PROFILER_RULES_S",
     "TRAINSPECT_SPOOL_DIR",
     "TRAINSPECT_SPOOL_MB",
     "TRAINSPECT_UPLOAD_INTERVAL_MS",
@@ -101,6 +102,14 @@ class EnvVar(Generic[T]):
                 return int(raw)  # type: ignore[return-value]
             except ValueError:
                 raise ValueError(f"{self.name}={raw!r}: expected an integer") from None
+        if self.type is float:
+            try:
+                value = float(raw)
+            except ValueError:
+                value = float("nan")
+            if not value > 0 or value == float("inf"):
+                raise ValueError(f"{self.name}={raw!r}: expected a finite number > 0")
+            return value  # type: ignore[return-value]
         return raw  # type: ignore[return-value]
 
     def set(self, value: T | None) -> None:
@@ -172,6 +181,9 @@ RAY_RAYLET_PID: EnvVar[str | None] = EnvVar(
 PWD: EnvVar[str | None] = EnvVar("PWD", str, None, "The directory the shell started the job from (POSIX shells).")
 TRAINSPECT_PROFILE: EnvVar[int | None] = EnvVar(
     "TRAINSPECT_PROFILE", int, None, "Set by `trainspect run --profile`: system sampling interval in ms."
+)
+TRAINSPECT_PROFILER_RULES_S: EnvVar[float] = EnvVar(
+    "TRAINSPECT_PROFILER_RULES_S", float, 60.0, "Seconds between the live evaluations of the profiler rules."
 )
 TRAINSPECT_JOB_ID: EnvVar[str | None] = EnvVar(
     "TRAINSPECT_JOB_ID", str, None, "Identifies the job that owns a run directory (all its ranks share it)."

@@ -56,6 +56,7 @@ def _write_run(root: Path, dur: np.ndarray, gaps: np.ndarray | float = 1e-4, mod
     frames.write(schema.KIND_TABLE, schema.encode_table("steps", columns))
     frames.write_json(schema.KIND_EVENT, {"event": "close", "time": float(start[-1] + dur[-1] + 0.1)})
     frames.close()
+    RunLayout(root).end_marker.touch()  # the job is over: verdicts are final, not in progress
     return load_profiler_data(root, final=True)
 
 

@@ -46,6 +46,11 @@ def train(model, out, rules, lr, steps, optim=torch.optim.SGD, interval=1):
     return done
 
 
+def _live(run):
+    """The verdicts of the hook's own rules (the report adds the other applicable rules at close)."""
+    return [v for v in load_verdicts(run) if v.source == "live"]
+
+
 def mlp(*sizes, act=torch.nn.ReLU):
     torch.manual_seed(0)
     layers = []
@@ -74,17 +79,19 @@ def test_diverging_run_stops_training_and_reports_nan(tmp_path):
 def test_deep_sigmoid_network_has_vanishing_gradients(tmp_path):
     model = mlp(8, *[16] * 12, 1, act=torch.nn.Sigmoid)
     train(model, tmp_path / "run", [VanishingGradient()], lr=0.1, steps=5)
-    (v,) = load_verdicts(tmp_path / "run")
+    (v,) = _live(tmp_path / "run")
     assert v.status is Status.ISSUES_FOUND and v.triggers == 5
     assert any(name.startswith("gradient/") and name.endswith("0.weight") for name in v.tensors)
 
 
 def test_healthy_mlp_leaves_default_rules_quiet(tmp_path):
     train(mlp(8, 32, 32, 1), tmp_path / "run", "default", lr=1e-2, steps=60, optim=torch.optim.Adam, interval=5)
-    verdicts = load_verdicts(tmp_path / "run")
+    verdicts = _live(tmp_path / "run")
     assert [v.rule for v in verdicts] == ["VanishingGradient", "ExplodingTensor", "LossNotDecreasing"]
     assert [v.status for v in verdicts] == [Status.NO_ISSUES_FOUND] * 3, [v.message for v in verdicts]
     assert verdicts[2].datapoints >= 4
+    others = [v for v in load_verdicts(tmp_path / "run") if v.source == "report"]  # judged at close, whole run
+    assert others and not [v.rule for v in others if v.status is Status.ISSUES_FOUND]
 
 
 def test_dead_relu_inputs_are_recorded_from_the_requirement(tmp_path):
@@ -92,5 +99,5 @@ def test_dead_relu_inputs_are_recorded_from_the_requirement(tmp_path):
     with torch.no_grad():
         model[0].bias.fill_(-100.0)  # every unit of the ReLU layer is dead
     train(model, tmp_path / "run", [DeadRelu()], lr=1e-3, steps=3)
-    (v,) = load_verdicts(tmp_path / "run")
+    (v,) = _live(tmp_path / "run")
     assert v.status is Status.ISSUES_FOUND and v.triggers == 3, v.message

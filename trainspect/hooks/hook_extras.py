@@ -39,7 +39,7 @@ def _resolve_rules(rules: Any) -> list[Any]:
 
 _MLFLOW_KEYS = {"run": "run", "runid": "run", "trackinguri": "tracking_uri", "intervals": "interval_s",
                 "logeverynsteps": "log_every_n_steps", "priceperhour": "price_per_hour", "logrundir": "log_run_dir",
-                "enabled": "enabled"}  # fmt: skip
+                "enabled": "enabled", "experiment": "experiment"}  # fmt: skip
 
 
 class HookExtras:
@@ -60,6 +60,7 @@ class HookExtras:
         self._live: Any = None
         self._attached = False
         self._framework: Any = None
+        self._live_profiler: Any = None
         self._monitor: Any = None
         self._window: Any = None
         self._mlflow: Any = None
@@ -128,6 +129,13 @@ class HookExtras:
     def _start_profiler(self, collector: Collector) -> None:
         self._framework.worker = collector.worker
         self._framework.start()
+        ident = collector.identity
+        if ident is None or ident.world_size <= 1 or ident.chief:  # profiler rules judge the whole job: once
+            from trainspect.rules.live_profiler import LiveProfilerRules
+
+            own = [r for r in self.rules if getattr(r, "kind", "") == "profiler"]
+            self._live_profiler = LiveProfilerRules(collector.out_dir, own, worker=collector.worker)
+            self._live_profiler.start()
 
     def _mlflow_options(self) -> tuple[Any, dict[str, Any]]:
         value = self.mlflow_run
@@ -166,7 +174,8 @@ class HookExtras:
         captures += ["system", "framework"] if self.profiler_config is not None else []
         ident = collector.identity
         worker = collector.worker if ident is not None and ident.world_size > 1 and not ident.chief else None
-        self._mlflow = MlflowSession.attach(collector.out_dir, run, captures=tuple(captures), worker=worker, **opts)
+        self._mlflow = MlflowSession.attach(collector.out_dir, run, captures=tuple(captures), worker=worker,
+                                            profiler_config=self.profiler_config, **opts)  # fmt: skip
         if self._mlflow is not None:
             self._mlflow.start()
             log.info("trainspect: logging to MLflow run %s", self._mlflow.run_id)
@@ -218,6 +227,15 @@ class HookExtras:
         if self._mlflow is not None and record is not None:
             self._mlflow.submit(record)
 
+    def on_late_save(self, record: StepRecord | None) -> None:
+        """A save between steps (``save_scalar`` after ``optimizer.step()``) reopened and ended the last step.
+
+        Its record goes to MLflow (which logs every scalar whenever in the step it was saved); the live rules
+        have judged that step already.
+        """
+        if self._mlflow is not None and record is not None:
+            self._mlflow.submit(record)
+
     def _span_start(self, kind: str) -> None:
         if self._framework is not None:
             self._spans[kind] = time.time()
@@ -262,6 +280,9 @@ class HookExtras:
         if self._live is not None:
             self._live.close()
             self._live = None
+        if self._live_profiler is not None:
+            self._live_profiler.close()
+            self._live_profiler = None
         if self._framework is not None:
             self._framework.close()
             self._framework = None

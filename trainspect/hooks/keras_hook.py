@@ -207,7 +207,7 @@ class Hook(keras.callbacks.Callback, HookAPI):
             self._add_forced(name, value, colls)
         elif self.collector.reopen_last_step():  # between steps: it belongs to the last step, never opens one
             self._add_forced(name, value, colls)
-            self.collector.end_step()
+            self._extras.on_late_save(self.collector.end_step())
         else:  # before the first step: saved at the first
             self._pending.append((name, np.array(value, copy=True), colls))  # the value now
 

@@ -246,7 +246,7 @@ class Hook(HookAPI):
         elif self.collector.reopen_last_step():
             self._stage_forced(name, value, colls)
             self.staging.commit(defer=False)
-            self.collector.end_step()
+            self._extras.on_late_save(self.collector.end_step())
         else:
             self._pending.append((name, value.detach().clone(), colls))
 

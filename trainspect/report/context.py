@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from trainspect.modes import ModeKeys
 from trainspect.profiler.analysis import cuda_memory_statistics
+from trainspect.profiler.config import ALLOWED_INTERVALS_MS
 from trainspect.profiler.data import ProfilerData, load_profiler_data
+from trainspect.rules.counts import STEP_MODES, step_counts
 from trainspect.rules.record import record_report_verdicts
 from trainspect.rules.verdict import Verdict
 from trainspect.store import inventory
+from trainspect.store.job_events import read_exit, read_stops
 from trainspect.store.layout import RunLayout
 
 __all__ = ["ReportContext", "REQUIREMENT_HINTS"]
@@ -44,6 +51,62 @@ REQUIREMENT_HINTS: dict[str, str] = {
 }
 
 
+def timed_step_counts(profiler: ProfilerData) -> dict[str, int]:
+    """Steps per mode of the framework metrics (the most of any worker), TRAIN, EVAL and PREDICT apart."""
+    counts: dict[str, int] = {}
+    for table in profiler.framework.values():
+        modes = np.asarray(table.steps["mode"])
+        for mode in ModeKeys:
+            n = int(np.count_nonzero(modes == int(mode.value)))
+            if n:
+                counts[mode.name] = max(counts.get(mode.name, 0), n)
+    if any(counts.get(m) for m in STEP_MODES):
+        counts.pop("GLOBAL", None)
+    return {m: counts[m] for m in (*STEP_MODES, "GLOBAL") if counts.get(m)}
+
+
+SHORT_JOB_S = max(ALLOWED_INTERVALS_MS) / 1000.0
+"""A job shorter than the longest system-monitor interval may end before its first system sample."""
+
+_NO_SAMPLE = " holds no .tsys file: its system metrics are missing"
+
+
+def too_short_for_sample(run_dir: Path, profiler: ProfilerData) -> list[str]:
+    """The problems "<node folder> holds no .tsys file" of a job that ended too soon for one system sample.
+
+    A node folder without samples is no damage when the job's steps (or its whole life, manifest to end marker)
+    took less than :data:`SHORT_JOB_S`: the monitor had not sampled yet.
+    """
+    found = [p for p in profiler.problems if p.endswith(_NO_SAMPLE)]
+    if not found:
+        return []
+    span = _job_span(run_dir, profiler)
+    return found if span is not None and span < SHORT_JOB_S else []
+
+
+def _job_span(run_dir: Path, profiler: ProfilerData) -> float | None:
+    """How long the job ran, in seconds: its timed steps, else manifest creation to end marker; None: unknown."""
+    starts = [float(np.min(t.steps["start"])) for t in profiler.framework.values() if t.step_count]
+    ends = [float(np.max(t.steps["end"])) for t in profiler.framework.values() if t.step_count]
+    if starts:
+        return max(ends) - min(starts)
+    layout = RunLayout(run_dir)
+    manifest, _problem = inventory.read_manifest(layout)
+    created = (manifest or {}).get("created")
+    try:
+        return layout.end_marker.stat().st_mtime - float(created) if created is not None else None
+    except (OSError, TypeError, ValueError):
+        return None
+
+
+def _short_note(problem: str) -> str:
+    node = Path(problem.removesuffix(_NO_SAMPLE)).name
+    return (
+        f"Node {node}: the job was too short for a system sample (it ended before the system monitor's first "
+        "sample); a longer run, or a shorter system_monitor_interval_millis, records CPU, memory and I/O."
+    )
+
+
 @dataclass
 class ReportContext:
     """Everything the report sections read. Build it with :meth:`load` (a run directory) or directly (tests).
@@ -56,6 +119,9 @@ class ReportContext:
         manifest: the job manifest, when readable.
         price_per_hour: the instance's hourly price, for the cost section.
         problems: what could not be read (missing or damaged files, each named), shown at the top of the report.
+        notes: what is missing for a reason that is no damage (a job too short for one system sample), one line each.
+        stops: the StopTraining stops of ``rules/stopped.json`` (:func:`~trainspect.store.job_events.read_stops`).
+        job_exit: how ``trainspect run`` saw the script end (:func:`~trainspect.store.job_events.read_exit`).
 
     Example:
         >>> import tempfile
@@ -71,6 +137,9 @@ class ReportContext:
     manifest: dict[str, Any] = field(default_factory=dict)
     price_per_hour: float | None = None
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    stops: list[dict[str, Any]] = field(default_factory=list)
+    job_exit: dict[str, Any] | None = None
 
     @classmethod
     def load(
@@ -95,6 +164,7 @@ class ReportContext:
         ctx._try("rule verdicts", ctx._load_verdicts)
         ctx._try("the tensors (Trial)", ctx._load_trial)
         ctx._try("the manifest", ctx._load_manifest)
+        ctx._try("how the job ended", ctx._load_job_events)
         if evaluate_profiler_rules:
             ctx._try("profiler rules", ctx._evaluate_profiler_rules)
         return ctx
@@ -113,7 +183,45 @@ class ReportContext:
 
     def _load_profiler(self) -> None:
         self.profiler = load_profiler_data(self.run_dir)
+        short = too_short_for_sample(self.run_dir, self.profiler)
+        if short:  # no damage: the job ended before the monitor's first sample
+            self.profiler.problems = [p for p in self.profiler.problems if p not in short]
+            self.notes += [_short_note(p) for p in short]
         self._note(self.profiler.problems)
+
+    def _load_job_events(self) -> None:
+        self.stops = read_stops(self.run_dir)
+        self.job_exit = read_exit(self.run_dir)
+
+    def failed_early(self) -> str | None:
+        """How the script failed before its first step, or ``None``.
+
+        ``"the script failed with exit status 2 before its first step"`` when ``trainspect run`` recorded a non-zero
+        exit and no step; a negative status is the signal that ended it (``"was ended by signal SIGKILL"``).
+        """
+        ended = self.job_exit or {}
+        code = ended.get("returncode")
+        if not isinstance(code, int) or code == 0 or ended.get("steps_recorded", True):
+            return None
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"the script was ended by signal {name} before its first step"
+        return f"the script failed with exit status {code} before its first step"
+
+    def step_counts(self) -> dict[str, int]:
+        """Steps per mode (``{"TRAIN": 300, "EVAL": 3}``): the saved tensors' steps, else the timed steps."""
+        counts: dict[str, int] = {}
+        if self.trial is not None:
+            try:
+                counts = step_counts(self.trial)
+            except Exception:  # noqa: BLE001 - a damaged trial only loses this count
+                counts = {}
+        if counts:
+            return counts
+        return timed_step_counts(self.profiler)
 
     def _load_verdicts(self) -> None:
         from trainspect.rules.engine import load_verdicts
@@ -136,22 +244,27 @@ class ReportContext:
         self._note([problem] if problem else [])
 
     def _evaluate_profiler_rules(self) -> None:
-        if not self.profiler.system and not self.profiler.framework:
-            return
-        from trainspect.rules.profiler import PROFILER_RULES
+        """Evaluate the built-in rules (tensor, profiler) the record lacks or holds unfinished, over the whole run."""
+        from trainspect.rules.completion import evaluate_missing, rules_to_complete
         from trainspect.rules.source import note_damage
+        from trainspect.rules.verdict import Status
 
-        have = {v.rule for v in self.verdicts}
-        added: list[Verdict] = []
-        for rule_cls in PROFILER_RULES:
-            rule = rule_cls()  # type: ignore[abstract]
-            if rule.name in have:
-                continue
+        has_profiler = bool(self.profiler.system or self.profiler.framework)
+        tensor_rules, profiler_rules = rules_to_complete(self.run_dir, self.verdicts, self.trial, has_profiler)
+        over = inventory.job_over(RunLayout(self.run_dir)) or self.profiler.job_ended
+        added: list[Verdict] = evaluate_missing(self.trial, tensor_rules, over)
+        for rule in profiler_rules:
             try:
-                added.append(note_damage(rule.evaluate(self.profiler), self.profiler.problems))
+                verdict = note_damage(rule.evaluate(self.profiler), self.profiler.problems)
             except Exception as exc:  # one rule's failure is its own verdict, not the report's
                 log.warning("trainspect report: profiler rule %s failed: %s", rule.name, exc)
-        self.verdicts.extend(record_report_verdicts(self.run_dir, added, self.profiler))
+                continue
+            if not over and verdict.status is Status.NO_ISSUES_FOUND:
+                verdict = verdict.with_status(Status.IN_PROGRESS)
+            added.append(verdict)
+        replaced = {v.rule for v in added}
+        stamped = record_report_verdicts(self.run_dir, added, _Over(self.profiler, over))
+        self.verdicts = [v for v in self.verdicts if v.rule not in replaced] + stamped
 
     # --- what is available -----------------------------------------------------------------------------
     def has(self, requirement: str) -> bool:
@@ -174,3 +287,15 @@ class ReportContext:
         if check is None:
             raise ValueError(f"unknown report requirement {requirement!r}; known: {', '.join(checks)}")
         return bool(check())
+
+
+@dataclass
+class _Over:
+    """What :func:`record_report_verdicts` reads of the data: its source, and whether the job has ended."""
+
+    data: Any
+    job_ended: bool
+
+    @property
+    def source(self) -> str:
+        return str(getattr(self.data, "source", "trainspect"))

@@ -19,15 +19,13 @@ from typing import Any, TextIO
 
 from trainspect._progress import Progress
 from trainspect.exceptions import ConfigError, TrainspectError
-from trainspect.profiler.readers import resolve_profiler_root
+from trainspect.rules.applicable import applicable_rules
 from trainspect.rules.base import Rule
+from trainspect.rules.counts import RuleCounts
 from trainspect.rules.engine import evaluate, open_trial, recorded_besides, run_finished
 from trainspect.rules.registry import RuleRegistry, default_registry
-from trainspect.rules.tensor_rule import TensorRule
-from trainspect.rules.trial_feed import TrialFeed, roles_for
 from trainspect.rules.trial_view import TrialView
 from trainspect.rules.verdict import Status, Verdict
-from trainspect.store.layout import RunLayout
 
 __all__ = ["add_parser", "run", "main"]
 
@@ -99,53 +97,6 @@ def _explicit_rules(names: Sequence[str], params: dict[str, dict[str, str]], reg
     return [cls(**params.get(cls.__name__, {})) for cls in classes]
 
 
-def _applicable_rules(
-    trial: TrialView, params: dict[str, dict[str, str]], registry: RuleRegistry, strict: bool = True
-) -> tuple[list[Rule], list[tuple[str, str]]]:
-    source = TrialFeed(trial)
-    names, membership = source.names(), source.membership()
-    has_steps = bool(trial.steps())
-    path = getattr(trial, "path", None)
-    has_profiler = _has_profiler(path) if path else False
-    chosen: list[Rule] = []
-    skipped: list[tuple[str, str]] = []
-    for cls in registry.classes():
-        given = params.get(cls.__name__)
-        try:
-            rule = cls(**(given or {}))
-        except ConfigError as exc:
-            if given:
-                raise  # the user's --param is wrong: say so (exit 2), do not skip the rule silently
-            skipped.append((cls.__name__, f"needs parameters: {exc}"))
-            continue
-        reason = _why_not(rule, names, membership, has_steps, has_profiler)
-        if reason and given and strict:
-            raise ConfigError(f"--param {cls.__name__}.{next(iter(given))}: {cls.__name__} is not run here ({reason})")
-        if reason:
-            skipped.append((rule.name, reason))
-        else:
-            chosen.append(rule)
-    return chosen, skipped
-
-
-def _has_profiler(path: Any) -> bool:
-    if RunLayout(path).profiler_dir.exists():
-        return True
-    return resolve_profiler_root(path)[0] == "sagemaker"
-
-
-def _why_not(rule: Rule, names: list[str], membership: Any, has_steps: bool, has_profiler: bool) -> str:
-    if rule.kind == "profiler":
-        return "" if has_profiler else "the run has no profiler data"
-    if not isinstance(rule, TensorRule):
-        return ""
-    if not rule.needs_tensors:
-        return "" if has_steps else "the run has no saved steps"
-    if roles_for(rule, names, membership):
-        return ""
-    return f"inputs not recorded: {rule.describe_inputs()}"
-
-
 def _print_human(verdicts: list[Verdict], out: TextIO) -> None:
     width = max((len(v.rule) for v in verdicts), default=4)
     for v in verdicts:
@@ -175,7 +126,7 @@ def _rules_for(
     params = _parse_params(args.param, registry)
     if args.rule:
         return _explicit_rules(args.rule, params, registry)
-    rules, skipped = _applicable_rules(trial, params, registry, strict=not quiet and not args.watch)
+    rules, skipped = applicable_rules(trial, params, registry, strict=not quiet and not args.watch)
     if not quiet:
         for name, reason in skipped:
             print(f"skipped {name}: {reason}", file=err)
@@ -229,12 +180,19 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
 
 
 def _print_recorded(args: argparse.Namespace, verdicts: list[Verdict], out: TextIO) -> None:
-    """The record's other current verdicts (evaluated earlier: live, or offline with other rules), for reference."""
-    others = [] if args.json else recorded_besides(args.dir, verdicts)
+    """The record's other current verdicts (evaluated earlier: live, or offline with other rules), for reference.
+
+    Then the count of the whole set: the one the report, TensorBoard and MLflow show.
+    """
+    if args.json:
+        return
+    others = recorded_besides(args.dir, verdicts)
     if others:
         print("also current in the run's record (not evaluated now):", file=out)
         for v in others:
             print(f"  {v.rule:<24}  {v.status.value:<13}  ({v.source or 'earlier'}) {v.message[:100]}", file=out)
+    if verdicts or others:
+        print(RuleCounts.of([*verdicts, *others]).line(), file=out)
 
 
 def _ending(args: argparse.Namespace) -> dict[str, Any]:

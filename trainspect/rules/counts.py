@@ -23,6 +23,10 @@ _NEED_CHARS = 60
 def _need(message: str) -> str:
     """Why a NoData rule could not look, in a few words (from its message): ``"needs GPU utilisation"``."""
     text = " ".join(message.split())
+    if "could not judge: " in text:
+        text = text.split("could not judge: ", 1)[1]
+    elif "found no inputs; " in text:
+        text = text.split("found no inputs; ", 1)[1]
     head, _, tail = text.partition(": ")
     if "this rule needs " in text:
         text = "needs " + text.split("this rule needs ", 1)[1]
@@ -45,8 +49,9 @@ class RuleCounts:
     Example:
         >>> vs = [Verdict("ExplodingTensor", Status.ISSUES_FOUND), Verdict("VanishingGradient", Status.NO_ISSUES_FOUND),
         ...       Verdict("LowGPUUtilization", Status.NO_DATA, message="no GPU: this rule needs GPU utilisation")]
-        >>> RuleCounts.of(vs).line()
-        '3 rules: 2 judged, 1 found issues (ExplodingTensor), 1 could not look (LowGPUUtilization: needs GPU utilisation)'
+        >>> RuleCounts.of(vs).line()  # doctest: +NORMALIZE_WHITESPACE
+        '3 rules: 2 judged, 1 found issues (ExplodingTensor), 1 could not look
+         (LowGPUUtilization: needs GPU utilisation)'
     """
 
     judged: tuple[str, ...] = ()
@@ -115,8 +120,9 @@ class RuleCounts:
 
 
 def step_counts(trial: Any) -> dict[str, int]:
-    """Steps per mode of a Trial (``{"TRAIN": 300, "EVAL": 3}``; modes without steps left out; GLOBAL steps, the
-    hook's own mode, counted only when no other mode has steps).
+    """Steps per mode of a Trial: ``{"TRAIN": 300, "EVAL": 3}``.
+
+    Modes without steps are left out; GLOBAL steps (no mode set) are counted only when no other mode has steps.
 
     Args:
         trial: a :class:`trainspect.store.trial.Trial` (or anything with ``steps(mode=...)``).

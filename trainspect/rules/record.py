@@ -37,7 +37,8 @@ from trainspect.rules.verdict import VERDICT_SCHEMA_VERSION, Verdict, _json_safe
 from trainspect.rules.worker_verdicts import merge_current
 from trainspect.store.manifest import write_text_atomic
 
-__all__ = ["VerdictRecord", "record_verdicts", "record_report_verdicts", "read_record", "stamp", "MAX_EVALUATIONS"]
+__all__ = ["VerdictRecord", "record_verdicts", "record_report_verdicts", "read_record", "stamp", "unfinished_rules",
+           "MAX_EVALUATIONS"]  # fmt: skip
 
 _log = logging.getLogger(__name__)
 
@@ -240,3 +241,36 @@ def record_report_verdicts(run_dir: str | os.PathLike[str], verdicts: Sequence[V
     if stamped and getattr(data, "source", "trainspect") == "trainspect":
         record_verdicts(run_dir, stamped, "report", bool(getattr(data, "job_ended", False)))
     return stamped
+
+
+def unfinished_rules(path: str | os.PathLike[str]) -> set[str]:
+    """Rules whose current verdict is not final: in progress, or from an evaluation made while the data went on.
+
+    A mid-run ``trainspect rules`` judged part of the run; once the run is over such verdicts are evaluated again
+    (the report and the closing summary do) instead of standing as the final word.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> from trainspect.rules.verdict import Status
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "verdicts.json"
+        >>> VerdictRecord(p, "offline").write(stamp([Verdict("A", Status.ISSUES_FOUND)], "offline"), final=False)
+        >>> VerdictRecord(p, "live").write(stamp([Verdict("B", Status.NO_ISSUES_FOUND)], "live"), final=True)
+        >>> sorted(unfinished_rules(p))
+        ['A']
+    """
+    doc = read_record(path)
+    made = {}
+    for entry in doc.get("evaluations") or []:
+        if not isinstance(entry, dict):
+            continue
+        for v in entry.get("verdicts") or []:
+            if isinstance(v, dict):
+                made[(v.get("rule"), v.get("evaluated_at"))] = bool(entry.get("final"))
+    out = set()
+    for v in doc.get("verdicts") or []:
+        if not isinstance(v, dict):
+            continue
+        key = (v.get("rule"), v.get("evaluated_at"))
+        if v.get("status") == "InProgress" or made.get(key, True) is False:
+            out.add(str(v.get("rule")))
+    return out
