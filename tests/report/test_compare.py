@@ -50,13 +50,15 @@ def test_twice_the_steps_in_60_percent_of_the_time_wins() -> None:
     assert round(saving_percent(a, b)) == 70 and round(time_saving_percent(a, b)) == 70
     rows = _rows(a, b)
     for label in ("throughput (steps/s)", "throughput (samples/s)", "time per 1,000 steps (s)",
-                  "cost per 1,000 steps ($)", "time per epoch (s)", "cost per epoch ($)", "step time p95 (s)",
+                  "cost per 1,000 steps ($)", "time per epoch (s)", "cost per epoch ($)",
+                  "step time p95 (s, compute, no input wait)",
                   "GPU utilisation mean (%)", "projected cost saving for the same work"):  # fmt: skip
         assert rows[label]["winner"] == "b", label
-    for label in ("duration (s)", "steps done", "cost of the run ($)"):
+    for label in ("job duration (s, start-up included)", "steps done", "cost of the run ($)"):
         assert rows[label]["winner"] is None, label
     assert rows["projected cost saving for the same work"]["b"] == "70%"
-    assert rows["time per 1,000 steps (s)"]["a"] == "100" and rows["time per 1,000 steps (s)"]["b"] == "30"
+    # training-loop time per 1,000 steps: 1,000 / steps/s (90 s / 1000 steps, 54 s / 2000 steps)
+    assert rows["time per 1,000 steps (s)"]["a"] == "90" and rows["time per 1,000 steps (s)"]["b"] == "27"
     assert rows["throughput (samples/s)"]["b"] == "1,185"  # 2000 steps / 54 s x 32
 
 
@@ -76,11 +78,12 @@ def test_without_a_price_the_saving_is_in_time_and_cpu_rows_rank_nothing_beside_
     b = RunSummary("b", duration_s=100.0, steps=2000, cpu_mean=60.0, gpu_mean=40.0, gpu_p95=50.0)
     rows = _rows(a, b)
     assert rows["projected time saving for the same work"]["b"] == "50%"
-    assert rows["CPU utilisation mean (%)"]["winner"] is None  # with GPUs, a busier CPU is no win
+    cpu = "CPU utilisation mean (%; over 100 = more than one core)"
+    assert rows[cpu]["winner"] is None  # with GPUs, a busier CPU is no win
     assert rows["GPU utilisation mean (%)"]["winner"] == "a"
     assert "cost per 1,000 steps ($)" not in rows  # unknown for both: left out
     cpu_only = _rows(RunSummary("a", cpu_mean=20.0), RunSummary("b", cpu_mean=60.0))
-    assert cpu_only["CPU utilisation mean (%)"]["winner"] == "b"
+    assert cpu_only[cpu]["winner"] == "b"
 
 
 def test_runs_of_different_lengths_from_run_directories(tmp_path: Path) -> None:
@@ -91,7 +94,8 @@ def test_runs_of_different_lengths_from_run_directories(tmp_path: Path) -> None:
     assert a.dataloader_wait_percent == pytest.approx(0.5, abs=0.1)  # 2 ms waits per 0.4 s step
     assert b.samples_per_s == pytest.approx(16 * b.steps_per_s) and a.samples_per_s is None
     rows = _rows(a, b)
-    assert rows["throughput (steps/s)"]["winner"] == "b" and rows["duration (s)"]["winner"] is None
+    assert rows["throughput (steps/s)"]["winner"] == "b"
+    assert rows["job duration (s, start-up included)"]["winner"] is None
     assert time_saving_percent(a, b) > 50
 
 
@@ -114,9 +118,17 @@ def test_price_parsing_and_metrics_round_trip() -> None:
     with pytest.raises(ValueError, match="A=<price>"):
         parse_prices(["A=x"])
     s = RunSummary("r", duration_s=10.0, instances=2, steps=5, loop_s=8.0, step_p99_s=0.5, gpu_p95=50.0,
-                   dataloader_wait_percent=3.0, batch_size=8, triggers={"X": 3}, price_per_hour=1.0)  # fmt: skip
-    back = RunSummary.from_metrics("r", s.to_metrics())
+                   dataloader_wait_percent=3.0, batch_size=8, triggers={"X": 3}, price_per_hour=1.0,
+                   startup_s=1.5, issues=("X",))  # fmt: skip
+    metrics = s.to_metrics()
+    back = RunSummary.from_metrics("r", metrics)
     assert back.to_dict() == s.to_dict()
+    assert metrics["trainspect/job_s"] == 10.0 and metrics["trainspect/startup_s"] == 1.5
+    assert metrics["trainspect/steps_per_s"] == 5 / 8.0 and metrics["trainspect/time_per_1k_steps_s"] == 1600.0
+    assert metrics["trainspect/samples_per_s"] == 5 / 8.0 * 8
+    assert not any("duration" in k for k in metrics)  # MLflow shows its own run duration
+    old = {**{k: v for k, v in metrics.items() if k != "trainspect/job_s"}, "trainspect/duration_s": 10.0}
+    assert RunSummary.from_metrics("r", old).duration_s == 10.0  # a run logged before job_s
 
 
 @pytest.mark.browser
@@ -151,4 +163,5 @@ def test_compare_page_shows_throughput_and_cost_per_1000_steps_in_chromium(tmp_p
     assert rows["throughput (steps/s)"][1][1] == green and rows["throughput (steps/s)"][0][1] != green
     assert rows["cost per 1,000 steps ($)"][1][1] == green
     assert rows["cost per 1,000 steps ($)"][1][0] == f"{b.cost_per_1k_steps:.4g}"
-    assert rows["duration (s)"][1][1] != green and rows["duration (s)"][0][1] != green  # a total: no winner
+    duration = rows["job duration (s, start-up included)"]
+    assert duration[1][1] != green and duration[0][1] != green  # a total: no winner

@@ -21,8 +21,11 @@ _RAW = argparse.RawDescriptionHelpFormatter
 _REPORT_EXAMPLES = """examples:
   trainspect report runs/train-20260101-120000
   trainspect report runs/train-20260101-120000 -o /tmp/ --price-per-hour 3.825"""
-_COMPARE_EXAMPLES = """Runs are compared per unit of work (throughput, time and cost per 1,000 steps, per epoch),
-so two runs of different lengths compare fairly; the projected saving is for the same number of steps.
+_COMPARE_EXAMPLES = """Runs are compared per unit of work (throughput, time and cost per 1,000 steps, per epoch,
+all from the training loop; start-up is its own row), so two runs of different lengths compare fairly; the
+projected saving is for the same number of steps. A run that diverged or was stopped is ranked in no row, a run
+whose rules found issues the other's did not is never marked better (the first line says why the runs are
+unlike), and differences within the noise of the step times rank nothing.
 
 examples:
   trainspect compare runs/baseline runs/bigger-batch
@@ -171,7 +174,7 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"trainspect compare: {exc}", file=sys.stderr)
         return 2
     print(compare_table(a, b))
-    html = render_compare(a, b)
+    html = render_compare(a, b, out=args.output)
     if args.output:
         Path(args.output).write_text(html, encoding="utf-8")
         print(f"comparison: {args.output}")

@@ -1,8 +1,13 @@
 """Before/after comparison of two runs (run directories or MLflow run ids): a terminal table and an HTML page.
 
 Runs rarely do the same amount of work, so the rows that decide are per unit of work: throughput, time and cost
-per 1,000 steps (and per epoch where the steps per epoch are known), and the projected saving is for the same
-amount of work. Totals (duration, steps, cost) are shown for reference and never coloured as wins.
+per 1,000 steps (and per epoch where the steps per epoch are known), all from the training loop (start-up is its
+own row), and the projected saving is for the same amount of work, from the same figures. Totals (duration, steps,
+cost) are shown for reference and never coloured as wins.
+
+A run that diverged or was stopped is ranked in no row, a run whose rules found issues (that the other's did not)
+is never ranked better, and the first line says why the runs are unlike; throughput differences inside the noise
+of the step cycles rank nothing ("within noise"). See :mod:`trainspect.report._compare_rows`.
 """
 
 from __future__ import annotations
@@ -10,20 +15,19 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainspect.report import _compare_rows as rows_
 from trainspect.report import charts
 from trainspect.report.context import ReportContext
 from trainspect.report.render import _echarts, _environment, _finite, script_json
-from trainspect.report.summary import RunSummary, summarize
+from trainspect.report.summary import REPORT_ARTIFACT, RunSummary, summarize
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
-__all__ = ["summary_for", "compare_runs", "compare_table", "render_compare", "saving_percent", "time_saving_percent",
-           "is_mlflow_run_id"]  # fmt: skip
+__all__ = ["summary_for", "compare_runs", "compare_note", "compare_table", "render_compare", "saving_percent",
+           "time_saving_percent", "is_mlflow_run_id"]  # fmt: skip
 
 
 def is_mlflow_run_id(run: str | os.PathLike[str]) -> bool:
@@ -70,6 +74,9 @@ def _mlflow_summary(run_id: str) -> RunSummary:
     except Exception as exc:
         raise FileNotFoundError(f"{run_id} is neither a run directory nor a readable MLflow run id ({exc})") from None
     out = RunSummary.from_metrics(run.info.run_name or run_id, dict(run.data.metrics))
+    out.report = f"MLflow artifact {REPORT_ARTIFACT}"
+    diverged = str(run.data.tags.get("trainspect.diverged", "")).split(" (first", 1)[0]
+    out.diverged = diverged or out.diverged
     for key in ("batch_size", "steps_per_epoch"):
         value = str(run.data.params.get(key, "")).strip()
         if value.isdigit() and int(value) > 0 and getattr(out, key) is None:
@@ -77,20 +84,19 @@ def _mlflow_summary(run_id: str) -> RunSummary:
     return out
 
 
-def _ratio_saving(before: float | None, after: float | None) -> float | None:
-    if before is None or after is None or before <= 0:
-        return None
-    return 100.0 * (before - after) / before
-
-
 def saving_percent(before: RunSummary, after: RunSummary) -> float | None:
     """How much less ``after`` would cost than ``before`` for the same work, in percent (negative: more).
 
-    Compares the cost per 1,000 steps; when neither run knows its steps, the runs' total costs.
+    Compares the cost per 1,000 steps (training-loop time); when neither run knows its steps, the runs' total
+    costs. A change of price alone (SageMaker's example) saves the same on both.
 
     Example:
         >>> a = RunSummary("a", duration_s=503, instances=3, price_per_hour=14.688)
         >>> b = RunSummary("b", duration_s=502, instances=2, price_per_hour=3.825)
+        >>> round(saving_percent(a, b))
+        83
+        >>> a = RunSummary("a", duration_s=503, loop_s=497, steps=100, instances=3, price_per_hour=14.688)
+        >>> b = RunSummary("b", duration_s=502, loop_s=496, steps=100, instances=2, price_per_hour=3.825)
         >>> round(saving_percent(a, b))
         83
         >>> a = RunSummary("a", duration_s=100, steps=1000, price_per_hour=1.0)
@@ -99,119 +105,79 @@ def saving_percent(before: RunSummary, after: RunSummary) -> float | None:
         70
     """
     if not before.steps and not after.steps:
-        return _ratio_saving(before.cost, after.cost)
-    return _ratio_saving(before.cost_per_1k_steps, after.cost_per_1k_steps)
+        return rows_.ratio_saving(before.cost, after.cost)
+    return rows_.ratio_saving(before.cost_per_1k_steps, after.cost_per_1k_steps)
 
 
 def time_saving_percent(before: RunSummary, after: RunSummary) -> float | None:
-    """How much less time ``after`` would take than ``before`` for the same work (per 1,000 steps), in percent."""
-    return _ratio_saving(before.time_per_1k_steps_s, after.time_per_1k_steps_s)
+    """How much less training-loop time ``after`` would take than ``before`` per 1,000 steps, in percent.
+
+    It is ``1 - A's throughput / B's``: the throughput row and the saving never disagree.
+
+    Example:
+        >>> a, b = RunSummary("a", loop_s=100.0, steps=1000), RunSummary("b", loop_s=80.0, steps=1000)
+        >>> round(time_saving_percent(a, b), 6), round(100 * (1 - a.steps_per_s / b.steps_per_s), 6)
+        (20.0, 20.0)
+    """
+    return rows_.ratio_saving(before.time_per_1k_steps_s, after.time_per_1k_steps_s)
 
 
-def _cpu_direction(a: RunSummary, b: RunSummary) -> str:
-    """Busier CPUs win only on CPU-only runs; with GPUs the CPU is not the work (neither wins)."""
-    return "" if a.gpu_p95 is not None or b.gpu_p95 is not None else "high"
+def compare_note(before: RunSummary, after: RunSummary) -> str:
+    r"""The unlike-runs sentence that heads the table and the page ("" when the runs are alike).
 
-
-@dataclass(frozen=True)
-class _Row:
-    key: str
-    label: str
-    better: str | Callable[[RunSummary, RunSummary], str]  # "low", "high" or "" (no winner: totals)
-    digits: int = 4
-
-
-_ROWS: tuple[_Row, ...] = (
-    _Row("steps_per_s", "throughput (steps/s)", "high"),
-    _Row("samples_per_s", "throughput (samples/s)", "high"),
-    _Row("time_per_1k_steps_s", "time per 1,000 steps (s)", "low"),
-    _Row("cost_per_1k_steps", "cost per 1,000 steps ($)", "low"),
-    _Row("time_per_epoch_s", "time per epoch (s)", "low"),
-    _Row("cost_per_epoch", "cost per epoch ($)", "low"),
-    _Row("step_p50_s", "step time p50 (s)", "low"),
-    _Row("step_p95_s", "step time p95 (s)", "low"),
-    _Row("step_p99_s", "step time p99 (s)", "low"),
-    _Row("dataloader_wait_percent", "data-loader wait (% of loop)", "low", 3),
-    _Row("gpu_mean", "GPU utilisation mean (%)", "high", 3),
-    _Row("gpu_p95", "GPU utilisation p95 (%)", "high", 3),
-    _Row("cpu_mean", "CPU utilisation mean (%)", _cpu_direction, 3),
-    _Row("cpu_p95", "CPU utilisation p95 (%)", _cpu_direction, 3),
-    _Row("io_wait_p95", "I/O wait p95 (%)", "low", 3),
-    _Row("memory_p95", "CPU memory p95 (%)", ""),
-    _Row("steps", "steps done", ""),
-    _Row("duration_s", "duration (s)", ""),
-    _Row("instances", "instances (nodes)", ""),
-    _Row("workers", "workers", ""),
-    _Row("batch_size", "batch size (per worker)", ""),
-    _Row("price_per_hour", "price per instance-hour ($)", "", 6),
-    _Row("cost", "cost of the run ($)", ""),
-)
-
-
-def _fmt(v: Any, digits: int = 4) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:,.{digits}g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return f"{v:,}" if isinstance(v, int) else str(v)
-
-
-def _winner(direction: str, va: Any, vb: Any) -> str | None:
-    if not direction or not isinstance(va, (int, float)) or not isinstance(vb, (int, float)) or va == vb:
-        return None
-    return ("b" if vb < va else "a") if direction == "low" else ("b" if vb > va else "a")
+    Example:
+        >>> a = RunSummary("a", steps=53, diverged="loss NaN from step 52",
+        ...                stops=("stopped by StopTraining at step 52 (rule ExplodingTensor)",))
+        >>> print(compare_note(a, RunSummary("b", steps=53)).replace(": ", ":\n"))
+        unlike runs:
+        A diverged (loss NaN from step 52) and was stopped by StopTraining at step 52 (rule ExplodingTensor):
+        its speed figures are not a fair comparison; no row ranks the runs
+    """
+    return rows_.fairness(before, after).note
 
 
 def compare_runs(before: RunSummary, after: RunSummary) -> list[dict[str, Any]]:
     """Rows of the comparison (rows unknown for both runs are left out).
 
-    Each row: ``label``, ``a``, ``b``, ``change`` (B vs A, text), ``winner`` (``"a"``, ``"b"`` or None when the
-    row ranks nothing, e.g. totals of different amounts of work) and ``better`` (True when B wins, False when A
-    wins, else None).
+    Each row: ``key``, ``label``, ``a``, ``b``, ``change`` (B vs A, text: a ratio beyond ±100 %, the 95 % interval
+    of throughput-derived rows), ``winner`` (``"a"``, ``"b"`` or None when the row ranks nothing: totals, a
+    difference within noise, a run that diverged, was stopped or whose rules found issues) and ``better`` (True
+    when B wins, False when A wins, else None). First the verdicts and the reports, then the losses at matched
+    steps, the figures, and the projected saving last.
     """
-    a, b = before.to_dict(), after.to_dict()
-    rows = []
-    for row in _ROWS:
-        va, vb = a.get(row.key), b.get(row.key)
-        if va is None and vb is None:
-            continue
-        direction = row.better(before, after) if callable(row.better) else row.better
-        change = f"{100.0 * (vb - va) / abs(va):+.1f}%" if isinstance(va, (int, float)) and isinstance(
-            vb, (int, float)) and va else ""  # fmt: skip
-        rows.append(_row(row.label, _fmt(va, row.digits), _fmt(vb, row.digits), change, _winner(direction, va, vb)))
-    rows.append(_row("rules triggered", ", ".join(before.rules_triggered) or "none",
-                     ", ".join(after.rules_triggered) or "none", "", None))  # fmt: skip
-    rows.append(_saving_row(before, after))
-    return rows
+    fair = rows_.fairness(before, after)
+    return [
+        *rows_.health_rows(before, after),
+        *rows_.loss_rows(before, after),
+        *rows_.metric_rows(before, after, fair),
+        rows_.saving_row(before, after, fair),
+    ]
 
 
-def _row(label: str, a: str, b: str, change: str, winner: str | None) -> dict[str, Any]:
-    better = None if winner is None else winner == "b"
-    return {"label": label, "a": a, "b": b, "change": change, "winner": winner, "better": better}
-
-
-def _saving_row(before: RunSummary, after: RunSummary) -> dict[str, Any]:
-    """The projected saving for the same work: cost per 1,000 steps, else time per 1,000 steps, else whole runs."""
-    per_work = bool(before.steps or after.steps)
-    saving, what = saving_percent(before, after), "cost"
-    if saving is None and per_work:
-        saving, what = time_saving_percent(before, after), "time"
-    label = f"projected {what} saving for the same work" if per_work else "saving (whole runs)"
-    winner = None if not saving else ("b" if saving > 0 else "a")
-    return _row(label, "", "–" if saving is None else f"{saving:.0f}%", "", winner)
+_FOOTNOTES = (
+    "* the better run of the row; none where the difference is within noise (95% interval of the step cycles)",
+    "per-unit rows (throughput, time and cost per 1,000 steps or per epoch, the saving) use the training loop "
+    "(first step to last): time per 1,000 steps = 1,000 / steps/s; start-up is its own row; totals rank nothing",
+    "a run that diverged or was stopped ranks in no row; a run whose rules found issues the other run's did not is "
+    "never marked better",
+)
 
 
 def compare_table(before: RunSummary, after: RunSummary) -> str:
-    """The comparison as a plain-text table for the terminal; ``*`` marks the winner of each row."""
-    rows = compare_runs(before, after)
+    """The comparison as a plain-text table for the terminal; ``*`` marks the winner of each row.
+
+    The first line is the unlike-runs sentence when the runs are unlike (:func:`compare_note`).
+    """
+    rows = [r for r in compare_runs(before, after) if r["key"] != "rules"]  # the rule counts: below the table
     head = ("", f"A: {before.name}", f"B: {after.name}", "B vs A")
     body = [(r["label"], r["a"] + (" *" if r["winner"] == "a" else ""), r["b"] + (" *" if r["winner"] == "b" else ""),
              r["change"]) for r in rows]  # fmt: skip
     widths = [max(len(str(x[i])) for x in (head, *body)) for i in range(4)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in (head, *body)]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    lines.append("* the better run of the row (per unit of work; totals of different amounts of work rank nothing)")
-    return "\n".join(lines)
+    lines += [f"rules of {who}: {s.rules_line}" for who, s in (("A", before), ("B", after)) if s.rules_line]
+    note = compare_note(before, after)
+    return "\n".join(([note] if note else []) + lines + list(_FOOTNOTES))
 
 
 _UTIL = (("cpu_mean", "CPU mean %"), ("gpu_mean", "GPU mean %"), ("dataloader_wait_percent", "data-loader wait %"))
@@ -229,8 +195,27 @@ def _charts(before: RunSummary, after: RunSummary) -> dict[str, Any]:
     return {"util": charts.bar_chart([label for _, label in util], series, "Utilisation", y_name="%")}
 
 
-def render_compare(before: RunSummary, after: RunSummary) -> str:
-    """The comparison as a self-contained HTML page (side by side, winners coloured, with charts)."""
+def _href(report: str, out: str | os.PathLike[str] | None) -> str:
+    """A link to a report file: relative to the page when its path is known, else a file URI ("" for none)."""
+    path = Path(report)
+    if not report or not path.is_absolute() or not path.is_file():
+        return ""
+    if out is not None:
+        try:
+            return Path(os.path.relpath(path, Path(out).resolve().parent)).as_posix()
+        except ValueError:  # another drive (Windows)
+            pass
+    return path.as_uri()
+
+
+def render_compare(before: RunSummary, after: RunSummary, out: str | os.PathLike[str] | None = None) -> str:
+    """The comparison as a self-contained HTML page (side by side, winners coloured, with charts).
+
+    Args:
+        before: run A.
+        after: run B.
+        out: where the page will be written: the links to the runs' reports are relative to it (file URIs else).
+    """
     chart_data = _charts(before, after)
     return (
         _environment()
@@ -239,6 +224,9 @@ def render_compare(before: RunSummary, after: RunSummary) -> str:
             a=before,
             b=after,
             rows=compare_runs(before, after),
+            note=compare_note(before, after),
+            href_a=_href(before.report, out),
+            href_b=_href(after.report, out),
             generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
             charts_json=script_json(_finite(chart_data)),
             echarts_js=_echarts(),
