@@ -43,10 +43,11 @@ def test_hook_logs_into_the_active_run(local_store: str, tmp_path: Path) -> None
     assert "trainspect.rule.StepOutlier" in data.tags  # profiler rules evaluated for the report are logged too
     for key in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
                 "system/system_memory_usage_percentage", "system/cpu_0_utilization_percentage",
-                "trainspect/step_p50_s", "trainspect/step_p95_s", "trainspect/cpu_p95", "trainspect/duration_s",
+                "trainspect/step_p50_s", "trainspect/step_p95_s", "trainspect/cpu_p95", "trainspect/job_s",
                 "trainspect/triggers/VanishingGradient"):  # fmt: skip
         assert key in data.metrics, key
-    assert data.metrics["trainspect/steps"] == 32
+    assert data.metrics["trainspect/steps"] == 32 and "trainspect/duration_s" not in data.metrics  # MLflow's own
+    assert data.params["batch_size"] == "16" and data.params["trainspect.rules"].startswith("VanishingGradient(")
     loss = client.get_metric_history(run.info.run_id, "train/CrossEntropyLoss_output_0")
     assert sorted(m.step for m in loss) == [0, 10, 20, 30, 31]  # every 10th step by default, and the last
     recorded = {s: float(v) for s, v in zip(*ts_losses(tmp_path / "run"), strict=True)}

@@ -16,6 +16,7 @@ import importlib
 from typing import Any
 
 __all__ = [
+    "Divergence",
     "MlflowLogger",
     "MlflowSession",
     "MlflowSink",
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 _WHERE = {
+    "Divergence": "divergence",
     "MlflowLogger": "logger",
     "MlflowSession": "session",
     "MlflowSink": "sink",

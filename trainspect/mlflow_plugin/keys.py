@@ -11,16 +11,12 @@ from trainspect.profiler.metrics import CATALOGUE
 from trainspect.reductions import format_key
 from trainspect.step import StepRecord
 
-__all__ = ["system_key", "system_metrics", "step_metrics", "step_values", "safe_key", "issues_tags", "verdict_tags",
-           "FirstNonFinite", "MAX_KEY_LENGTH", "ISSUES_TAG", "NONFINITE_TAG"]  # fmt: skip
+__all__ = ["system_key", "system_metrics", "step_metrics", "step_values", "loss_keys", "safe_key", "issues_tags",
+           "verdict_tags", "MAX_KEY_LENGTH", "ISSUES_TAG"]  # fmt: skip
 
 MAX_KEY_LENGTH = 250
 ISSUES_TAG = "trainspect.issues"
 """The run tag listing the rules whose current verdict is IssuesFound (empty when none)."""
-NONFINITE_TAG = "trainspect.nonfinite"
-"""The run tag naming the values that became NaN/Inf and the step where each first did."""
-NONFINITE_METRIC = "trainspect/first_nonfinite_step/"
-MAX_NONFINITE_TAGS = 20
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /:]")
 
 
@@ -92,7 +88,7 @@ def step_values(record: StepRecord) -> dict[str, float]:
 
 
 def step_metrics(record: StepRecord) -> dict[str, float]:
-    """The finite values of :func:`step_values` (MLflow charts finite values; :class:`FirstNonFinite` marks the rest).
+    """The finite values of :func:`step_values` (MLflow charts finite values).
 
     Example:
         >>> import numpy as np
@@ -105,44 +101,19 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
     return {k: v for k, v in step_values(record).items() if math.isfinite(v)}
 
 
-class FirstNonFinite:
-    """The step where each logged value first became NaN or Inf, as run tags and metrics.
-
-    Tags: ``trainspect.nonfinite.<key>`` = the step (for the first 20 keys), and one summary
-    ``trainspect.nonfinite`` = ``"<key> from step <n>"`` for the earliest (``+k more``). Metrics:
-    ``trainspect/first_nonfinite_step/<key>`` = the step, at that step. Steps are the mode steps the metrics use.
+def loss_keys(record: StepRecord) -> set[str]:
+    """The :func:`step_values` keys of a step's losses (tensors of the ``losses`` collection).
 
     Example:
-        >>> nf = FirstNonFinite()
-        >>> nf.observe({"train/loss": float("nan"), "train/acc": 0.5}, 7), nf.observe({"train/loss": 1.0}, 8)
-        (['train/loss'], [])
-        >>> nf.tags()
-        {'trainspect.nonfinite.train/loss': '7', 'trainspect.nonfinite': 'train/loss from step 7'}
+        >>> import numpy as np
+        >>> from trainspect.modes import ModeKeys
+        >>> from trainspect.step import TensorRecord
+        >>> t = TensorRecord("loss", np.array(0.5), collections=frozenset({"losses"}))
+        >>> loss_keys(StepRecord(ModeKeys.EVAL, 3, 3, 0.0, "w", {"loss": t}))
+        {'eval/loss'}
     """
-
-    def __init__(self) -> None:
-        self.first: dict[str, int] = {}
-
-    def observe(self, values: Mapping[str, float], step: int) -> list[str]:
-        """Note the non-finite values of one step; return the keys that became non-finite for the first time."""
-        new = [k for k, v in values.items() if not math.isfinite(v) and k not in self.first]
-        for key in new:
-            self.first[key] = int(step)
-        return new
-
-    def tags(self) -> dict[str, str]:
-        """The run tags (empty when every value stayed finite)."""
-        if not self.first:
-            return {}
-        order = sorted(self.first, key=lambda k: (self.first[k], k))
-        out = {safe_key(f"{NONFINITE_TAG}.{k}"): str(self.first[k]) for k in order[:MAX_NONFINITE_TAGS]}
-        more = f" (+{len(order) - 1} more)" if len(order) > 1 else ""
-        out[NONFINITE_TAG] = f"{order[0]} from step {self.first[order[0]]}{more}"
-        return out
-
-    def metrics(self, keys: Iterable[str]) -> dict[str, float]:
-        """``trainspect/first_nonfinite_step/<key>`` = step for ``keys``."""
-        return {safe_key(NONFINITE_METRIC + k): float(self.first[k]) for k in keys if k in self.first}
+    mode = record.mode.name.lower()
+    return {safe_key(f"{mode}/{n}") for n, t in record.tensors.items() if "losses" in (t.collections or ())}
 
 
 def verdict_tags(verdicts: Iterable[Any]) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """``LiveTags``: what the MLflow run overview shows while a job trains: where values diverged, the live verdicts.
 
-* A value that becomes NaN or Inf is not charted (MLflow charts finite values): the step where it first did is
-  tagged ``trainspect.nonfinite.<key>``, summarised in ``trainspect.nonfinite``, and logged as the metric
-  ``trainspect/first_nonfinite_step/<key>``, at once, whether or not that step's metrics are logged.
+* A value that becomes NaN or Inf is not charted (MLflow charts finite values): where the first did is said in one
+  tag, ``trainspect.diverged`` (details in ``trainspect.diverged.detail``), and the earliest such step is logged as
+  the metric ``trainspect/first_nonfinite_step``, at once, whether or not that step's metrics are logged (see
+  :class:`~trainspect.mlflow_plugin.divergence.Divergence`).
 * The live rules' verdicts, read from the run's verdict record when it changed: ``trainspect.issues`` and
   ``trainspect.rule.<Rule>``.
 """
@@ -10,13 +11,15 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from pathlib import Path
 
 from mlflow.entities import Metric
 
-from trainspect.mlflow_plugin.keys import FirstNonFinite, verdict_tags
+from trainspect.mlflow_plugin.divergence import Divergence
+from trainspect.mlflow_plugin.keys import loss_keys, verdict_tags
 from trainspect.rules.verdict import read_verdicts
 from trainspect.step import StepRecord
 from trainspect.store.layout import RunLayout
@@ -37,18 +40,28 @@ class LiveTags:
     def __init__(self, run_dir: str | os.PathLike[str], key_prefix: str = "") -> None:
         self.verdicts_path = RunLayout(Path(run_dir)).verdicts
         self.key_prefix = key_prefix
-        self.nonfinite = FirstNonFinite()
+        self.divergence = Divergence(key_prefix)
         self._seen: tuple[int, int] | None = None
         self._sent: dict[str, str] = {}
 
-    def diverged(self, rec: StepRecord, values: dict[str, float]) -> tuple[dict[str, str], list[Metric]]:
-        """The tags and metrics to send for the values that became NaN/Inf at this step (empty when none did)."""
-        new = self.nonfinite.observe({self.key_prefix + k: v for k, v in values.items()}, rec.mode_step)
+    def diverged(self, rec: StepRecord, values: dict[str, float]) -> tuple[dict[str, str], list[Metric], list[str]]:
+        """The tags and metrics to send for the values that became NaN/Inf at this step, and their keys.
+
+        All three are empty when none did; the keys carry the key prefix.
+        """
+        prefix = self.key_prefix
+        before = self.divergence.earliest_step
+        if all(map(math.isfinite, values.values())):
+            return {}, [], []
+        losses = {prefix + k for k in loss_keys(rec)}
+        new = self.divergence.observe({prefix + k: v for k, v in values.items()}, rec.mode_step, losses)
         if not new:
-            return {}, []
-        ts = int(rec.wall_time * 1000) if rec.wall_time else int(time.time() * 1000)
-        metrics = [Metric(k, v, ts, int(rec.mode_step)) for k, v in self.nonfinite.metrics(new).items()]
-        return self.nonfinite.tags(), metrics
+            return {}, [], []
+        metrics = []
+        if before is None:  # the first divergence of the run
+            ts = int(rec.wall_time * 1000) if rec.wall_time else int(time.time() * 1000)
+            metrics = [Metric(k, v, ts, int(rec.mode_step)) for k, v in self.divergence.metric().items()]
+        return self.divergence.tags(), metrics, new
 
     def verdicts(self) -> dict[str, str]:
         """The verdict tags when the record changed since the last call and they differ (else empty)."""

@@ -22,11 +22,13 @@ from typing import Any
 
 from mlflow.entities import Metric
 
+from trainspect.mlflow_plugin.evaluations import EVALUATION_MODES, EvaluationMeans
 from trainspect.mlflow_plugin.keys import step_values, system_metrics
 from trainspect.mlflow_plugin.live_tags import LiveTags
 from trainspect.mlflow_plugin.sink import MlflowSink
 from trainspect.mlflow_plugin.system_tail import SystemTail
 from trainspect.mlflow_plugin.unsent import append_unsent, unsent_file
+from trainspect.modes import ModeKeys
 from trainspect.step import StepRecord
 from trainspect.store.manifest import write_json_atomic
 
@@ -37,6 +39,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 5.0
 DEFAULT_EVERY_N_STEPS = 10
+
+
+def _ms(rec: StepRecord) -> int:
+    """A record's wall time in ms (now when it has none)."""
+    return int(rec.wall_time * 1000) if rec.wall_time else int(time.time() * 1000)
 
 
 def sync_file(run_dir: str | os.PathLike[str]) -> Path:
@@ -65,8 +72,10 @@ class MlflowLogger:
         watch_verdicts: while training, tag the run with the live rules' verdicts as they change
             (``trainspect.issues``, ``trainspect.rule.<Rule>``; the chief's logger does).
 
-    Values that become NaN or Inf are not charted; the step where each first did is tagged at once (see
-    :class:`~trainspect.mlflow_plugin.live_tags.LiveTags`), whatever ``log_every_n_steps``.
+    Values that become NaN or Inf are not charted: the step that diverges and each value's last finite point are
+    logged whatever ``log_every_n_steps``, and the run is tagged at once (see
+    :class:`~trainspect.mlflow_plugin.live_tags.LiveTags`). EVAL/PREDICT steps are logged as one mean per
+    evaluation on the training step axis (:mod:`~trainspect.mlflow_plugin.evaluations`).
     """
 
     def __init__(
@@ -87,7 +96,9 @@ class MlflowLogger:
         self.sink = sink
         self.interval_s = float(interval_s)
         self.log_every_n_steps = max(1, int(log_every_n_steps))
-        self._unlogged_last: dict[Any, StepRecord] = {}  # per mode, the newest record not logged yet
+        self._unlogged_last: dict[Any, tuple[int, list[Metric]]] = {}  # per mode, the newest step not logged yet
+        self._last_finite: dict[str, tuple[Metric, bool]] = {}  # per key, its last finite point and if logged
+        self._evals = EvaluationMeans(key_prefix)
         self.owns_run = owns_run
         self.tail_system = tail_system
         self.key_prefix = key_prefix
@@ -98,6 +109,7 @@ class MlflowLogger:
         self._records: collections.deque[StepRecord] = collections.deque()
         self._pending: collections.deque[Metric] = collections.deque(maxlen=max_buffer)
         self._tags: dict[str, str] = {}
+        self._params: dict[str, str] = {}
         self._tail = SystemTail(self.run_dir)
         self._seen_nodes: set[str] = set()
         self._sys_step: dict[str, int] = {}
@@ -130,6 +142,11 @@ class MlflowLogger:
         with self._lock:
             self._tags.update(tags)
 
+    def set_params(self, params: dict[str, str]) -> None:
+        """Queue run params (those the run holds already are left as they are: MLflow params are immutable)."""
+        with self._lock:
+            self._params.update(params)
+
     # --- lifecycle -------------------------------------------------------------------------------------------
     def start(self) -> None:
         """Start the background thread (idempotent)."""
@@ -155,19 +172,8 @@ class MlflowLogger:
 
     def _collect(self) -> None:
         new: list[Metric] = self._system()
-        every = self.log_every_n_steps
         while self._records:
-            rec = self._records.popleft()
-            values = step_values(rec)
-            tags, marks = self._live.diverged(rec, values)
-            if tags:
-                self.set_tags(tags)
-                new.extend(marks)
-            if rec.mode_step % every:
-                self._unlogged_last[rec.mode] = rec
-                continue
-            self._unlogged_last.pop(rec.mode, None)
-            new.extend(self._step_metrics(rec, values))
+            new.extend(self._record_metrics(self._records.popleft()))
         if self.watch_verdicts:
             tags = self._live.verdicts()
             if tags:
@@ -179,6 +185,35 @@ class MlflowLogger:
             self._spill([self._pending.popleft() for _ in range(old)] + new[: overflow - old])
             new = new[overflow - old :]
         self._pending.extend(new)
+
+    def _record_metrics(self, rec: StepRecord) -> list[Metric]:
+        """The metrics of one step record: every n-th step, the steps around a divergence, evaluations' means."""
+        values = step_values(rec)
+        tags, out, diverged = self._live.diverged(rec, values)
+        if tags:
+            self.set_tags(tags)
+        if rec.mode in EVALUATION_MODES:
+            self._evals.add({k: v for k, v in values.items()}, _ms(rec))
+            return out
+        if rec.mode is ModeKeys.TRAIN:
+            out.extend(self._evals.train_step(rec.mode_step))
+        metrics = self._step_metrics(rec, values)
+        if diverged:
+            out.extend(self._before_divergence(rec, diverged))
+        logged = not rec.mode_step % self.log_every_n_steps or bool(diverged)
+        if logged:
+            held = self._unlogged_last.pop(rec.mode, None)
+            if held is not None and held[0] == rec.mode_step:  # this step's own record, held before it diverged
+                out.extend(held[1])
+            out.extend(metrics)
+        else:
+            held = self._unlogged_last.get(rec.mode)
+            if held is not None and held[0] == rec.mode_step:  # a save after the step ended joins the step
+                metrics = held[1] + metrics
+            self._unlogged_last[rec.mode] = (rec.mode_step, metrics)
+        for m in metrics:
+            self._last_finite[m.key] = (m, logged)
+        return out
 
     def _spill(self, metrics: list[Metric]) -> None:
         """Append metrics to the run directory's unsent file, exactly as they would have been sent."""
@@ -192,9 +227,24 @@ class MlflowLogger:
             log.warning("trainspect: %d MLflow metrics lost: could not keep them in the run directory: %s",
                         len(metrics), exc)  # fmt: skip
 
+    def _before_divergence(self, rec: StepRecord, diverged: list[str]) -> list[Metric]:
+        """The step before a divergence (when not logged yet) and each diverged value's last finite point."""
+        out: list[Metric] = []
+        held = self._unlogged_last.get(rec.mode)
+        if held is not None and held[0] != rec.mode_step:
+            del self._unlogged_last[rec.mode]
+            out.extend(held[1])
+            for m in held[1]:
+                self._last_finite[m.key] = (m, True)
+        for key in diverged:  # on the logging interval or not
+            last = self._last_finite.get(key)
+            if last is not None and not last[1]:
+                out.append(last[0])
+                self._last_finite[key] = (last[0], True)
+        return out
+
     def _step_metrics(self, rec: StepRecord, values: dict[str, float] | None = None) -> list[Metric]:
-        ts = int(rec.wall_time * 1000) if rec.wall_time else int(time.time() * 1000)
-        prefix = self.key_prefix
+        ts, prefix = _ms(rec), self.key_prefix
         values = step_values(rec) if values is None else values
         return [Metric(prefix + k, v, ts, int(rec.mode_step)) for k, v in values.items() if math.isfinite(v)]
 
@@ -217,14 +267,18 @@ class MlflowLogger:
             return False
         with self._lock:
             tags, self._tags = self._tags, {}
+            params, self._params = self._params, {}
         batch = list(self._pending)
-        if not batch and not tags:
+        if not batch and not tags and not params:
             return True
         try:
+            if params:
+                self.sink.log_params(params)
             self.sink.log(batch, tags)
         except Exception as exc:
             with self._lock:
                 self._tags = {**tags, **self._tags}
+                self._params = {**params, **self._params}
             self._failed(exc)
             return False
         for _ in range(len(batch)):
@@ -268,8 +322,9 @@ class MlflowLogger:
         with self._tick_lock:
             self._collect()
             last, self._unlogged_last = list(self._unlogged_last.values()), {}
-            for rec in last:  # the last step of each mode, so the curves end where training ended
-                self._pending.extend(self._step_metrics(rec))
+            for _step, metrics in last:  # the last step of each mode, so the curves end where training ended
+                self._pending.extend(metrics)
+            self._pending.extend(self._evals.finish())  # an evaluation that training did not follow
             if final_metrics:
                 now = int(time.time() * 1000)
                 self._pending.extend(Metric(k, float(v), now, 0) for k, v in final_metrics.items() if math.isfinite(v))

@@ -1,9 +1,11 @@
 """``MlflowSession``: what a hook runs for MLflow, from attaching to a run to the closing summary.
 
-Start: resolve the run (given, active, ``MLFLOW_RUN_ID``, or a new one when logging is forced), tag it with
-trainspect's version and captures, start the :class:`~trainspect.mlflow_plugin.logger.MlflowLogger` thread.
-Close: rule verdicts as tags ``trainspect.rule.<Rule>`` and artifact ``trainspect/verdicts.json``, summary metrics
-(``trainspect/*``: step time p50/p95, utilisation p95, trigger counts, duration, cost), the report as
+Start: resolve the run (given, active, ``MLFLOW_RUN_ID``, or a new one when logging is forced, in an experiment
+trainspect marks as a training experiment when it creates it), tag it with trainspect's version and captures, log
+the hook's configuration as params, start the :class:`~trainspect.mlflow_plugin.logger.MlflowLogger` thread.
+Close: the training loader's ``batch_size``/``num_workers`` as params, rule verdicts as tags
+``trainspect.rule.<Rule>`` and artifact ``trainspect/verdicts.json``, summary metrics (``trainspect/*``: per unit of
+work, step time p50/p95, utilisation p95, trigger counts, job time as ``job_s``, cost), the report as
 ``trainspect/report.html``, optionally the run directory.
 """
 
@@ -14,28 +16,42 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from trainspect import env
 from trainspect.mlflow_plugin.keys import verdict_tags
 from trainspect.mlflow_plugin.logger import DEFAULT_EVERY_N_STEPS, DEFAULT_INTERVAL_S, MlflowLogger
+from trainspect.mlflow_plugin.params import hook_params, loader_params
 from trainspect.mlflow_plugin.sink import MlflowSink, run_id_of
 from trainspect.mlflow_plugin.tags import context_tags
 from trainspect.step import StepRecord
 
-__all__ = ["MlflowSession", "resolve_run", "verdict_tags", "per_worker_steps"]
+__all__ = ["MlflowSession", "resolve_run", "experiment_for_new_run", "verdict_tags", "per_worker_steps",
+           "summary_metrics", "EXPERIMENT_KIND_TAG", "EXPERIMENT_KIND_TRAINING"]  # fmt: skip
+
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+"""MLflow 3's experiment type tag: the UI opens an experiment in its GenAI or its classic (model training) view by it
+(MLflow's Python package has no constant for it; the UI's ``ExperimentKind`` enum names the values)."""
+EXPERIMENT_KIND_TRAINING = "custom_model_development"
+"""The experiment type of model training (the UI's "Machine learning" view)."""
+_PER_UNIT = ("steps_per_s", "time_per_1k_steps_s", "samples_per_s", "startup_s")
 
 log = logging.getLogger(__name__)
 
+_UNKNOWN: Any = object()
+
 
 def resolve_run(
-    mlflow_run: Any, tracking_uri: str | None = None, run_name: str | None = None
+    mlflow_run: Any, tracking_uri: str | None = None, run_name: str | None = None, experiment: str | None = None
 ) -> tuple[str, bool] | None:
     """Return ``(run id, created)`` for a hook's ``mlflow_run`` argument, or None when there is nothing to log to.
 
     ``mlflow_run`` may be a Run/ActiveRun, a run id, ``True`` (the active run, else a new one) or ``None`` (the
-    active run or ``MLFLOW_RUN_ID``; with ``TRAINSPECT_MLFLOW=1`` a new run when there is none).
+    active run or ``MLFLOW_RUN_ID``; with ``TRAINSPECT_MLFLOW=1`` a new run when there is none). A new run goes to
+    ``experiment`` (a name), else MLflow's current experiment (``mlflow.set_experiment``,
+    ``MLFLOW_EXPERIMENT_NAME``/``_ID``, the default).
     """
     import mlflow
 
@@ -48,10 +64,32 @@ def resolve_run(
         return str(env.MLFLOW_RUN_ID.get()), False
     if mlflow_run is True or env.TRAINSPECT_MLFLOW.get() == "1":
         client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
-        experiment_id = mlflow.tracking.fluent._get_experiment_id() or "0"
-        run = client.create_run(experiment_id, run_name=run_name)
+        run = client.create_run(experiment_for_new_run(client, experiment), run_name=run_name)
         return run.info.run_id, True
     return None
+
+
+def experiment_for_new_run(client: Any, name: str | None = None) -> str:
+    """The experiment id of a run trainspect creates.
+
+    An experiment trainspect creates for it (a name that does not exist yet) is marked as a training experiment
+    (:data:`EXPERIMENT_KIND_TAG`); one the user created is left as it is.
+    """
+    import mlflow
+    from mlflow.environment_variables import MLFLOW_EXPERIMENT_ID, MLFLOW_EXPERIMENT_NAME
+
+    active = getattr(mlflow.tracking.fluent, "_active_experiment_id", None)  # mlflow.set_experiment's
+    if name is None and active:
+        return str(active)
+    name = name or MLFLOW_EXPERIMENT_NAME.get()
+    if name:
+        found = client.get_experiment_by_name(name)
+        if found is not None:
+            return str(found.experiment_id)
+        return str(client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND_TRAINING}))
+    if MLFLOW_EXPERIMENT_ID.get():
+        return str(MLFLOW_EXPERIMENT_ID.get())
+    return str(mlflow.tracking.fluent._get_experiment_id() or "0")
 
 
 def per_worker_steps(ctx: Any) -> dict[str, float]:
@@ -70,6 +108,30 @@ def per_worker_steps(ctx: Any) -> dict[str, float]:
         p50, p95 = np.percentile(d, [50, 95])
         out[f"trainspect/{worker}/step_p50_s"] = float(p50)
         out[f"trainspect/{worker}/step_p95_s"] = float(p95)
+    return out
+
+
+def summary_metrics(summary: Any, loader: Mapping[str, str] | None = None) -> dict[str, float]:
+    """The closing summary metrics, per unit of work, with the job's duration named ``trainspect/job_s``.
+
+    :meth:`RunSummary.to_metrics`, plus the per-unit figures where it has not logged them (``steps_per_s``,
+    ``time_per_1k_steps_s``, ``samples_per_s`` from the loader's ``batch_size``, ``startup_s``), so that MLflow's
+    compare view ranks runs of different lengths per unit of work. MLflow shows its own run duration (the run's
+    start to end, which the user's run may span more or less of than the job), so no ``trainspect/duration_s``
+    stands beside it.
+    """
+    out = dict(summary.to_metrics())
+    for key in _PER_UNIT:
+        value = getattr(summary, key, None)
+        if f"trainspect/{key}" not in out and value is not None:
+            out[f"trainspect/{key}"] = float(value)
+    batch = str((loader or {}).get("batch_size", ""))
+    rate = out.get("trainspect/steps_per_s")
+    if "trainspect/samples_per_s" not in out and batch.isdigit() and rate:
+        out["trainspect/samples_per_s"] = rate * int(batch) * max(int(getattr(summary, "workers", 1) or 1), 1)
+    duration = out.pop("trainspect/duration_s", None)
+    if duration is not None:
+        out.setdefault("trainspect/job_s", duration)
     return out
 
 
@@ -103,13 +165,16 @@ class MlflowSession:
         log_run_dir: also upload the run directory as artifacts at close.
         worker: set for the non-chief workers of a distributed job: they log their step metrics under
             ``<worker>/`` into the chief's run, and leave system metrics, verdicts and the report to the chief.
+        profiler_config: the hook's ``ProfilerConfig`` (or None), for the ``trainspect.profiler`` param; not given:
+            that param is not logged.
+        experiment: the experiment (a name) of a run created for this job (see :func:`resolve_run`).
     """
 
     def __init__(self, run_dir: str | os.PathLike[str], run_id: str, tracking_uri: str | None = None,
                  owns_run: bool = False, captures: tuple[str, ...] = ("tensors",),
                  interval_s: float = DEFAULT_INTERVAL_S, log_every_n_steps: int = DEFAULT_EVERY_N_STEPS,
                  price_per_hour: float | None = None, log_run_dir: bool = False,
-                 worker: str | None = None) -> None:  # fmt: skip
+                 worker: str | None = None, profiler_config: Any = _UNKNOWN) -> None:  # fmt: skip
         self.run_dir = Path(run_dir)
         self.sink = MlflowSink(run_id, tracking_uri)
         self.worker = worker
@@ -120,6 +185,7 @@ class MlflowSession:
             watch_verdicts=worker is None,
         )  # fmt: skip
         self.captures = captures
+        self.profiler_config = profiler_config
         self.price_per_hour = price_per_hour
         self.log_run_dir = log_run_dir
 
@@ -131,6 +197,7 @@ class MlflowSession:
         waited for up to ``wait_s`` seconds.
         """
         worker = kwargs.pop("worker", None)
+        experiment = kwargs.pop("experiment", None)
         wait_s = float(kwargs.pop("wait_s", 30.0))
         if worker is not None:
             shared = _chief_run(Path(run_dir), wait_s)
@@ -140,7 +207,8 @@ class MlflowSession:
                 return None
             kwargs.setdefault("tracking_uri", shared[1])
             return cls(run_dir, shared[0], worker=worker, **kwargs)
-        resolved = resolve_run(mlflow_run, kwargs.get("tracking_uri"), run_name=Path(run_dir).name)
+        resolved = resolve_run(mlflow_run, kwargs.get("tracking_uri"), run_name=Path(run_dir).name,
+                               experiment=None if experiment is None else str(experiment))  # fmt: skip
         if resolved is None:
             return None
         run_id, created = resolved
@@ -154,6 +222,10 @@ class MlflowSession:
     def start(self) -> None:
         """Tag the run and start logging."""
         self.logger.set_tags(context_tags(self.captures))
+        if self.worker is None:
+            known = self.profiler_config is not _UNKNOWN
+            self.logger.set_params(hook_params(self.run_dir, self.profiler_config if known else None,
+                                               self.logger.log_every_n_steps, profiler_known=known))  # fmt: skip
         self.logger.start()
 
     def submit(self, record: StepRecord) -> None:
@@ -181,7 +253,9 @@ class MlflowSession:
         )
         if self.price_per_hour is not None:
             ctx.price_per_hour = self.price_per_hour
-        metrics = {**summarize(ctx).to_metrics(), **per_worker_steps(ctx)}
+        loader = loader_params(ctx.profiler)
+        self.logger.set_params(loader)
+        metrics = {**summary_metrics(summarize(ctx), loader), **per_worker_steps(ctx)}
         tmp = Path(tempfile.mkdtemp(prefix="trainspect-mlflow-"))
         verdicts_file = tmp / "verdicts.json"
         verdicts_file.write_text(json.dumps({"schema_version": 1, "verdicts": [v.to_dict() for v in ctx.verdicts]},

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from mlflow.entities import Metric, RunTag
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
 __all__ = ["MlflowSink", "MAX_METRICS_PER_BATCH", "MAX_TAGS_PER_BATCH", "run_id_of"]
@@ -27,6 +27,8 @@ __all__ = ["MlflowSink", "MAX_METRICS_PER_BATCH", "MAX_TAGS_PER_BATCH", "run_id_
 MAX_METRICS_PER_BATCH = 1000
 MAX_TAGS_PER_BATCH = 100
 MAX_TAG_VALUE = 8000
+MAX_PARAM_VALUE = 6000
+MAX_PARAMS_PER_BATCH = 100
 _TIMEOUT_S = 5.0
 
 
@@ -73,9 +75,34 @@ class MlflowSink:
         for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
             self._batch(list(metrics[i : i + MAX_METRICS_PER_BATCH]), [])
 
-    def _batch(self, metrics: list[Metric], tags: list[RunTag]) -> None:
+    def log_params(self, params: Mapping[str, str]) -> dict[str, str]:
+        """Log the params the run does not hold yet and return them; raises on the first failure.
+
+        MLflow params are immutable: a key the run holds, with whatever value, is left as it is.
+        """
+        have = self._run_params()
+        new = {k: str(v)[:MAX_PARAM_VALUE] for k, v in params.items() if k not in have}
+        items = [Param(k, v) for k, v in new.items()]
+        for i in range(0, len(items), MAX_PARAMS_PER_BATCH):
+            self._batch([], [], items[i : i + MAX_PARAMS_PER_BATCH])
+        return new
+
+    def _run_params(self) -> dict[str, str]:
+        """The run's params (one request, no retries)."""
         if not self._rest:
-            self.client.log_batch(self.run_id, metrics=metrics, tags=tags, synchronous=True)
+            return dict(self.client.get_run(self.run_id).data.params)
+        from mlflow.utils.rest_utils import http_request, verify_rest_response
+
+        endpoint = "/api/2.0/mlflow/runs/get"
+        resp = http_request(self._creds(), endpoint, "GET", max_retries=0, timeout=_TIMEOUT_S,
+                            params={"run_id": self.run_id})  # fmt: skip
+        verify_rest_response(resp, endpoint)
+        return {p["key"]: p["value"] for p in resp.json()["run"]["data"].get("params", [])}
+
+    def _batch(self, metrics: list[Metric], tags: list[RunTag], params: Sequence[Param] = ()) -> None:
+        if not self._rest:
+            extra = {"params": list(params)} if params else {}
+            self.client.log_batch(self.run_id, metrics=metrics, tags=tags, synchronous=True, **extra)
             return
         from mlflow.utils.rest_utils import http_request, verify_rest_response
 
@@ -83,6 +110,7 @@ class MlflowSink:
             "run_id": self.run_id,
             "metrics": [{"key": m.key, "value": m.value, "timestamp": m.timestamp, "step": m.step} for m in metrics],
             "tags": [{"key": t.key, "value": t.value} for t in tags],
+            "params": [{"key": p.key, "value": p.value} for p in params],
         }
         endpoint = "/api/2.0/mlflow/runs/log-batch"
         session = self._direct_session()

@@ -19,9 +19,12 @@ from typing import Any
 import numpy as np
 from mlflow.entities import Metric
 
-from trainspect.mlflow_plugin.keys import FirstNonFinite, safe_key, system_metrics, verdict_tags
+from trainspect.mlflow_plugin.divergence import DIVERGED_TAG, Divergence
+from trainspect.mlflow_plugin.evaluations import EVALUATION_MODES, evaluation_metrics
+from trainspect.mlflow_plugin.keys import safe_key, system_metrics, verdict_tags
 from trainspect.mlflow_plugin.logger import sync_file
-from trainspect.mlflow_plugin.session import per_worker_steps
+from trainspect.mlflow_plugin.params import hook_params, loader_params
+from trainspect.mlflow_plugin.session import per_worker_steps, summary_metrics
 from trainspect.mlflow_plugin.sink import MlflowSink
 from trainspect.mlflow_plugin.unsent import read_unsent, unsent_files
 from trainspect.modes import ModeKeys
@@ -57,10 +60,22 @@ def system_history(arrays: dict[str, SystemArrays], interval_s: float = 1.0) -> 
     return out
 
 
-def loss_history(trial: Any, nonfinite: FirstNonFinite | None = None) -> list[Metric]:
-    """The losses of a Trial as ``<mode>/<name>`` metrics with the mode step (NaN/Inf noted in ``nonfinite``)."""
+def _train_axis(trial: Any) -> tuple[list[int], list[int]]:
+    """The global steps (sorted) and mode steps of a Trial's saved TRAIN steps."""
+    steps = sorted(trial.steps(mode=ModeKeys.TRAIN))
+    return [trial.global_step(ModeKeys.TRAIN, s) for s in steps], steps
+
+
+def loss_history(trial: Any, divergence: Divergence | None = None) -> list[Metric]:
+    """The losses and scalars of a Trial as MLflow points (NaN/Inf noted in ``divergence``).
+
+    TRAIN (and GLOBAL) steps as ``<mode>/<name>`` with the mode step; each evaluation (EVAL/PREDICT steps between
+    training steps) as one mean on the training step axis (:mod:`~trainspect.mlflow_plugin.evaluations`).
+    """
     out: list[Metric] = []
-    for name in trial.tensor_names(collection="losses"):
+    evaluations: list[tuple[str, int, float, int]] = []
+    losses = set(trial.tensor_names(collection="losses"))
+    for name in sorted(losses | set(trial.tensor_names(collection="scalars"))):
         tensor = trial.tensor(name)
         for mode in trial.modes():
             if mode is ModeKeys.GLOBAL:
@@ -68,12 +83,15 @@ def loss_history(trial: Any, nonfinite: FirstNonFinite | None = None) -> list[Me
             key = safe_key(f"{mode.name.lower()}/{name}")
             for step in tensor.steps(mode):
                 value = float(np.asarray(tensor.value(step, mode)).reshape(-1)[0])
-                if nonfinite is not None:
-                    nonfinite.observe({key: value}, step)
-                if np.isfinite(value):
-                    wall = trial.step_wall_time(trial.global_step(mode, step)) or 0.0
-                    out.append(Metric(key, value, int(wall * 1000), int(step)))
-    return out
+                if divergence is not None:
+                    divergence.observe({key: value}, step, (key,) if name in losses else ())
+                gs = trial.global_step(mode, step)
+                wall = int((trial.step_wall_time(gs) or 0.0) * 1000)
+                if mode in EVALUATION_MODES:
+                    evaluations.append((key, gs, value, wall))
+                elif np.isfinite(value):
+                    out.append(Metric(key, value, wall, int(step)))
+    return out + evaluation_metrics(evaluations, *_train_axis(trial))
 
 
 def plan_upload(
@@ -193,19 +211,23 @@ def sync_run(
     kept_files = unsent_files(path)
     same_run = run_id == recorded.get("run_id")  # the kept metrics continue the recorded run's series only
     status, end_ms = _job_end(path, recorded, ctx.trial)
-    summary = {**summarize(ctx).to_metrics(), **per_worker_steps(ctx)}
+    loader = loader_params(ctx.profiler)
+    summary = {**summary_metrics(summarize(ctx), loader), **per_worker_steps(ctx)}
     exact = [m for f in kept_files for m in read_unsent(f)] if same_run else []
-    nonfinite = FirstNonFinite()
-    by_step = (loss_history(ctx.trial, nonfinite) if ctx.trial is not None else []) + [
+    divergence = Divergence()
+    by_step = (loss_history(ctx.trial, divergence) if ctx.trial is not None else []) + [
         Metric(k, float(v), end_ms, 0) for k, v in summary.items() if np.isfinite(v)
     ]
-    by_step += [Metric(k, v, end_ms, int(v)) for k, v in nonfinite.metrics(nonfinite.first).items()]
+    by_step += [Metric(k, v, end_ms, int(v)) for k, v in divergence.metric().items()]
     series = system_history(ctx.profiler.system)
     keys = {m.key for m in itertools.chain(exact, by_step, series)}
     stage("reading what MLflow holds")
     missing = plan_upload(_present(sink.client, str(run_id), keys), exact, by_step, series)
     stage(f"sending {len(missing)} metrics")
-    sink.log(missing, {**verdict_tags(ctx.verdicts), **nonfinite.tags()})
+    held = sink.client.get_run(str(run_id)).data.tags
+    tags = {**verdict_tags(ctx.verdicts), **({} if DIVERGED_TAG in held else divergence.tags())}  # live tags know more
+    sink.log_params({**hook_params(path, profiler_known=False), **loader})
+    sink.log(missing, tags)
     stage("uploading the report")
     _upload_files(sink, path, ctx, artifacts)
     for f in kept_files:  # the run now holds them (or, for another run, everything rebuilt): run.json names it
