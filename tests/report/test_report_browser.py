@@ -158,3 +158,29 @@ def test_first_screen_of_a_nan_run_names_the_rules_steps_and_fixes(browser: Any,
         for text in (v.rule, f"step {v.first_trigger_step} ({mode})", v.recommendation[:30]):
             assert text in first, text
     assert "MSELoss_output_0" in first
+
+
+@pytest.mark.parametrize(("width", "height"), [(1024, 768), (800, 600)])
+def test_verdict_table_fits_narrow_windows_and_mlflows_iframe(browser: Any, nan_run: Path, tmp_path: Path,
+                                                               width: int, height: int) -> None:  # fmt: skip
+    """At 1024 px and in MLflow's ~800 px artifact iframe the recommendation column is on screen, nothing scrolls."""
+    html = tmp_path / "nan.html"
+    html.write_text(render_report(nan_run))
+    page = browser.new_page()
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(html.as_uri())
+    page.wait_for_selector("table.verdict-table")
+    box = page.evaluate("""() => {
+        const t = document.querySelector('table.verdict-table');
+        const recs = [...t.querySelectorAll('tbody tr')].map((r) => r.cells[5].getBoundingClientRect());
+        const holder = t.parentElement;  // .tablebox, which would scroll a table wider than itself
+        return {recs: recs.map((r) => [r.left, r.right, r.width]), tableW: t.scrollWidth, boxW: holder.clientWidth,
+                docW: document.documentElement.scrollWidth, viewW: window.innerWidth,
+                text: [...t.querySelectorAll('tbody tr')].map((r) => r.cells[5].innerText)};
+    }""")
+    page.close()
+    assert box["recs"] and all(t.strip() for t in box["text"])
+    for left, right, w in box["recs"]:
+        assert w > 80 and left >= 0 and right <= box["viewW"], box  # visible, inside the viewport's width
+    assert box["tableW"] <= box["boxW"], box  # the table does not overflow its box
+    assert box["docW"] <= box["viewW"], box  # the page does not scroll sideways

@@ -30,7 +30,7 @@ def _first_section(html: str) -> tuple[str, str]:
 def test_a_nan_run_opens_on_its_verdict(nan_run: Path) -> None:
     html = render_report(nan_run)
     sid, body = _first_section(html)
-    assert sid == "verdict" and "rules found issues" in body
+    assert sid == "verdict" and "Issues found." in body and "2 found issues (ExplodingTensor, LossNotDecreasing)" in body
     # the earliest problem first, with its step, tensor and what to do
     assert body.index("ExplodingTensor") < body.index("LossNotDecreasing")
     assert "step 3 (TRAIN)" in body and "MSELoss_output_0" in body and "lower the learning rate" in body
@@ -49,7 +49,11 @@ def test_a_healthy_run_says_so_and_empty_sections_take_one_line(tmp_path: Path) 
 
     write_verdicts(RunLayout(run).verdicts, [Verdict("ExplodingTensor", Status.NO_ISSUES_FOUND, datapoints=5)])
     html = render_report(run)
-    assert _first_section(html)[0] == "verdict" and "No issues: 1 rules evaluated" in html
+    from trainspect.rules.counts import RuleCounts
+    from trainspect.rules.verdict import read_verdicts
+
+    line = RuleCounts.of(read_verdicts(RunLayout(run).verdicts)).line()
+    assert _first_section(html)[0] == "verdict" and f"No issues. {line}" in html.replace("&#39;", "'")
     empty = re.findall(r'<li id="([\w-]+)" data-section="[\w-]+" data-empty="1"><strong>(.*?)</strong>(.*?)</li>',
                        html, re.S)  # fmt: skip
     ids = [e[0] for e in empty]

@@ -141,11 +141,56 @@ def test_a_run_with_two_samples_says_so_instead_of_empty_axes(page) -> None:  # 
     assert problems == []
 
 
+def _first_run_with_issues(root: Path) -> str:
+    from trainspect.tb_plugin.run_data import RunData
+
+    runs = RunIndex(str(root)).runs()
+    for name in sorted(runs):
+        if any(v.status is Status.ISSUES_FOUND for v in RunData(runs[name].path).verdicts()[0]):
+            return name
+    raise AssertionError("no run with issues in the test log directory")
+
+
+def test_rules_tab_opens_on_the_run_with_issues_with_its_count_and_stop(page, live_logdir: Path) -> None:  # noqa: ANN001
+    from trainspect.rules.counts import RuleCounts
+    from trainspect.store.job_events import write_stop
+    from trainspect.tb_plugin.run_data import RunData
+
+    pg, problems = page
+    expected = _first_run_with_issues(live_logdir)
+    info = RunIndex(str(live_logdir)).runs()[expected]
+    write_stop(info.path, "CPUBottleneck", 7, "TRAIN", "worker_0")
+    f = frame(pg)
+    f.get_by_role("button", name="Rules").click()
+    f.locator(".run-summary").first.wait_for()
+    assert f.locator("select.rules-run").input_value() == expected  # the first run whose rules found issues
+    summary = f.locator(".run-summary")
+    assert summary.count() == 1 and summary.get_attribute("data-run") == expected
+    line = RuleCounts.of(RunData(info.path).verdicts()[0]).line()
+    assert summary.locator(".count-line").inner_text() == f"{expected}: {line}"
+    assert "stopped by StopTraining at step 7 (rule CPUBottleneck)" in summary.locator(".stop-line").inner_text()
+    detail = f.locator(".rule-detail")
+    detail.locator(".chip", has_text="IssuesFound").wait_for()  # the detail opens on its first rule with issues
+    assert expected in detail.inner_text()
+    assert all(r == expected for r in f.locator("tr.clickable td:first-child").all_inner_texts())
+    links = plugin_frame(pg).evaluate("""async () => {
+        const r = await import('/data/plugin/trainspect/static/rules.js');
+        return Object.fromEntries(r.tensorLinks('loss', 'run.1'));
+    }""")
+    assert "regexInput=%5Erun%5C.1%24" in links["Scalars"] and "regexInput=%5Erun%5C.1%24" in links["Histograms"]
+    ts_url = __import__("urllib.parse", fromlist=["x"]).urlparse(links["Time Series"])
+    query = __import__("urllib.parse", fromlist=["x"]).parse_qs(ts_url.query)
+    assert query["runFilter"] == ["^run\\.1$"] and query["tagFilter"] == ["^loss$"] and ts_url.fragment == "timeseries"
+    assert problems == []
+
+
 def test_rules_table_and_detail(page) -> None:  # noqa: ANN001
     pg, problems = page
     f = frame(pg)
     f.get_by_role("button", name="Rules").click()
     f.locator("tr.clickable").first.wait_for()
+    f.locator("select.rules-run option", has_text="every run").wait_for(state="attached")
+    f.locator("select.rules-run").select_option("")  # every run (the tab opens on the run with issues)
     rows = f.locator("tr.clickable")
     assert rows.count() >= 2 + 2 + 2 + 10  # synth, XSS run, live, torch run
     f.locator(".notice", has_text="corrupt: rules/verdicts.json could not be read").wait_for()
@@ -162,6 +207,8 @@ def test_xss_run_name_is_harmless(page) -> None:  # noqa: ANN001
     pg, problems = page
     f = frame(pg)
     f.get_by_role("button", name="Rules").click()
+    f.locator("select.rules-run option", has_text="every run").wait_for(state="attached")
+    f.locator("select.rules-run").select_option("")  # every run (the tab opens on the run with issues)
     cell = f.locator("td", has_text="<img src=x onerror")
     cell.first.wait_for()
     assert cell.first.inner_text() == XSS
@@ -180,6 +227,8 @@ def test_rules_view_follows_new_verdicts(page, live_logdir: Path) -> None:  # no
     pg, problems = page
     f = frame(pg)
     f.get_by_role("button", name="Rules").click()
+    f.locator("select.rules-run option", has_text="every run").wait_for(state="attached")
+    f.locator("select.rules-run").select_option("")  # every run (the tab opens on the run with issues)
     live = f.locator("tr.clickable", has=f.locator("td", has_text="live"))
     live.locator(".chip", has_text="InProgress").wait_for()
     write_verdicts(RunLayout(live_logdir / "live").verdicts,
@@ -236,6 +285,8 @@ def test_a_rules_tensor_link_opens_the_tensor_in_tensorboard(page, tb_url: str) 
     pg, problems = page
     f = frame(pg)
     f.get_by_role("button", name="Rules").click()
+    f.locator("select.rules-run option", has_text="every run").wait_for(state="attached")
+    f.locator("select.rules-run").select_option("")  # every run (the tab opens on the run with issues)
     f.locator("tr.clickable", has=f.locator("td", has_text="torch_run")).filter(has_text="Overtraining").click()
     item = f.locator(".tensor-list li").first
     item.wait_for()
@@ -246,6 +297,7 @@ def test_a_rules_tensor_link_opens_the_tensor_in_tensorboard(page, tb_url: str) 
     pg.screenshot(path=str(ARTIFACTS / "rules_detail.png"), full_page=True)
     item.locator("a.tb-link", has_text="Scalars").click()
     pg.wait_for_url(lambda url: "#scalars" in url and "tagFilter=" in url, timeout=30_000)
+    assert "regexInput=%5Etorch_run%24" in pg.url  # the runs selector's filter: the rule's run only
     pg.get_by_text(tensor, exact=True).first.wait_for(timeout=60_000)  # the tag's card in TensorBoard's Scalars
     pg.screenshot(path=str(ARTIFACTS / "scalars_from_rule.png"))
     assert problems == []

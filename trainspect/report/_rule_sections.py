@@ -12,6 +12,7 @@ from trainspect.modes import ModeKeys
 from trainspect.report import charts
 from trainspect.report.context import ReportContext
 from trainspect.report.sections import Page, Section
+from trainspect.rules.counts import steps_text
 from trainspect.rules.verdict import Verdict
 
 __all__ = ["RulesSummarySection", "TriggeredRulesSection", "TensorSection", "MAX_LOSS_POINTS"]
@@ -146,7 +147,7 @@ class TensorSection(Section):
         """Add the loss curves and the tensor-rule table."""
         trial = ctx.trial
         losses = trial.tensor_names(collection="losses")
-        page.p(f"{len(trial.tensor_names())} tensors saved over {len(trial.steps())} steps by "
+        page.p(f"{len(trial.tensor_names())} tensors saved over {steps_text(ctx.step_counts())} by "
                f"{len(trial.workers())} worker(s).")  # fmt: skip
         if not losses:
             page.note("No loss was saved: register the loss (hook.register_loss(loss_fn)) to see its curve.")

@@ -17,7 +17,7 @@ from trainspect.report.context import ReportContext
 from trainspect.report.sections import Page, Section, sig
 from trainspect.report.summary import summarize
 
-__all__ = ["JobSummarySection", "SystemUsageSection", "HeatmapSection", "CostSection", "usage_advice"]
+__all__ = ["JobSummarySection", "SystemUsageSection", "HeatmapSection", "CostSection", "usage_advice", "with_job_rows"]
 
 _JOB_CPU = "process_cpu_utilization_percent"
 MIN_SAMPLES = 5
@@ -207,7 +207,9 @@ class HeatmapSection(Section):
     def build(self, ctx: ReportContext, page: Page) -> None:
         """Add one heatmap per node."""
         page.p("Each row is a CPU core or a GPU, each column a time bucket; darker means busier. Idle GPUs next to "
-               "busy cores point at an input pipeline bottleneck.")  # fmt: skip
+               "busy cores point at an input pipeline bottleneck. The first rows are the training job's processes "
+               "(% of all cores) and the whole host (mean of cores): on a shared machine the host can be busy while "
+               "the job uses little of it.")  # fmt: skip
         for node in sorted(ctx.profiler.system):
             hm = heatmap(ctx.profiler, node=node, max_columns=200)
             if len(ctx.profiler.system[node]) < MIN_SAMPLES:
@@ -218,8 +220,36 @@ class HeatmapSection(Section):
             if not hm["rows"]:
                 page.note(f"Node {node} recorded no per-core or GPU utilisation.")
                 continue
+            hm = with_job_rows(hm, ctx.profiler.system[node])
             height = max(220, min(900, 14 * len(hm["rows"]) + 140))
             page.chart(charts.heatmap_chart(hm, f"Utilisation % ({node}, {hm['bucket_s']:.1f} s buckets)"), height)
+
+
+JOB_ROW, HOST_ROW = "job CPU", "host CPU"
+"""The heatmap's first rows: the training job's processes (% of all cores) and the whole host (mean of cores)."""
+
+
+def with_job_rows(hm: dict[str, Any], arr: SystemArrays) -> dict[str, Any]:
+    """``hm`` with the job's CPU row and the host's CPU row on top, in the same time buckets.
+
+    On a shared machine the host is busy while the job uses a fraction of it: the two rows side by side tell them
+    apart. The job row is left out when the monitor recorded no job CPU (``process_cpu_utilization_percent``).
+    """
+    job = arr.column(_JOB_CPU)
+    times = list(hm.get("times") or [])
+    if job is None or not times:
+        return hm
+    lo, width = float(times[0]), float(hm.get("bucket_s") or 1.0)
+    inside = (arr.timestamps >= lo) & (arr.timestamps <= lo + width * len(times))
+    bucket = np.minimum(((arr.timestamps[inside] - lo) / width).astype(np.int64), len(times) - 1)
+    rows = []
+    for values in (np.asarray(job, dtype=np.float64), np.asarray(arr.cpu_total(), dtype=np.float64)):
+        vals = values[inside]
+        ok = np.isfinite(vals)
+        sums = np.bincount(bucket[ok], weights=vals[ok], minlength=len(times))
+        counts = np.bincount(bucket[ok], minlength=len(times))
+        rows.append([round(float(a / c), 2) if c else None for a, c in zip(sums, counts, strict=True)])
+    return {**hm, "rows": [JOB_ROW, HOST_ROW, *hm["rows"]], "values": [*rows, *hm["values"]]}
 
 
 class CostSection(Section):

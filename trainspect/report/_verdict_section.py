@@ -8,7 +8,9 @@ from typing import Any
 from trainspect.profiler.analysis import job_statistics
 from trainspect.report.context import ReportContext
 from trainspect.report.sections import Page, Section
+from trainspect.rules.counts import RuleCounts, steps_text
 from trainspect.rules.verdict import Status, Verdict
+from trainspect.store.job_events import stop_text
 
 __all__ = ["VerdictSection", "triggered_first", "involved", "first_seen"]
 
@@ -52,31 +54,53 @@ def involved(v: Verdict) -> str:
 
 
 class VerdictSection(Section):
-    """Verdict first: the rules with issues (first step, tensors, recommendation), then the job in one line."""
+    """Verdict first: how the job ended, the rules with issues (first step, tensors, recommendation), the job's line.
+
+    The badge prints :meth:`RuleCounts.line` of every current verdict (the CLI and TensorBoard print the same);
+    OverallSystemUsage and OverallFrameworkMetrics are counted there but kept out of the issues table.
+    """
 
     id = "verdict"
     order = 0
     title = "Verdict"
 
     def build(self, ctx: ReportContext, page: Page) -> None:
-        """Add the verdict table (or the all-clear) and a one-line job summary."""
-        shown = [v for v in ctx.verdicts if v.rule not in _HIDDEN]
-        hits = triggered_first(shown)
-        errors = [v for v in shown if v.status is Status.ERROR]
-        if hits:
-            page.verdict(f"{len(hits)} of {len(shown)} rules found issues", ok=False)
+        """Add the job's ending (stops, an early failure), the count badge, the issues table and the job line."""
+        _ending(ctx, page)
+        counts = RuleCounts.of(ctx.verdicts)
+        hits = triggered_first(ctx.verdicts)
+        if counts.issues or hits:
+            page.verdict(f"Issues found. {counts.line()}", ok=False)
             rows = [[v.rule, first_seen(v), v.triggers, involved(v), v.message, v.recommendation] for v in hits]
-            page.table(["rule", "first seen", "triggers", "tensors / resource", "finding", "recommendation"], rows,
-                       css="verdict-table")  # fmt: skip
-        elif shown:
-            page.verdict(f"No issues: {len(shown)} rules evaluated, none triggered", ok=True)
+            if rows:
+                page.table(["rule", "first seen", "triggers", "tensors / resource", "finding", "recommendation"],
+                           rows, css="verdict-table")  # fmt: skip
+        elif counts.total:
+            page.verdict(f"No issues. {counts.line()}", ok=True)
         else:
             page.verdict("No rule was evaluated", ok=None)
-            page.note("Pass rules='default' to the hook, or run `trainspect rules RUN_DIR`, to check this run.")
+            if ctx.failed_early() is None:
+                page.note("Pass rules='default' to the hook, or run `trainspect rules RUN_DIR`, to check this run.")
+        errors = [v for v in ctx.verdicts if v.status is Status.ERROR]
         if errors:
             page.note("Rules that failed to evaluate: " + ", ".join(f"{v.rule} ({v.message})" for v in errors),
                       warn=True)  # fmt: skip
+        for note in ctx.notes:
+            page.note(note)
         page.kv(_job_line(ctx))
+
+
+def _ending(ctx: ReportContext, page: Page) -> None:
+    """The StopTraining stops (one line per rule and step, with the workers) and a failure before the first step."""
+    failed = ctx.failed_early()
+    if failed:
+        page.verdict(failed[0].upper() + failed[1:], ok=False)
+    seen: dict[str, list[str]] = {}
+    for stop in ctx.stops:
+        seen.setdefault(stop_text(stop), []).append(str(stop.get("worker") or ""))
+    for text, workers in seen.items():
+        named = [w for w in workers if w]
+        page.note(f"The training was {text}" + (f" on {', '.join(named)}" if named else "") + ".", warn=True)
 
 
 def _job_duration(ctx: ReportContext) -> float | None:
@@ -95,14 +119,11 @@ def _job_line(ctx: ReportContext) -> list[tuple[str, Any]]:
     duration = _job_duration(ctx)
     if duration is not None:
         rows.append(("Job duration", _duration(float(duration))))
-    steps = max((t.step_count for t in prof.framework.values()), default=0)
-    if ctx.trial is not None:
-        try:
-            steps = max(steps, len(ctx.trial.steps()))
-        except Exception:  # noqa: BLE001 - a damaged trial only loses this figure
-            pass
+    steps = ctx.step_counts()
     if steps:
-        rows.append(("Steps", steps))
+        rows.append(("Steps", steps_text(steps)))
+    elif ctx.failed_early():
+        rows.append(("Steps", "none recorded"))
     if prof.system:
         gpus = sum(len(a.gpus) for a in prof.system.values())
         rows.append(("Hardware", f"{len(prof.system)} node(s), {gpus} GPU(s)"))

@@ -18,7 +18,7 @@ from trainspect.report.sections import Page, Section, SectionRegistry
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import write_text_atomic
 
-__all__ = ["default_registry", "render_report", "write_report", "script_json"]
+__all__ = ["default_registry", "render_report", "write_report", "script_json", "skip_text"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,19 @@ def _finite(obj: Any) -> Any:
     return obj
 
 
+def skip_text(ctx: ReportContext, requirement: str) -> str:
+    """Why a section is empty: the script's early failure, a job too short for a system sample, or what to enable.
+
+    What to enable (:data:`REQUIREMENT_HINTS`) is wrong advice when the job never reached a step.
+    """
+    failed = ctx.failed_early()
+    if failed and requirement not in ("price", "triggered"):
+        return f"Nothing was recorded: {failed}."
+    if requirement in ("system", "gpu") and ctx.notes:
+        return " ".join(ctx.notes)
+    return REQUIREMENT_HINTS[requirement]
+
+
 def _sections(ctx: ReportContext, registry: SectionRegistry) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     out: list[dict[str, Any]] = []
     all_charts: dict[str, Any] = {}
@@ -90,7 +103,7 @@ def _sections(ctx: ReportContext, registry: SectionRegistry) -> tuple[list[dict[
         missing = section.missing(ctx)
         entry: dict[str, Any] = {"id": section.id, "title": section.title, "blocks": [], "skipped": []}
         if missing:  # one line: what to enable (the first missing requirement says it)
-            entry["skipped"] = [REQUIREMENT_HINTS[missing[0]]]
+            entry["skipped"] = [skip_text(ctx, missing[0])]
             out.append(entry)
             continue
         page = Page(prefix=section.id)

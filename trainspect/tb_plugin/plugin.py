@@ -24,7 +24,7 @@ from werkzeug import wrappers
 from trainspect.tb_plugin import metadata
 from trainspect.tb_plugin.cards import Card, CardRegistry, default_cards
 from trainspect.tb_plugin.profiler_view import overview
-from trainspect.tb_plugin.rules_view import verdict_detail, verdict_rows
+from trainspect.tb_plugin.rules_view import run_summary, verdict_detail, verdict_rows
 from trainspect.tb_plugin.run_data import RunData
 from trainspect.tb_plugin.runs import RunIndex, RunInfo
 from trainspect.tb_plugin.traces import find_trace, list_traces
@@ -214,13 +214,15 @@ class TrainspectPlugin(base_plugin.TBPlugin):
     def _rules_impl(self) -> dict[str, Any]:
         rows: list[dict[str, Any]] = []
         problems = []
+        summaries = []
         runs = self._index.runs()
         for name in sorted(runs):  # the verdict file is checked on every call: a running job creates it late
             verdicts, err = self._run_data(runs[name]).verdicts()
             if err:
                 problems.append({"run": name, "error": err})
             rows.extend(verdict_rows(name, verdicts))
-        return {"rows": rows, "problems": problems, "runs": len(runs)}
+            summaries.append(run_summary(name, verdicts, runs[name].path))
+        return {"rows": rows, "problems": problems, "runs": len(runs), "summaries": summaries}
 
     def _rule_impl(self, run: str | None, rule: str | None) -> dict[str, Any]:
         info = self._lookup(run)

@@ -13,10 +13,12 @@ import numpy as np
 import pandas as pd
 from tensorboard import errors
 
+from trainspect.modes import ModeKeys
 from trainspect.profiler import analysis
 from trainspect.profiler.arrays import SystemArrays
 from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.metrics import CATALOGUE, unit_symbol
+from trainspect.rules.counts import STEP_MODES, RuleCounts, steps_text
 from trainspect.rules.verdict import Status, Verdict
 from trainspect.tb_plugin.downsample import bucket_means, rows_json
 
@@ -29,6 +31,9 @@ MAX_POINTS = 2000
 """The most points per time series in one response."""
 
 _HOST_CPU = "cpu_utilization_percent"
+_JOB_CPU = "process_cpu_utilization_percent"
+JOB_ROW, HOST_ROW = "job CPU", "host CPU"
+"""The heatmap's first rows: the training job's processes (% of all cores) and the host (mean of cores)."""
 
 
 def _clean(value: Any) -> Any:
@@ -61,7 +66,9 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
         ``status`` (``no_profiler_data`` / ``running`` / ``ended``), ``nodes``, ``workers``, ``job``, ``steps``,
         ``histogram`` (per worker and mode), ``phases``, ``operators``, ``python`` (hotspots), ``utilization``
         (percentiles per node and metric), ``dataloader``, ``recommendations``
-        (triggered profiler rules), ``problems`` (damaged data that was skipped).
+        (triggered profiler rules), ``rule_counts`` (:meth:`RuleCounts.to_dict` of every rule, the sentence of the
+        report and the CLI in ``line``), ``step_counts`` and ``steps_text`` (timed steps per mode: ``"300 TRAIN,
+        3 EVAL steps"``), ``problems`` (damaged data that was skipped).
     """
     nodes = [
         {
@@ -83,6 +90,7 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
         for (w, m), g in hist.groupby(["worker", "mode"], sort=True)
     ]  # fmt: skip
     rec = [v for v in verdicts if v.kind == "profiler"]
+    step_counts = timed_step_counts(data)
     return {
         "status": _status(data),
         "source": data.source,
@@ -97,9 +105,25 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
         "utilization": _utilization(data),
         "dataloader": records(analysis.dataloader_statistics(data)),
         "profiler_rules": len(rec),
+        "rule_counts": RuleCounts.of(verdicts).to_dict(),
+        "step_counts": step_counts,
+        "steps_text": steps_text(step_counts),
         "recommendations": [_recommendation(v) for v in rec if v.status is Status.ISSUES_FOUND],
         "problems": list(problems),
     }
+
+
+def timed_step_counts(data: ProfilerData) -> dict[str, int]:
+    """Timed steps per mode (the most of any worker): ``{"TRAIN": 300, "EVAL": 3}``, never added up."""
+    counts: dict[str, int] = {}
+    for table in data.framework.values():
+        modes = np.asarray(table.steps["mode"])
+        for mode in ModeKeys:
+            n = int(np.count_nonzero(modes == int(mode.value)))
+            counts[mode.name] = max(counts.get(mode.name, 0), n)
+    if any(counts.get(m) for m in STEP_MODES):
+        counts.pop("GLOBAL", None)
+    return {m: counts[m] for m in (*STEP_MODES, "GLOBAL") if counts.get(m)}
 
 
 def utilization_rows(data: ProfilerData, node: str | None = None) -> list[dict[str, Any]]:
@@ -168,7 +192,8 @@ def heatmap_view(
     """CPU-core and GPU utilisation of one node in at most ``columns`` time buckets, with step boundaries.
 
     Returns:
-        ``node``, ``rows`` (``cpu0``… ``gpu0``…), ``start``, ``end``, ``bucket_s``, ``columns``, ``values`` (per
+        ``node``, ``rows`` (``job CPU`` and ``host CPU`` when the job's CPU was recorded, then ``cpu0``…
+        ``gpu0``…), ``start``, ``end``, ``bucket_s``, ``columns``, ``values`` (per
         row, mean % per bucket rounded to an integer, or ``None``), ``step_boundaries`` (step starts in range, at
         most 4 per bucket), ``full_start`` / ``full_end`` (the node's whole range, for zooming out), ``samples``
         (rows in range).
@@ -176,8 +201,13 @@ def heatmap_view(
     arr = _node(data, node)
     lo, hi = _range(arr, start, end)
     keys = [f"cpu{i}_utilization_percent" for i in arr.cpu_cores] + [f"gpu{g}_utilization_percent" for g in arr.gpus]
-    idx = [arr.keys.index(k) for k in keys]
-    _t, width, means = bucket_means(arr.timestamps, arr.values[:, idx], lo, hi, min(columns, MAX_COLUMNS))
+    names = [k.split("_", 1)[0] for k in keys]
+    cols = [arr.values[:, arr.keys.index(k)] for k in keys]
+    job = arr.column(_JOB_CPU)
+    if job is not None:  # the job's own CPU beside the host's: on a shared host they differ widely
+        names, cols = [JOB_ROW, HOST_ROW, *names], [job, arr.cpu_total(), *cols]
+    mat = np.stack(cols, axis=1) if cols else np.zeros((len(arr), 0))
+    _t, width, means = bucket_means(arr.timestamps, mat, lo, hi, min(columns, MAX_COLUMNS))
     steps = _step_starts(data, arr.node)
     bounds = steps[(steps >= lo) & (steps <= hi)]
     limit = 4 * means.shape[0]
@@ -185,7 +215,7 @@ def heatmap_view(
         bounds = bounds[np.linspace(0, len(bounds) - 1, limit).round().astype(int)]
     return {
         "node": arr.node,
-        "rows": [k.split("_", 1)[0] for k in keys],
+        "rows": names,
         "start": lo,
         "end": hi,
         "bucket_s": width,
@@ -205,6 +235,8 @@ def _group_columns(arr: SystemArrays, group: str) -> list[tuple[str, np.ndarray]
         if metric.group != group:
             continue
         if metric.key == _HOST_CPU:  # the mean of the cores where they were sampled (as the report draws it)
+            if _JOB_CPU in arr.keys:  # the job's own CPU first: the host's may be other processes
+                out.append((_JOB_CPU, arr.values[:, arr.keys.index(_JOB_CPU)]))
             if arr.cpu_cores or _HOST_CPU in arr.keys:
                 out.append((_HOST_CPU, arr.cpu_total().astype(np.float32)))
             continue

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from tensorboard import errors
 
 from trainspect.modes import ModeKeys
+from trainspect.rules.counts import RuleCounts
 from trainspect.rules.verdict import Series, Verdict
+from trainspect.store.job_events import read_stops, stop_text
 from trainspect.store.tb_writer import tb_tag
 from trainspect.tb_plugin.profiler_view import _clean
 
-__all__ = ["verdict_rows", "verdict_detail", "MAX_SERIES_POINTS"]
+__all__ = ["verdict_rows", "verdict_detail", "run_summary", "MAX_SERIES_POINTS"]
 
 MAX_TENSORS = 50
 """The most tensors of one verdict listed with TensorBoard links."""
@@ -64,6 +67,17 @@ def verdict_rows(run: str, verdicts: list[Verdict]) -> list[dict[str, Any]]:
         )
         for v in verdicts
     ]
+
+
+def run_summary(run: str, verdicts: list[Verdict], run_dir: Path) -> dict[str, Any]:
+    """One run's rule counts and StopTraining stops.
+
+    ``counts`` is :meth:`RuleCounts.to_dict` (its ``line`` is the sentence of the CLI and the report), ``stops``
+    the stops of ``rules/stopped.json``, each with its ``text``.
+    """
+    stops = [{**_clean({k: s.get(k) for k in ("rule", "step", "mode", "worker")}), "text": stop_text(s)}
+             for s in read_stops(run_dir)]  # fmt: skip
+    return {"run": run, "counts": RuleCounts.of(verdicts).to_dict(), "stops": stops}
 
 
 def _series(s: Series, max_points: int) -> dict[str, Any]:

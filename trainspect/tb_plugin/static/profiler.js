@@ -245,6 +245,10 @@ export class ProfilerView {
 
   drawRecommendations(data) {
     clear(this.recs);
+    // The same count of rules as the Rules tab, the report and `trainspect rules` (RuleCounts.line), and the
+    // steps of each mode apart ("300 TRAIN, 3 EVAL steps").
+    if (data.rule_counts) this.recs.append(el('p', {class: 'count-line', text: data.rule_counts.line}));
+    if (data.steps_text) this.recs.append(el('p', {class: 'steps-line muted', text: data.steps_text}));
     if (!data.profiler_rules) {
       this.recs.append(el('p', {class: 'muted', text: 'No profiler rule has been evaluated for this run. ' +
         'Run: trainspect rules RUN_DIR'}));

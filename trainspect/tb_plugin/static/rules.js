@@ -15,16 +15,28 @@ function regexEscape(text) {
   return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
-export function tensorLinks(tag) {
+// The run is selected through each dashboard's own URL state (TensorBoard 2.x): the Polymer dashboards (Scalars,
+// Histograms) read `regexInput` from the hash (their runs selector's filter); Time Series reads the query
+// parameter `runFilter` (its runs table's regex filter) beside `tagFilter`.
+export function tensorLinks(tag, run) {
   const root = tensorBoardRoot();
-  const filter = encodeURIComponent(`^${regexEscape(tag)}$`);
+  const tagRe = `^${regexEscape(tag)}$`;
+  const runRe = run ? `^${regexEscape(run)}$` : '';
+  const hash = `tagFilter=${encodeURIComponent(tagRe)}` + (run ? `&regexInput=${encodeURIComponent(runRe)}` : '');
   const timeseries = new URL(root);
-  timeseries.searchParams.set('tagFilter', `^${regexEscape(tag)}$`);
+  timeseries.searchParams.set('tagFilter', tagRe);
+  if (run) timeseries.searchParams.set('runFilter', runRe);
   return [
-    ['Scalars', `${root.href}#scalars&tagFilter=${filter}`],
-    ['Histograms', `${root.href}#histograms&tagFilter=${filter}`],
+    ['Scalars', `${root.href}#scalars&${hash}`],
+    ['Histograms', `${root.href}#histograms&${hash}`],
     ['Time Series', `${timeseries.href}#timeseries`],
   ];
+}
+
+// The run the tab opens on: the first (by name) whose rules found issues, else every run ('').
+export function defaultRun(summaries) {
+  const hit = (summaries || []).find((s) => s.counts && s.counts.issues > 0);
+  return hit ? hit.run : '';
 }
 
 export function paramText(value) {
@@ -45,11 +57,20 @@ export class RulesView {
     this.filter = el('input', {type: 'search', placeholder: 'filter runs and rules', 'aria-label': 'filter',
       oninput: () => this.drawTable()});
     this.onlyIssues = el('input', {type: 'checkbox', 'aria-label': 'only rules with issues', onchange: () => this.drawTable()});
+    this.runSelect = el('select', {'aria-label': 'rules of run', class: 'rules-run', onchange: () => {
+      this.run = this.runSelect.value;
+      this.drawSummary();
+      this.drawTable();
+    }});
+    this.run = null; // null: not chosen yet (the first load picks the run with issues)
+    this.summaries = [];
+    this.summary = el('div', {class: 'rules-summary'});
     this.tableBox = el('div', {class: 'rules-scroll'});
     this.detail = el('div', {class: 'detail'});
     this.rows = [];
-    root.append(el('div', {class: 'controls'}, this.filter, el('label', {}, this.onlyIssues, ' only rules with issues')),
-      this.messages,
+    root.append(el('div', {class: 'controls'}, el('label', {}, 'Run ', this.runSelect), this.filter,
+      el('label', {}, this.onlyIssues, ' only rules with issues')),
+      this.messages, this.summary,
       el('div', {class: 'rules-layout'},
         el('section', {class: 'card rules-card'}, el('h3', {text: 'Rule verdicts of every run'}), this.tableBox),
         this.detail));
@@ -74,15 +95,46 @@ export class RulesView {
     this.rows = data.rows.slice().sort((a, b) => (ORDER[a.status] ?? 9) - (ORDER[b.status] ?? 9) ||
       (a.first_trigger_step ?? Infinity) - (b.first_trigger_step ?? Infinity) ||
       a.run.localeCompare(b.run) || a.rule.localeCompare(b.rule));
+    this.summaries = data.summaries || [];
+    this.setRuns();
+    this.drawSummary();
     this.drawTable();
+    if (!this.selected) {
+      const first = this.rows.find((r) => r.status === 'IssuesFound' && (!this.run || r.run === this.run));
+      if (first) this.selected = {run: first.run, rule: first.rule};
+    }
     if (this.selected) await this.open(this.selected.run, this.selected.rule, false);
     document.body.dataset.rulesReady = String(Date.now());
+  }
+
+  setRuns() {
+    const names = this.summaries.map((s) => s.run);
+    if (this.run === null || (this.run && !names.includes(this.run))) this.run = defaultRun(this.summaries);
+    const have = Array.from(this.runSelect.options).map((o) => o.value).join('\n');
+    if (have !== ['', ...names].join('\n')) {
+      clear(this.runSelect).append(new Option('every run', ''));
+      for (const name of names) this.runSelect.append(new Option(name, name));
+    }
+    this.runSelect.value = this.run;
+  }
+
+  drawSummary() {
+    // The count sentence of `trainspect rules` and the report (RuleCounts.line), and how a StopTraining ended it.
+    clear(this.summary);
+    for (const s of this.summaries.filter((x) => !this.run || x.run === this.run)) {
+      const box = el('div', {class: 'run-summary', 'data-run': s.run},
+        el('p', {class: 'count-line'}, el('strong', {text: `${s.run}: `}), el('span', {text: s.counts.line})));
+      for (const stop of s.stops || []) {
+        box.append(el('p', {class: 'stop-line', text: `Training ${stop.text}` + (stop.worker ? ` on ${stop.worker}` : '') + '.'}));
+      }
+      this.summary.append(box);
+    }
   }
 
   drawTable() {
     const needle = this.filter.value.trim().toLowerCase();
     const rows = this.rows.filter((r) => (!needle || `${r.run} ${r.rule}`.toLowerCase().includes(needle)) &&
-      (!this.onlyIssues.checked || r.status === 'IssuesFound'));
+      (!this.onlyIssues.checked || r.status === 'IssuesFound') && (!this.run || r.run === this.run));
     const head = [['run'], ['rule'], ['status'], ['triggers', 'num'], ['first step', 'num'], ['last step', 'num'],
       ['message'], ['recommendation']];
     const body = rows.map((r) => {
@@ -137,7 +189,7 @@ export class RulesView {
     return el('div', {class: 'tensors'}, el('h4', {text: `Tensors read (${d.tensors.length})`}),
       el('ul', {class: 'tensor-list'}, tags.map((t) => el('li', {'data-tensor': t.tensor},
         el('code', {text: t.tensor}), ' ',
-        tensorLinks(t.tag).map(([label, href]) => el('a', {class: 'tb-link', href, target: '_top', text: label}))))),
+        tensorLinks(t.tag, d.run).map(([label, href]) => el('a', {class: 'tb-link', href, target: '_top', text: label}))))),
       more > 0 ? el('p', {class: 'muted', text: `and ${more} more`}) : null);
   }
 
