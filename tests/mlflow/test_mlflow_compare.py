@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 import trainspect as ts
 from trainspect.cli import main
 from trainspect.mlflow_plugin.session import EXPERIMENT_KIND_TAG, EXPERIMENT_KIND_TRAINING
+from trainspect.rules.counts import RuleCounts
 
 LOSS = "train/CrossEntropyLoss_output_0"
 EVAL_LOSS = "eval/CrossEntropyLoss_output_0"
@@ -85,7 +86,8 @@ def _train(out: Path, mlflow_run: Any, steps: int = 12, nan_at: int | None = Non
 
 def test_a_diverged_run_keeps_its_last_finite_loss_and_one_readable_tag(mlflow_server: str, tmp_path: Path) -> None:
     run_id = _new_run(mlflow_server, f"e-{tmp_path.name}")
-    _train(tmp_path / "run", {"run": run_id, "tracking_uri": mlflow_server}, steps=16, nan_at=13, profile=False)
+    _train(tmp_path / "run", {"run": run_id, "tracking_uri": mlflow_server}, steps=16, nan_at=13, profile=False,
+           rules="default")  # fmt: skip
     loss = _history(mlflow_server, run_id, LOSS)
     assert [s for s, _ in loss] == [0, 10, 12]  # every 10th, and step 12, the last finite one (off the interval)
     recorded = ts.create_trial(tmp_path / "run").tensor("CrossEntropyLoss_output_0")
@@ -93,7 +95,7 @@ def test_a_diverged_run_keeps_its_last_finite_loss_and_one_readable_tag(mlflow_s
     tags = {t["key"]: t["value"] for t in _get(mlflow_server, "/api/2.0/mlflow/runs/get", run_id=run_id)["run"]
             ["data"]["tags"]}  # fmt: skip
     ours = {k: v for k, v in tags.items() if k.startswith("trainspect.") and not k.startswith("trainspect.rule.")}
-    assert len(ours) <= 5 and all(len(k) < 250 for k in tags), sorted(ours)
+    assert len(ours) <= 6 and all(len(k) < 250 for k in tags), sorted(ours)  # not 20+ tags per tensor
     assert not any("nonfinite" in k for k in tags)
     assert tags["trainspect.diverged"].startswith("loss NaN from step 13 (first non-finite: ")
     assert "CrossEntropyLoss_output_0" in tags["trainspect.diverged"]
@@ -102,6 +104,8 @@ def test_a_diverged_run_keeps_its_last_finite_loss_and_one_readable_tag(mlflow_s
     metrics = {m["key"]: m for m in _get(mlflow_server, "/api/2.0/mlflow/runs/get", run_id=run_id)["run"]["data"]
                ["metrics"]}  # fmt: skip
     assert metrics["trainspect/first_nonfinite_step"]["value"] == 13
+    counted = RuleCounts.of(ts.rules.load_verdicts(tmp_path / "run"))  # the count every screen shows
+    assert "ExplodingTensor" in counted.issues and tags["trainspect.rule_counts"] == counted.line()
 
 
 def test_eval_loss_is_one_mean_per_evaluation_on_the_train_step_axis(mlflow_server: str, tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ __all__ = ["system_key", "system_metrics", "step_metrics", "step_values", "loss_
 
 MAX_KEY_LENGTH = 250
 ISSUES_TAG = "trainspect.issues"
+COUNTS_TAG = "trainspect.rule_counts"
 """The run tag listing the rules whose current verdict is IssuesFound (empty when none)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /:]")
 
@@ -117,15 +118,24 @@ def loss_keys(record: StepRecord) -> set[str]:
 
 
 def verdict_tags(verdicts: Iterable[Any]) -> dict[str, str]:
-    """``trainspect.rule.<Rule>`` = status for each verdict (full rule names), and ``trainspect.issues``.
+    """Tags of the verdicts: ``trainspect.rule.<Rule>`` = status, ``trainspect.issues``, ``trainspect.rule_counts``.
+
+    ``trainspect.rule_counts`` is the count line every screen shows (:class:`trainspect.rules.counts.RuleCounts`);
+    rule names are in full.
 
     Example:
         >>> from trainspect.rules.verdict import Status, Verdict
-        >>> verdict_tags([Verdict("VanishingGradient", Status.ISSUES_FOUND)])
-        {'trainspect.rule.VanishingGradient': 'IssuesFound', 'trainspect.issues': 'VanishingGradient'}
+        >>> verdict_tags([Verdict("VanishingGradient", Status.ISSUES_FOUND)])  # doctest: +NORMALIZE_WHITESPACE
+        {'trainspect.rule.VanishingGradient': 'IssuesFound', 'trainspect.issues': 'VanishingGradient',
+         'trainspect.rule_counts': '1 rule: 1 judged, 1 found issues (VanishingGradient)'}
     """
+    from trainspect.rules.counts import RuleCounts
+
     verdicts = list(verdicts)
-    return {**{f"trainspect.rule.{v.rule}": str(v.status) for v in verdicts}, **issues_tags(verdicts)}
+    tags = {**{f"trainspect.rule.{v.rule}": str(v.status) for v in verdicts}, **issues_tags(verdicts)}
+    if verdicts:
+        tags[COUNTS_TAG] = RuleCounts.of(verdicts).line()
+    return tags
 
 
 def issues_tags(verdicts: Iterable[Any]) -> dict[str, str]:
