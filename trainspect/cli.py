@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ from trainspect.store.remote.url import is_url
 
 _RUN_ARGS = ("dir", "a", "b")
 
-__all__ = ["main", "build_parser", "commands_text"]
+__all__ = ["main", "build_parser", "commands_text", "quiet_broken_pipe"]
 
 # Subcommands contributed by other modules: each exposes add_parser(subparsers) and run(args) -> int.
 _PLUGINS = (
@@ -285,20 +285,39 @@ def _info(args: argparse.Namespace) -> int:
         text = " ".join(str(exc).split()).removeprefix("create_trial: ")
         print(f"trainspect info: {text}", file=sys.stderr)
         return 2
-    print(json.dumps(doc, indent=1) if args.json else "\n".join(f"{k}: {v}" for k, v in doc.items()))
+    print(json.dumps(doc, indent=1) if args.json else _info_text(doc))
     return 0
 
 
 def _summary(trial: Any) -> dict[str, Any]:
+    from trainspect.rules.counts import step_counts
+
     return {
         "path": str(trial.path),
         "steps": len(trial.steps()),
+        "steps_per_mode": step_counts(trial),
         "modes": [m.name for m in trial.modes()],
         "workers": trial.workers(),
         "tensors": trial.tensor_names(),
         "collections": sorted(trial.collections()),
         "ended": trial.job_ended,
+        "problems": trial.problems,
     }
+
+
+def _info_text(doc: dict[str, Any]) -> str:
+    """``key: value`` lines; the steps per mode (never TRAIN and EVAL added up), the problems one per line."""
+    from trainspect.rules.counts import steps_text
+
+    lines = []
+    for key, value in doc.items():
+        if key == "steps":
+            lines.append(f"steps: {steps_text(doc['steps_per_mode'])} ({value} global steps)")
+        elif key == "problems":
+            lines.extend(f"problem: {p}" for p in value)
+        elif key != "steps_per_mode":
+            lines.append(f"{key}: {value}")
+    return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -353,11 +372,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         if url_arguments(args):  # run arguments given as URLs: the command runs on local mirrors
             from trainspect.store.remote.cli import run_with_urls
 
-            return run_with_urls(args, args.func)
-        return int(args.func(args))
+            return quiet_broken_pipe(lambda: run_with_urls(args, args.func))
+        return quiet_broken_pipe(lambda: int(args.func(args)))
     except KeyboardInterrupt:  # Ctrl-C ends a command with the shell's status, not a traceback
         print(file=sys.stderr)
         return 130
+
+
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader went away
+
+
+def quiet_broken_pipe(command: Callable[[], int]) -> int:
+    """Run a command; when its reader goes away (``trainspect rules DIR | head -1``), end quietly.
+
+    Python's recipe (docs "Note on SIGPIPE"): stdout is pointed at devnull, so that the flush at exit does not raise
+    again, and the command ends with the shell's status for SIGPIPE instead of a traceback.
+    """
+    try:
+        code = command()
+        sys.stdout.flush()  # inside the guard: a reader that left shows here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

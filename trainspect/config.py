@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,6 +20,7 @@ __all__ = [
     "DEFAULT_SAVE_INTERVAL",
     "parse_int",
     "parse_bool",
+    "parse_number",
 ]
 
 DEFAULT_SAVE_INTERVAL = 500
@@ -38,16 +40,39 @@ def parse_int(key: str, value: Any, minimum: int | None = 0, allow_none: bool = 
             return None
         raise ConfigError(f"{key}: a value is required (an integer >= {minimum})")
     try:
-        if isinstance(value, bool):
-            raise ValueError(value)
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise TypeError(value)
         number = int(value.strip()) if isinstance(value, str) else int(value)
         if isinstance(value, float) and not value.is_integer():
             raise ValueError(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity
         bound = f" >= {minimum}" if minimum is not None else ""
         raise ConfigError(f"{key}={value!r}: expected an integer{bound}") from None
     if minimum is not None and number < minimum:
         raise ConfigError(f"{key}={value!r}: must be an integer >= {minimum}")
+    return number
+
+
+def parse_number(key: str, value: Any, minimum: float | None = 0.0, above: bool = False) -> float:
+    """Parse a finite number (strings allowed) that is ``>= minimum`` (``> minimum`` with ``above``).
+
+    Raises:
+        ConfigError: not a number, NaN or infinite (``1e999``), or below the bound.
+
+    Example:
+        >>> parse_number("price_per_hour", "2.5")
+        2.5
+    """
+    bound = "" if minimum is None else f" {'>' if above else '>='} {minimum:g}"
+    try:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise TypeError(value)
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        number = math.nan
+    low = minimum is not None and (number <= minimum if above else number < minimum)
+    if not math.isfinite(number) or low:
+        raise ConfigError(f"{key}={value!r}: expected a finite number{bound}")
     return number
 
 
@@ -71,10 +96,12 @@ def _parse_steps(key: str, value: Any) -> tuple[int, ...]:
         return ()
     if isinstance(value, str):
         items: Iterable[Any] = [v for v in value.replace(" ", "").split(",") if v]
-    elif isinstance(value, Iterable):
+    elif isinstance(value, Iterable) and not isinstance(value, Mapping):
         items = value
-    else:
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
         items = [value]
+    else:
+        raise ConfigError(f"{key}={value!r}: expected a list of integers >= 0 (or a comma-separated string)")
     return tuple(sorted({int(parse_int(key, v) or 0) for v in items}))
 
 
@@ -136,6 +163,8 @@ class SaveConfigMode:
         Raises:
             ConfigError: an unknown key (only save_interval, start_step, end_step, save_steps exist).
         """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"save config={data!r}: expected a mapping with keys {', '.join(_SAVE_KEYS)}")
         lowered = {str(k).lower(): v for k, v in data.items()}
         unknown = sorted(set(lowered) - set(_SAVE_KEYS))
         if unknown:
@@ -173,6 +202,8 @@ class SaveConfig:
         simple = {k: getattr(self, k) for k in _SAVE_KEYS if getattr(self, k) is not None}
         base = SaveConfigMode.from_dict(simple)
         per_mode = {m: base for m in ModeKeys}
+        if self.mode_save_configs is not None and not isinstance(self.mode_save_configs, Mapping):
+            raise ConfigError(f"mode_save_configs={self.mode_save_configs!r}: expected a mapping {{mode: settings}}")
         for key, value in (self.mode_save_configs or {}).items():
             try:
                 mode = parse_mode(key)
@@ -180,8 +211,10 @@ class SaveConfig:
                 raise ConfigError(f"mode_save_configs: {exc}") from None
             if isinstance(value, SaveConfigMode):
                 per_mode[mode] = value
-            elif value is not None:
+            elif isinstance(value, Mapping):
                 per_mode[mode] = SaveConfigMode.from_dict(value, base)
+            elif value is not None:
+                raise ConfigError(f"mode_save_configs.{mode.name}={value!r}: expected a SaveConfigMode or a mapping")
         for mode, cfg in per_mode.items():
             if cfg.end_step is not None and cfg.end_step < cfg.start_step:
                 where = "" if cfg == base else f" (mode {mode.name})"
@@ -216,6 +249,17 @@ class SaveConfig:
         return cls(save_interval=interval)
 
 
+def _names(key: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated string or a list of strings, as a tuple."""
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, Iterable) and not isinstance(value, Mapping):
+        items = tuple(value)
+        if all(isinstance(v, str) for v in items):
+            return items
+    raise ConfigError(f"{key}={value!r}: expected a list of names from {', '.join(allowed)}")
+
+
 @dataclass(frozen=True)
 class ReductionConfig:
     """Which reductions to save instead of (or with) the raw tensor.
@@ -241,8 +285,7 @@ class ReductionConfig:
             ("norms", ALLOWED_NORMS),
             ("abs_norms", ALLOWED_NORMS),
         ):
-            value = getattr(self, key)
-            items = tuple(v.strip() for v in value.split(",") if v.strip()) if isinstance(value, str) else tuple(value)
+            items = _names(key, getattr(self, key), allowed)
             bad = [v for v in items if v not in allowed]
             if bad:
                 raise ConfigError(f"{key}: {', '.join(map(repr, bad))} not allowed; allowed: {', '.join(allowed)}")
@@ -262,12 +305,16 @@ class ReductionConfig:
         return bool(self.names())
 
     @classmethod
-    def from_string(cls, text: str, save_raw_tensor: Any = False, save_shape: Any = False) -> ReductionConfig:
+    def from_string(
+        cls, text: str | Iterable[str], save_raw_tensor: Any = False, save_shape: Any = False
+    ) -> ReductionConfig:
         """Parse ``"min,max,abs_mean,l2"`` (also the older ``l1_norm``/``abs_l2_norm`` spellings).
 
         Raises:
             ConfigError: an unknown reduction; the message lists the allowed ones.
         """
+        if not isinstance(text, str):  # a JSON list of names
+            text = ",".join(_names("reductions", text, ALLOWED_REDUCTIONS + ALLOWED_NORMS))
         buckets: dict[str, list[str]] = {"reductions": [], "abs_reductions": [], "norms": [], "abs_norms": []}
         for raw in (t.strip().lower() for t in text.split(",") if t.strip()):
             try:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ _SAVE_KEYS = ("save_interval", "save_steps", "start_step", "end_step")
 _REDUCTION_KEYS = ("reductions", "save_raw_tensor", "save_shape")
 _HOOK_KEYS = (
     "export_tensorboard", "tensorboard_dir", "save_all", "include_regex", "include_workers", "dry_run",
-    "local_gradients",
+    "local_gradients", "on_backlog",
 )  # fmt: skip
 _COLLECTION_KEYS = ("include_regex", "save_histogram")
 _TOP_KEYS = ("localpath", "hookparameters", "collectionconfigurations", "rules", "profilerconfig", "mlflow")
@@ -73,16 +73,26 @@ def _reduction_config(params: Mapping[str, Any]) -> ReductionConfig | None:
     if not any(k in params for k in _REDUCTION_KEYS):
         return None
     return ReductionConfig.from_string(
-        str(params.get("reductions", "")),
+        params.get("reductions") or "",  # a comma-separated string or a JSON list
         save_raw_tensor=params.get("save_raw_tensor", False),
         save_shape=params.get("save_shape", False),
     )
 
 
-def _regex_list(value: Any) -> list[str]:
+def _regex_list(value: Any, key: str = "include_regex") -> list[str]:
     if isinstance(value, str):
         return [r.strip() for r in value.split(",") if r.strip()]
-    return [str(r) for r in value or []]
+    if value is None:
+        return []
+    if isinstance(value, list) and all(isinstance(r, str) for r in value):
+        return list(value)
+    raise ConfigError(f"{key}={value!r}: expected a list of regexes or a comma-separated string")
+
+
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key}={value!r}: expected a non-empty string")
+    return value.strip()
 
 
 def _collection(item: Mapping[str, Any]) -> Collection:
@@ -90,9 +100,10 @@ def _collection(item: Mapping[str, Any]) -> Collection:
     name = item.get("collectionname")
     if not name:
         raise ConfigError("CollectionConfigurations: every entry needs a CollectionName")
+    name = _text("CollectionName", name)
     params = _lower(item.get("collectionparameters") or {}, f"collection {name}")
     _check_keys(params, _COLLECTION_KEYS + _SAVE_KEYS + _REDUCTION_KEYS, f"collection {name} parameters")
-    coll = Collection(str(name), include_regex=_regex_list(params.get("include_regex")))
+    coll = Collection(name, include_regex=_regex_list(params.get("include_regex"), f"{name}.include_regex"))
     coll.save_config = _save_config(params)
     coll.reduction_config = _reduction_config(params)
     if "save_histogram" in params:
@@ -114,7 +125,8 @@ def hook_kwargs_from_dict(doc: Mapping[str, Any]) -> dict[str, Any]:
                           "RuleConfigurations)")  # fmt: skip
     hook = _lower(top.get("hookparameters") or {}, "HookParameters")
     _check_keys(hook, _HOOK_KEYS + _SAVE_KEYS + _REDUCTION_KEYS, "HookParameters")
-    out_dir = top.get("localpath") or env.TRAINSPECT_OUT_DIR.get()
+    local = top.get("localpath")
+    out_dir = _text("LocalPath", local) if local not in (None, "") else env.TRAINSPECT_OUT_DIR.get()
     if env.TRAINSPECT_RUN_ACTIVE.get() and env.TRAINSPECT_OUT_DIR.get():
         out_dir = env.TRAINSPECT_OUT_DIR.get()  # under `trainspect run`, its run directory wins over LocalPath
     if not out_dir:
@@ -123,14 +135,14 @@ def hook_kwargs_from_dict(doc: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("export_tensorboard", "save_all", "dry_run", "local_gradients"):
         if key in hook:
             kwargs[key] = parse_bool(key, hook[key])
-    for key in ("tensorboard_dir", "include_workers"):
+    for key in ("tensorboard_dir", "include_workers", "on_backlog"):
         if key in hook:
-            kwargs[key] = str(hook[key])
+            kwargs[key] = _text(key, hook[key])
     if "include_regex" in hook:
         kwargs["include_regex"] = _regex_list(hook["include_regex"])
     kwargs["save_config"] = _save_config(hook)
     kwargs["reduction_config"] = _reduction_config(hook)
-    collections = [_collection(c) for c in top.get("collectionconfigurations") or []]
+    collections = [_collection(c) for c in _listed(top, "collectionconfigurations", "CollectionConfigurations")]
     if collections:
         kwargs["include_collections"] = collections
     kwargs.update(_extras(top))
@@ -149,11 +161,41 @@ def _sagemaker_rule(item: Any) -> Any:
     return {"name": str(params["rule_to_invoke"]), "parameters": kept}
 
 
+def check_rule_entries(rules: Any, where: str) -> list[Any]:
+    """The rules a hook or a config lists, as a list, each entry's ``parameters`` checked to be a mapping.
+
+    Raises:
+        ConfigError: not a list, or an entry whose parameters are not ``{name: value}``.
+    """
+    if isinstance(rules, (str, bytes, Mapping)) or not isinstance(rules, Iterable):
+        raise ConfigError(f"{where}={rules!r}: expected a list of rules (Rule objects, names or config objects)")
+    entries = list(rules)
+    for entry in entries:
+        if not isinstance(entry, Mapping):
+            continue
+        low = _lower(entry, where)
+        params = low.get("parameters", low.get("params"))
+        if params is not None and not isinstance(params, Mapping):
+            name = low.get("name") or low.get("rule") or "?"
+            raise ConfigError(f"{where}: {name}.parameters={params!r}: expected an object {{name: value}}")
+    return entries
+
+
+def _listed(top: Mapping[str, Any], key: str, where: str) -> list[Any]:
+    value = top.get(key)
+    if value is None:
+        return []
+    if isinstance(value, (str, Mapping)) or not isinstance(value, Iterable):
+        raise ConfigError(f"{where}={value!r}: expected a JSON list")
+    return list(value)
+
+
 def _extras(top: Mapping[str, Any]) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
-    rules = [*(top.get("rules") or [])]
+    rules = _listed(top, "rules", "Rules")
     for key in ("ruleconfigurations", "debugruleconfigurations"):
-        rules += [_sagemaker_rule(item) for item in top.get(key) or []]
+        rules += [_sagemaker_rule(item) for item in _listed(top, key, key)]
+    rules = check_rule_entries(rules, "Rules")
     if rules:
         from trainspect.rules import rules_from_config
 

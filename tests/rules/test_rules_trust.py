@@ -51,7 +51,7 @@ def test_meaningless_parameters_are_refused_in_one_line(make, needle):
 def test_cli_refuses_bad_values_and_parameters_of_rules_it_does_not_run(tmp_path):
     run = write_run(tmp_path / "run", healthy_records())
     code, _, err = cli(str(run), "--param", "LossNotDecreasing.num_steps=1.5")
-    assert code == 2 and "LossNotDecreasing: parameter num_steps='1.5'" in err
+    assert code == 2 and "LossNotDecreasing.num_steps='1.5': expected int >= 1" in err
     code, _, err = cli(str(run), "--param", "DeadRelu.threshold_layer=20")  # no ReLU outputs recorded
     assert code == 2 and "--param DeadRelu.threshold_layer: DeadRelu is not run here (inputs not recorded" in err
     code, out, _ = cli(str(run), "--param", "VanishingGradient.threshold=1e-9")

@@ -7,18 +7,20 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from trainspect import env
 from trainspect.collections import Collection
-from trainspect.config import ReductionConfig, SaveConfig
+from trainspect.config import ReductionConfig, SaveConfig, parse_bool
+from trainspect.exceptions import ConfigError
 from trainspect.hooks._guard import Guarded
 from trainspect.hooks.close_errors import one_line_for_write_errors
 from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_extras import HookExtras
 from trainspect.hooks.job import active_job, join_autolog
 from trainspect.hooks.shutdown import CLOSERS
+from trainspect.store.run_writer import BACKLOG_POLICIES
 
 __all__ = ["HookAPI"]
 
@@ -54,6 +56,7 @@ class HookAPI(Guarded):
         mlflow_run: Any = None,
         always_saved: Iterable[str] = (),
         local_gradients: bool = False,
+        on_backlog: str = "degrade",
     ) -> None:
         """Validate the configuration and build the collector (with TRAINSPECT_DISABLE=1, one that records nothing).
 
@@ -66,9 +69,9 @@ class HookAPI(Guarded):
             "dry_run": dry_run, "reduction_config": reduction_config, "save_config": save_config,
             "include_regex": include_regex, "include_collections": include_collections, "save_all": save_all,
             "include_workers": include_workers, "rules": rules, "profiler_config": profiler_config,
-            "mlflow_run": mlflow_run, "local_gradients": local_gradients,
+            "mlflow_run": mlflow_run, "local_gradients": local_gradients, "on_backlog": on_backlog,
         }  # fmt: skip
-        given, autologger = join_autolog(framework, given)
+        given, autologger = join_autolog(framework, _checked(given))
         self._given = dict(given)  # what a copy of this hook in a spawned process is built from (spawn_ticket)
         self.local_gradients = bool(given.get("local_gradients", False))
         if env.TRAINSPECT_DISABLE.get():
@@ -82,7 +85,7 @@ class HookAPI(Guarded):
             reduction_config=given["reduction_config"], save_all=given["save_all"],
             export_tensorboard=given["export_tensorboard"], tensorboard_dir=given["tensorboard_dir"],
             dry_run=given["dry_run"], include_workers=given["include_workers"], rules=self._extras.rules,
-            always_saved=always_saved,
+            always_saved=always_saved, on_backlog=given.get("on_backlog", "degrade"),
         )  # fmt: skip
         self.disabled = env.TRAINSPECT_DISABLE.get()
         self.collector.on_open(self._run_opened)
@@ -262,6 +265,63 @@ class HookAPI(Guarded):
             log.warning("trainspect: nothing was recorded in %s: %s", where, self._nothing_recorded_why)
 
 
+_INCLUDE_WORKERS = ("one", "all")  # what the collector supports (Collector.writes_tensors)
+_FLAGS = ("export_tensorboard", "dry_run", "save_all", "local_gradients")
+
+
+def _check_path(key: str, value: Any, optional: bool) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise ConfigError(f"{key}={value!r}: expected a path (a string or os.PathLike){' or None' if optional else ''}")
+
+
+def _check_instance(key: str, value: Any, cls: type) -> None:
+    if value is not None and not isinstance(value, cls):
+        raise ConfigError(f"{key}={value!r}: expected a {cls.__name__} or None")
+
+
+def _names(key: str, value: Any, kinds: tuple[type, ...], what: str) -> Any:
+    """None, a string, or the items as a list (a generator is read once, here)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Iterable) and not isinstance(value, Mapping):
+        items = list(value)
+        if all(isinstance(v, kinds) for v in items):
+            return items
+    raise ConfigError(f"{key}={value!r}: expected {what}")
+
+
+def _checked(given: dict[str, Any]) -> dict[str, Any]:
+    """The hook's settings, each checked (one ``ConfigError`` line naming the setting); lists are made lists.
+
+    Rules and the MLflow options are checked by :class:`HookExtras`, the save and reduction settings by their
+    config classes.
+    """
+    out = dict(given)
+    _check_path("out_dir", given["out_dir"], optional=False)
+    _check_path("tensorboard_dir", given["tensorboard_dir"], optional=True)
+    for key in _FLAGS:
+        out[key] = parse_bool(key, given[key])
+    _check_instance("save_config", given["save_config"], SaveConfig)
+    _check_instance("reduction_config", given["reduction_config"], ReductionConfig)
+    out["include_regex"] = _names("include_regex", given["include_regex"], (str,), "a regex or a list of regexes")
+    out["include_collections"] = _names("include_collections", given["include_collections"], (str, Collection),
+                                        "a list of collection names or Collection objects")  # fmt: skip
+    workers = given["include_workers"]
+    out["include_workers"] = workers.strip().lower() if isinstance(workers, str) else workers
+    if out["include_workers"] not in _INCLUDE_WORKERS:
+        raise ConfigError(f"include_workers={workers!r}: allowed: {', '.join(map(repr, _INCLUDE_WORKERS))}")
+    if given.get("on_backlog", "degrade") not in BACKLOG_POLICIES:
+        raise ConfigError(f"on_backlog={given['on_backlog']!r}: allowed: {', '.join(map(repr, BACKLOG_POLICIES))}")
+    profiler = given["profiler_config"]
+    if isinstance(profiler, Mapping):
+        from trainspect.profiler.config import ProfilerConfig
+
+        out["profiler_config"] = ProfilerConfig.from_dict(profiler)
+    return out
+
+
 def _settings_of(cls: type) -> set[str]:
     """The keyword settings ``cls`` takes.
 
@@ -275,4 +335,3 @@ def _settings_of(cls: type) -> set[str]:
         if not any(p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL) for p in params):
             return {p.name for p in params} - {"self"}
     return set()
-

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from trainspect import env
-from trainspect.exceptions import TrainingStopped
+from trainspect.config import parse_bool, parse_int, parse_number
+from trainspect.exceptions import ConfigError, TrainingStopped
 from trainspect.hooks.collector import Collector
 from trainspect.step import StepRecord
 from trainspect.store.manifest import all_workers_ended
@@ -30,8 +31,11 @@ def _resolve_rules(rules: Any) -> list[Any]:
         from trainspect.rules import default_rules
 
         if rules.strip().lower() != "default":
-            raise ValueError(f"rules={rules!r}: pass a list of rules or 'default'")
+            raise ConfigError(f"rules={rules!r}: expected a list of rules or 'default'")
         return list(default_rules())
+    from trainspect.hook_config import check_rule_entries
+
+    rules = check_rule_entries(rules, "rules")
     from trainspect.rules.registry import resolve_rules
 
     return resolve_rules(rules)
@@ -39,7 +43,61 @@ def _resolve_rules(rules: Any) -> list[Any]:
 
 _MLFLOW_KEYS = {"run": "run", "runid": "run", "trackinguri": "tracking_uri", "intervals": "interval_s",
                 "logeverynsteps": "log_every_n_steps", "priceperhour": "price_per_hour", "logrundir": "log_run_dir",
-                "enabled": "enabled", "experiment": "experiment"}  # fmt: skip
+                "enabled": "enabled", "experiment": "experiment", "waits": "wait_s"}  # fmt: skip
+_TRUE_WORDS, _FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+_RUN_ALLOWED = "None, true/false, a run id, an MLflow Run or a dict of options"
+
+
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{key}={value!r}: expected a non-empty string")
+    return value.strip()
+
+
+def _run_value(key: str, value: Any) -> Any:
+    """``mlflow_run`` (or its ``run`` option) other than a dict: None, a bool, a run id or a Run object."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE_WORDS + _FALSE_WORDS:
+        return value.strip().lower() in _TRUE_WORDS  # from a JSON config
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    if getattr(getattr(value, "info", None), "run_id", None):
+        return value  # an MLflow Run or ActiveRun
+    raise ConfigError(f"{key}={value!r}: expected {_RUN_ALLOWED}")
+
+
+_MLFLOW_CHECKS: dict[str, Any] = {
+    "run": _run_value,
+    "tracking_uri": _text,
+    "experiment": _text,
+    "interval_s": lambda k, v: parse_number(k, v, 0.0, above=True),
+    "wait_s": lambda k, v: parse_number(k, v, 0.0),
+    "price_per_hour": lambda k, v: parse_number(k, v, 0.0),
+    "log_every_n_steps": lambda k, v: parse_int(k, v, minimum=1),
+    "log_run_dir": parse_bool,
+    "enabled": parse_bool,
+}
+
+
+def mlflow_options(value: Any) -> tuple[Any, dict[str, Any]]:
+    """Validate ``mlflow_run`` and split it into the run and the session's options.
+
+    Raises:
+        ConfigError: one line naming the option (``MLflow.price_per_hour='cheap': expected a finite number >= 0``).
+    """
+    if not isinstance(value, dict):
+        return _run_value("mlflow_run", value), {}
+    opts: dict[str, Any] = {}
+    for key, raw in value.items():
+        name = _MLFLOW_KEYS.get(str(key).replace("_", "").lower())
+        if name is None:
+            raise ConfigError(f"MLflow.{key}: unknown option; allowed: {', '.join(_MLFLOW_CHECKS)}")
+        opts[name] = _MLFLOW_CHECKS[name](f"MLflow.{name}", raw)
+    run = opts.pop("run", None)
+    if opts.pop("enabled", True) is False:
+        run = False
+    return run, opts
 
 
 class HookExtras:
@@ -55,8 +113,11 @@ class HookExtras:
 
     def __init__(self, rules: Any = None, profiler_config: Any = None, mlflow_run: Any = None) -> None:
         self.rules = _resolve_rules(rules)
+        if profiler_config is not None and not hasattr(profiler_config, "system_monitor_interval_millis"):
+            raise ConfigError(f"profiler_config={profiler_config!r}: expected a ProfilerConfig or None")
         self.profiler_config = profiler_config
         self.mlflow_run = mlflow_run
+        self._mlflow_checked = mlflow_options(mlflow_run)  # a bad option fails here, not when the run opens
         self._live: Any = None
         self._attached = False
         self._framework: Any = None
@@ -138,23 +199,8 @@ class HookExtras:
             self._live_profiler.start()
 
     def _mlflow_options(self) -> tuple[Any, dict[str, Any]]:
-        value = self.mlflow_run
-        if isinstance(value, str) and value.strip().lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            value = value.strip().lower() in ("1", "true", "yes", "on")  # from a JSON config
-        if not isinstance(value, dict):
-            return value, {}
-        opts = {_MLFLOW_KEYS.get(str(k).replace("_", "").lower(), str(k)): v for k, v in value.items()}
-        for key in ("price_per_hour", "interval_s"):
-            if key in opts:
-                opts[key] = float(opts[key])
-        if "log_every_n_steps" in opts:
-            opts["log_every_n_steps"] = int(opts["log_every_n_steps"])
-        if "log_run_dir" in opts:
-            opts["log_run_dir"] = str(opts["log_run_dir"]).strip().lower() in ("1", "true", "yes", "on")
-        run = opts.pop("run", None)
-        if opts.pop("enabled", True) is False:
-            run = False
-        return run, opts
+        run, opts = self._mlflow_checked
+        return run, dict(opts)
 
     def _mlflow_wanted(self) -> bool:
         flag = env.TRAINSPECT_MLFLOW.get()

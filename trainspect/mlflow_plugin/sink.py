@@ -189,6 +189,25 @@ class MlflowSink:
         except Exception:
             return False
 
+    def check_answers(self) -> None:
+        """Fail fast, in one line, when the tracking server does not answer (local stores always do).
+
+        One request without retries and with a short timeout: MLflow's own client retries a dead server with
+        back-off for minutes. Any HTTP answer counts (a server without ``/health`` answers 404).
+
+        Raises:
+            ConnectionError: nothing answers at the tracking URI within a few seconds.
+        """
+        if not self._rest:
+            return
+        from mlflow.utils.rest_utils import http_request
+
+        try:
+            http_request(self._creds(), "/health", "GET", max_retries=0, timeout=_TIMEOUT_S)
+        except Exception as exc:
+            raise ConnectionError(f"the MLflow tracking server at {self.tracking_uri} does not answer "
+                                  f"({_why_no_answer(exc)})") from None  # fmt: skip
+
     def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
         """Upload one file."""
         self.client.log_artifact(self.run_id, os.fspath(path), artifact_path)
@@ -200,6 +219,17 @@ class MlflowSink:
     def end(self, status: str = "FINISHED") -> None:
         """Mark the run terminated."""
         self.client.set_terminated(self.run_id, status)
+
+
+def _why_no_answer(exc: Exception) -> str:
+    """A few words for a failed request (requests' messages run to several hundred characters)."""
+    text = str(exc)
+    if "refused" in text.lower():
+        return "connection refused"
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        return f"no answer within {_TIMEOUT_S:g} s"
+    first = text.splitlines()[0] if text else type(exc).__name__
+    return first[:120]
 
 
 def _request_workspace() -> str | None:

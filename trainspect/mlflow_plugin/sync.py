@@ -193,7 +193,7 @@ def sync_run(
 
     Raises:
         FileNotFoundError: ``run_dir`` is not a directory.
-        ValueError: no run id was given or recorded.
+        ValueError: no run id was given or recorded, or the tracking server does not answer.
     """
     path = Path(run_dir)
     if not path.is_dir():
@@ -205,9 +205,14 @@ def sync_run(
     from trainspect.report.context import ReportContext
 
     stage = progress or (lambda _: None)
+    sink = MlflowSink(str(run_id), tracking_uri or recorded.get("tracking_uri"))
+    stage("checking the tracking server")
+    try:
+        sink.check_answers()  # seconds, before MLflow's client retries a dead server for minutes
+    except ConnectionError as exc:
+        raise ValueError(f"{exc}; start it (or pass --tracking-uri) and run mlflow-sync again") from None
     stage("reading the run")
     ctx = ReportContext.load(path, price_per_hour=price_per_hour)
-    sink = MlflowSink(str(run_id), tracking_uri or recorded.get("tracking_uri"))
     kept_files = unsent_files(path)
     same_run = run_id == recorded.get("run_id")  # the kept metrics continue the recorded run's series only
     status, end_ms = _job_end(path, recorded, ctx.trial)

@@ -8,6 +8,7 @@ case-insensitive, values may be strings) or built by ``trainspect run`` from its
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -35,11 +36,11 @@ def _number(name: str, value: Any, kind: type) -> Any:
     if value is None:
         return None
     try:
-        if isinstance(value, bool):
-            raise TypeError(value)
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not math.isfinite(float(value)):
+            raise TypeError(value)  # NaN and Infinity (1e999) are no window
         number = kind(float(value)) if kind is int and isinstance(value, str) else kind(value)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}={value!r}: expected a number ({kind.__name__})") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{name}={value!r}: expected a finite number ({kind.__name__})") from None
     if number < 0 or (kind is int and float(value) != number):
         raise ConfigError(f"{name}={value!r}: expected a non-negative {kind.__name__}")
     return number
@@ -159,6 +160,8 @@ class FrameworkProfile:
     cprofile_timer: str = "total_time"
 
     def __post_init__(self) -> None:
+        for attr in ("detailed", "dataloader", "python"):
+            object.__setattr__(self, attr, ProfileRange.from_value(attr, getattr(self, attr)))
         if self.python_profiler != "cprofile":
             raise ConfigError(f"python_profiler={self.python_profiler!r}: allowed: 'cprofile'")
         if self.cprofile_timer not in ("total_time", "cpu_time"):
@@ -245,6 +248,9 @@ class ProfilerConfig:
         params = self.framework_profile_params
         if isinstance(params, Mapping):
             object.__setattr__(self, "framework_profile_params", FrameworkProfile.from_dict(params))
+        elif params is not None and not isinstance(params, FrameworkProfile):
+            raise ConfigError(f"framework_profile_params={params!r}: expected a FrameworkProfile, a mapping or None")
+        object.__setattr__(self, "enabled", _bool("enabled", self.enabled))
 
     @property
     def interval_s(self) -> float:
@@ -260,6 +266,10 @@ class ProfilerConfig:
         Raises:
             ConfigError: a bad value or an unknown key.
         """
+        if data is not None and not isinstance(data, Mapping):
+            raise ConfigError(
+                f"ProfilerConfig={data!r}: expected a JSON object, e.g. {{'SystemMonitorIntervalMillis': 500}}"
+            )
         if not data:
             return cls()
         norm = {_norm(str(k)): v for k, v in data.items()}

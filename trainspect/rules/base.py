@@ -9,6 +9,7 @@ from JSON configs and the CLI, as strings; :class:`Param` parses both and valida
 from __future__ import annotations
 
 import abc
+import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,7 +62,7 @@ class Param:
             return None
         try:
             parsed = self._convert(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int from Infinity
             raise ConfigError(
                 f"parameter {self.name}={value!r}: expected {self.type.__name__}{self._allowed()}"
             ) from None
@@ -82,13 +83,17 @@ class Param:
             return int(number)
         if self.type is float:
             return float(value)
+        if self.type is str and isinstance(value, enum.Enum):
+            return value.name  # ModeKeys.TRAIN: "TRAIN"
+        if self.type is str and not isinstance(value, str):
+            raise TypeError(value)  # 5 is no name: str(5) would hide a misplaced value
         return self.type(value)
 
     def _check(self, parsed: Any, raw: Any) -> None:
         bad = False
         if isinstance(parsed, (int, float)) and not isinstance(parsed, bool):
-            if isinstance(parsed, float) and math.isnan(parsed):
-                bad = True
+            if isinstance(parsed, float) and not math.isfinite(parsed):
+                raise ConfigError(f"parameter {self.name}={raw!r}: expected a finite number{self._allowed()}")
             if self.min is not None and parsed < self.min:
                 bad = True
             if self.max is not None and parsed > self.max:

@@ -84,8 +84,27 @@ def _parse_params(items: Sequence[str], registry: RuleRegistry) -> dict[str, dic
         if not sep or not dot or not key:
             raise ConfigError(f"--param {item!r}: expected NAME.KEY=VALUE, e.g. VanishingGradient.threshold=1e-6")
         cls = registry.get(name.strip())
+        _check_param(cls, key.strip(), value)
         params.setdefault(cls.__name__, {})[key.strip()] = value
     return params
+
+
+def _check_param(cls: type[Rule], key: str, value: str) -> None:
+    """Validate one ``--param`` against the rule's declaration, before the run is read.
+
+    Raises:
+        ConfigError: an unknown parameter, or a value of the wrong type or range (``1e999``: not finite).
+    """
+    declared = {p.name: p for p in cls.parameters}
+    if key not in declared:
+        allowed = ", ".join(declared) or "(none)"
+        raise ConfigError(f"--param {cls.__name__}.{key}: unknown parameter; allowed: {allowed}")
+    try:
+        declared[key].parse(value)
+    except ConfigError as exc:
+        text, prefix = str(exc), f"parameter {key}={value!r}"
+        rest = text[len(prefix) :] if text.startswith(prefix) else f": {text}"
+        raise ConfigError(f"--param {cls.__name__}.{key}={value!r}{rest}") from None
 
 
 def _explicit_rules(names: Sequence[str], params: dict[str, dict[str, str]], registry: RuleRegistry) -> list[Rule]:
@@ -227,7 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m trainspect.rules.cli DIR ...``."""
     parser = argparse.ArgumentParser(prog="trainspect rules")
     _configure(parser)
-    return run(parser.parse_args(argv))
+    from trainspect.cli import quiet_broken_pipe
+
+    return quiet_broken_pipe(lambda: run(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":
