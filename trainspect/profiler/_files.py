@@ -8,12 +8,16 @@ import time
 from pathlib import Path
 
 from trainspect.profiler.schema import Frame, scan_frames
+from trainspect.store.safe_files import open_regular
 
 logger = logging.getLogger(__name__)
 
 STALE_S = 5.0
 """A file whose last frame is cut off and that has not changed for this long is reported as truncated."""
 _END_MARKER = "training_job_end.ts"
+MAX_FILE_WARNINGS = 20
+"""Damaged frame files of one folder named at WARNING level; the others at DEBUG (thousands must not flood)."""
+_FILES_WARNED: dict[Path, int] = {}
 
 
 class TailedFile:
@@ -38,10 +42,9 @@ class TailedFile:
     def poll(self) -> list[Frame]:
         """Frames written since the last call; damaged frames are skipped with one warning per file."""
         try:
-            size = self.path.stat().st_size
-            if size <= self.offset:
-                return []
-            with open(self.path, "rb") as fh:
+            with open_regular(self.path) as fh:
+                if os.fstat(fh.fileno()).st_size <= self.offset:
+                    return []
                 fh.seek(self.offset)
                 data = fh.read()
         except OSError as exc:
@@ -73,4 +76,15 @@ class TailedFile:
             logger.debug("%s: %s", self.path, text)
             return
         self.warned = True
+        count = _FILES_WARNED[self.path.parent] = _FILES_WARNED.get(self.path.parent, 0) + 1
+        if count > MAX_FILE_WARNINGS:
+            logger.debug("trainspect: skipped damaged profiler data in %s: %s", self.path, text)
+            return
         logger.warning("trainspect: skipped damaged profiler data in %s: %s", self.path, text)
+        if count == MAX_FILE_WARNINGS:
+            logger.warning(
+                "trainspect: %d damaged profiler files named in %s; further ones there are logged at DEBUG level "
+                "(the readers' problems list every one)",
+                MAX_FILE_WARNINGS,
+                self.path.parent,
+            )

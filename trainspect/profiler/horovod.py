@@ -39,6 +39,8 @@ from typing import IO, Any
 import numpy as np
 import pandas as pd
 
+from trainspect.store.safe_files import open_regular
+
 __all__ = [
     "HorovodTimeline", "read_horovod_timeline", "negotiations", "last_ready_counts", "phase_totals", "tensor_totals",
     "SPAN_COLUMNS", "READY_COLUMNS", "NEGOTIATION_COLUMNS", "LAST_READY_COLUMNS", "PHASE_COLUMNS", "TENSOR_COLUMNS",
@@ -367,7 +369,7 @@ def read_horovod_timeline(path: str | os.PathLike[str], chunk_bytes: int = _CHUN
     if not isinstance(chunk_bytes, int) or chunk_bytes < 1:
         raise ValueError(f"chunk_bytes={chunk_bytes!r}: must be an int ≥ 1")
     build = _Builder()
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:
         scan = _Scan(fh, chunk_bytes)
         for value in scan.values():
             build.add(value)

@@ -17,13 +17,14 @@ instant (``"i"``) and metadata events are not events. Times here are epoch **mic
 from __future__ import annotations
 
 import gzip
-import json
 import math
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
 from trainspect.profiler.events import TraceEvent
+from trainspect.store.safe_files import TRACE_CAP, UnsafeFile, loads_bounded, read_capped
 
 __all__ = ["load_trace", "parse_trace", "read_trace_file", "tf_trace_metadata", "to_us", "in_window"]
 
@@ -62,12 +63,14 @@ def load_trace(path: Path) -> tuple[list[dict[str, Any]], bool]:
     Raises:
         OSError, EOFError, gzip.BadGzipFile: the file cannot be read at all.
     """
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    raw = read_capped(path, TRACE_CAP)
+    if path.suffix == ".gz":
+        raw = _gunzip(raw, path)
     text = raw.decode("utf-8", errors="replace").strip()
     for candidate in (text, text.rstrip(",") + "]"):
         try:
-            data = json.loads(candidate)
-        except json.JSONDecodeError:
+            data = loads_bounded(candidate)
+        except ValueError:
             continue
         events = data.get("traceEvents", []) if isinstance(data, dict) else data
         if not isinstance(events, list):
@@ -76,10 +79,26 @@ def load_trace(path: Path) -> tuple[list[dict[str, Any]], bool]:
     events = []
     for line in text.strip("[]").splitlines():
         try:
-            events.append(json.loads(line.strip().rstrip(",")))
-        except json.JSONDecodeError:
+            events.append(loads_bounded(line.strip().rstrip(",")))
+        except ValueError:
             continue
     return [e for e in events if isinstance(e, dict)], True
+
+
+def _gunzip(raw: bytes, path: Path) -> bytes:
+    """Decompress at most :data:`TRACE_CAP` bytes (a gzip bomb is refused, not expanded)."""
+    parts: list[bytes] = []
+    size = 0
+    while raw and size <= TRACE_CAP:  # one gzip member after the other, as gzip.decompress reads them
+        inflate = zlib.decompressobj(wbits=31)
+        parts.append(inflate.decompress(raw, TRACE_CAP + 1 - size))
+        size += len(parts[-1])
+        if not inflate.eof:
+            break
+        raw = inflate.unused_data
+    if size > TRACE_CAP:
+        raise UnsafeFile(f"{path}: decompresses to over {TRACE_CAP:,} bytes")
+    return b"".join(parts)
 
 
 def _base_and_phases(raw: list[dict[str, Any]], base: float) -> tuple[float, dict[Any, str]]:
@@ -176,7 +195,7 @@ def read_trace_file(path: str | Path) -> tuple[list[TraceEvent], str | None]:
     path = Path(path)
     try:
         raw, damaged = load_trace(path)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         return [], str(exc)
     problem = _DAMAGED if damaged else None
     if path.name.endswith(".trace.json.gz"):

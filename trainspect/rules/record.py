@@ -36,11 +36,13 @@ from typing import Any
 from trainspect.rules.verdict import VERDICT_SCHEMA_VERSION, Verdict, _json_safe
 from trainspect.rules.worker_verdicts import merge_current
 from trainspect.store.manifest import write_text_atomic
+from trainspect.store.safe_files import load_json_bounded
 
 __all__ = ["VerdictRecord", "record_verdicts", "record_report_verdicts", "read_record", "stamp", "unfinished_rules",
            "MAX_EVALUATIONS"]  # fmt: skip
 
 _log = logging.getLogger(__name__)
+_WARNED: set[str] = set()
 
 MAX_EVALUATIONS = 200
 """Evaluations kept in the record; older ones are dropped (their count is kept in ``evaluations_dropped``)."""
@@ -55,11 +57,13 @@ def stamp(verdicts: Sequence[Verdict], source: str, when: float | None = None) -
 def read_record(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The whole record as a dict (``{}`` when the file is missing or unreadable)."""
     try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = load_json_bounded(path)
     except FileNotFoundError:
         return {}
     except (OSError, ValueError) as exc:
-        _log.warning("rules: the verdict record %s is unreadable (%s); starting a new one", path, exc)
+        if (key := f"{os.fspath(path)}: {exc}") not in _WARNED:  # the record is read before and after each write
+            _WARNED.add(key)
+            _log.warning("rules: the verdict record %s is unreadable (%s); starting a new one", path, exc)
         return {}
     return doc if isinstance(doc, dict) else {}
 

@@ -87,16 +87,24 @@ def job_over(layout: RunLayout) -> bool:
     return time.time() - _newest_mtime(folders) > QUIET_S
 
 
+_SHOWN = 5
+"""More missing partners than this in one folder are reported as one line with a count."""
+
+
 def _pairs(folder: Path, first: str, second: str, what: str, both: bool = True) -> list[str]:
     """Files ``first`` whose partner ``second`` (same ``{}`` part) is missing, and with ``both`` the other way round."""
     out: list[str] = []
     for mine, other in ((first, second), (second, first))[: 2 if both else 1]:
         head, tail = mine.split("{}")
+        lines = []
         for path in sorted(folder.glob(mine.replace("{}", "*"))):
             key = path.name[len(head) : len(path.name) - len(tail)]
             partner = folder / other.format(key)
             if not partner.exists():
-                out.append(f"{partner} is missing ({path.name} is there): {what}")
+                lines.append(f"{partner} is missing ({path.name} is there): {what}")
+        if len(lines) > _SHOWN:
+            lines = [f"{len(lines):,} {other.replace('{}', '*')} files are missing (first: {lines[0]})"]
+        out += lines
     return out
 
 
@@ -117,7 +125,8 @@ def tensor_problems(layout: RunLayout, over: bool | None = None) -> list[str]:
         problems.append(f"{layout.end_marker} is missing although every worker recorded its end")
     folders = sorted(p for p in layout.tensors_dir.iterdir() if p.is_dir()) if layout.tensors_dir.is_dir() else []
     for folder in folders:
-        problems += _tensor_folder_problems(layout, folder, folder.name in workers or not layout.workers_dir.is_dir())
+        known = folder.name in workers or layout.worker_manifest(folder.name).exists()  # unreadable: named above
+        problems += _tensor_folder_problems(layout, folder, known or not layout.workers_dir.is_dir())
     return problems
 
 

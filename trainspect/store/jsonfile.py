@@ -15,13 +15,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainspect.exceptions import DamagedFile
+from trainspect.store.safe_files import JSON_CAP, loads_bounded, read_capped
 
 __all__ = ["ListOf", "DictOf", "Obj", "NUMBER", "check", "load_json"]
 
@@ -123,18 +123,18 @@ def load_json(path: str | os.PathLike[str], shape: Any) -> Any:
     """Read a JSON file and check its shape.
 
     Raises:
-        DamagedFile: the file cannot be read, is not JSON, or has the wrong shape; the message names the file.
+        DamagedFile: the file cannot be read, is not a regular file, is over :data:`JSON_CAP` bytes, is not JSON,
+            is nested too deeply, or has the wrong shape; the message names the file.
         FileNotFoundError: it does not exist.
     """
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        text = read_capped(path, JSON_CAP).decode("utf-8")
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError) as exc:
         raise DamagedFile(f"{os.fspath(path)}: cannot be read ({exc})") from None
     try:
-        doc = json.loads(text)
+        doc = loads_bounded(text)
     except ValueError as exc:
         reason = "empty" if not text.strip() else f"not valid JSON ({exc})"
         raise DamagedFile(f"{os.fspath(path)}: {reason}") from None

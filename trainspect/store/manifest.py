@@ -13,6 +13,7 @@ from typing import Any
 
 from trainspect.exceptions import RunDirectoryInUse
 from trainspect.store.layout import FORMAT_VERSION, RunLayout
+from trainspect.store.safe_files import load_json_bounded
 
 __all__ = [
     "all_workers_ended",
@@ -75,7 +76,7 @@ def write_json_atomic(path: Path, doc: Any) -> None:
 def read_manifest(layout: RunLayout) -> dict[str, Any] | None:
     """Return the job manifest, or None when the directory has none (or it is unreadable)."""
     try:
-        return json.loads(layout.manifest.read_text(encoding="utf-8"))
+        return load_json_bounded(layout.manifest)
     except (OSError, ValueError):
         return None
 
@@ -154,7 +155,7 @@ def claim_worker(layout: RunLayout, worker: str, **fields: Any) -> dict[str, Any
         except FileExistsError:
             pass
         try:
-            holder = json.loads(path.read_text(encoding="utf-8"))
+            holder = load_json_bounded(path)
         except (OSError, ValueError):
             holder = {}
         mine = holder.get("pid") == os.getpid() and holder.get("host") == doc["host"]
@@ -174,8 +175,8 @@ def write_worker_manifest(layout: RunLayout, worker: str, **fields: Any) -> None
     doc: dict[str, Any] = {}
     if path.exists():
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except ValueError:
+            doc = load_json_bounded(path)
+        except (OSError, ValueError):
             doc = {}
     doc.setdefault("worker", worker)
     doc.setdefault("host", socket.gethostname())
@@ -196,7 +197,7 @@ def read_worker_manifests(layout: RunLayout) -> dict[str, dict[str, Any]]:
         return out
     for path in sorted(layout.workers_dir.glob("*.json")):
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+            doc = load_json_bounded(path)
         except (OSError, ValueError):
             continue
         out[str(doc.get("worker", path.stem))] = doc

@@ -7,7 +7,6 @@ tensors are attached to their tensor, as the Trial expects.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import struct
@@ -21,6 +20,7 @@ from trainspect.modes import ModeKeys, parse_mode
 from trainspect.reductions import Reduction
 from trainspect.store.framing import CorruptRecord
 from trainspect.store.index import Entry, TrialIndex
+from trainspect.store.safe_files import load_json_bounded, open_regular
 
 __all__ = ["SmdebugSource"]
 
@@ -76,7 +76,7 @@ class SmdebugSource:
             if not match:
                 continue
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
+                doc = load_json_bounded(path)
             except (OSError, ValueError):
                 continue  # still being written: retried at the next refresh
             self._seen.add(path)
@@ -130,7 +130,7 @@ class SmdebugSource:
             CorruptRecord: the bytes are missing or cannot be decoded.
         """
         assert entry.file is not None
-        with open(entry.file, "rb") as fh:
+        with open_regular(entry.file) as fh:
             fh.seek(entry.offset)
             raw = fh.read(max(entry.length, 12))
             if len(raw) >= 12:
@@ -149,7 +149,7 @@ class SmdebugSource:
         out: dict[str, Collection] = {}
         for path in sorted((self.root / "collections").glob("*/*_collections.json")):
             try:
-                doc = json.loads(path.read_text(encoding="utf-8"))
+                doc = load_json_bounded(path)
             except (OSError, ValueError):
                 continue
             for name, data in (doc.get("collections") or {}).items():

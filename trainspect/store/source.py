@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import mmap
 import os
@@ -21,6 +20,7 @@ from trainspect.store.layout import RunLayout
 from trainspect.store.nogc import paused_gc
 from trainspect.store.pieces import parse_partials, parse_shard
 from trainspect.store.run_writer import COLLECTIONS_FILE
+from trainspect.store.safe_files import loads_bounded, open_regular
 from trainspect.store.tensor_file import INDEX_PREFIX, KIND_INDEX
 
 __all__ = ["TrainspectSource"]
@@ -76,7 +76,7 @@ class TrainspectSource:
             size = path.stat().st_size
             if size <= start:
                 return 0
-            with open(path, "rb") as fh:
+            with open_regular(path) as fh:
                 fh.seek(start)
                 buf = fh.read(size - start)
         except OSError as exc:
@@ -100,11 +100,11 @@ class TrainspectSource:
 
     def _add(self, index: TrialIndex, worker: str, folder: Path, payload: bytes) -> None:
         try:
-            doc = json.loads(payload.decode())  # the format is UTF-8: no encoding detection per record
+            doc = loads_bounded(payload.decode())  # the format is UTF-8: no encoding detection per record
             gs, mode, mode_step, wall = int(doc["g"]), ModeKeys(int(doc["m"])), int(doc["ms"]), float(doc.get("t", 0))
             data_file = str(folder / doc["f"])
             entries = [(str(e["n"]), _entry(e, data_file)) for e in doc.get("e", ())]
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
             self.corrupt_records += 1
             self._warn(f"{folder}#entries", f"{folder}: skipped an index record of the wrong shape")
             return
@@ -160,7 +160,7 @@ class TrainspectSource:
         current = self._maps.get(path)
         if current is not None and len(current) >= needed:
             return current
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             size = os.fstat(fh.fileno()).st_size
             if size == 0:
                 return b""

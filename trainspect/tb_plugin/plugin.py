@@ -21,6 +21,7 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
+from trainspect.store.safe_files import TRACE_CAP, read_capped
 from trainspect.tb_plugin import metadata
 from trainspect.tb_plugin.cards import Card, CardRegistry, default_cards
 from trainspect.tb_plugin.profiler_view import overview
@@ -151,11 +152,13 @@ class TrainspectPlugin(base_plugin.TBPlugin):
         try:
             info = self._lookup(request.args.get("run"))
             path = find_trace(info.path, request.args.get("id"))
-            body = path.read_bytes()
+            body = read_capped(path, TRACE_CAP)
         except errors.PublicError as exc:
             return _error(request, exc)
         except OSError as exc:
             return _error(request, errors.NotFoundError(f"the trace could not be read ({type(exc).__name__})"))
+        except Exception as exc:  # noqa: BLE001 - a JSON 500 with a short message, never a traceback page
+            return _internal(request, exc)
         gz = path.name.endswith(".gz")
         name = re.sub(r"[^A-Za-z0-9_.-]", "_", f"{info.name}_{path.parent.name}_{path.name}")
         response = http_util.Respond(request, body, "application/gzip" if gz else _JSON)
@@ -236,7 +239,12 @@ def _wsgi(handler: _Handler) -> _WSGIApp:
     """Turn a ``request -> response`` handler into the WSGI app TensorBoard mounts."""
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        return handler(wrappers.Request(environ))(environ, start_response)  # type: ignore[no-any-return]
+        request = wrappers.Request(environ)
+        try:
+            response = handler(request)
+        except Exception as exc:  # noqa: BLE001 - whatever a route missed is a JSON 500, never a traceback page
+            response = _internal(request, exc)
+        return response(environ, start_response)  # type: ignore[no-any-return]
 
     return app
 
@@ -245,15 +253,20 @@ def _error(request: wrappers.Request, exc: errors.PublicError) -> wrappers.Respo
     return http_util.Respond(request, {"error": str(exc)}, _JSON, code=exc.http_code)
 
 
+def _internal(request: wrappers.Request, exc: Exception) -> wrappers.Response:
+    """A JSON 500 with a short message (the traceback goes to TensorBoard's log)."""
+    logger.error("trainspect plugin: %s failed", request.path, exc_info=exc)
+    body = {"error": f"internal error in the trainspect plugin ({type(exc).__name__}); see TensorBoard's log"}
+    return http_util.Respond(request, body, _JSON, code=500)
+
+
 def _json(request: wrappers.Request, impl: Callable[[], Any]) -> wrappers.Response:
     try:
         body = impl()
     except errors.PublicError as exc:
         return _error(request, exc)
     except Exception as exc:  # noqa: BLE001 - unreadable data must give the view a message, not an HTML 500
-        logger.exception("trainspect plugin: %s failed", request.path)
-        body = {"error": f"internal error in the trainspect plugin ({type(exc).__name__}); see TensorBoard's log"}
-        return http_util.Respond(request, body, _JSON, code=500)
+        return _internal(request, exc)
     try:  # the views already turned NaN into None; json.dumps is ~4x faster than TensorBoard's Cleanse
         text = json.dumps(body, separators=(",", ":"), allow_nan=False)
     except ValueError:

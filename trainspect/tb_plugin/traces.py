@@ -16,7 +16,8 @@ from tensorboard import errors
 __all__ = ["list_traces", "find_trace", "MAX_TRACES"]
 
 MAX_TRACES = 50
-_WINDOW = re.compile(r"trace_(\d+)-(\d+)\.json$")
+_WINDOW = re.compile(r"trace_([0-9]+)-([0-9]+)\.json$")
+_ID = re.compile(r"[0-9]{1,9}")  # ASCII digits only: "²" and "①" are digits to str.isdigit, not to int()
 
 
 def _candidates(run: Path) -> list[Path]:
@@ -54,10 +55,10 @@ def find_trace(run: Path, trace_id: str | None) -> Path:
     """The trace listed as ``trace_id``.
 
     Raises:
-        InvalidArgumentError: the id is missing or not a number.
+        InvalidArgumentError: the id is missing or not a number (1 to 9 ASCII digits).
         NotFoundError: the run has no trace with that id.
     """
-    if trace_id is None or not trace_id.isdigit():
+    if trace_id is None or not _ID.fullmatch(trace_id):
         raise errors.InvalidArgumentError("parameter 'id' must be a trace id from the profiler overview")
     paths = _candidates(run)
     index = int(trace_id)
