@@ -3,7 +3,8 @@
 Closing writes several files (the last steps, the worker manifest, the end marker, verdicts, the report, MLflow's
 spool); on a full disk each of them fails with its own warning, some with a traceback. While a hook closes, the
 warnings of trainspect's loggers that carry an ``OSError`` are held back and summed up in one line (the background
-writer's own "capture disabled" line is the exception: it says when capture stopped).
+writer's own "capture disabled" line is the exception: it says when capture stopped). The block is also a close
+under way for :data:`~trainspect.hooks.shutdown.CLOSERS`: a second stop signal does not cut it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+from trainspect.hooks.shutdown import CLOSERS
 
 __all__ = ["one_line_for_write_errors"]
 
@@ -65,7 +68,8 @@ def one_line_for_write_errors(run_dir: str) -> Iterator[None]:
     for logger in loggers:
         logger.addFilter(held)
     try:
-        yield
+        with CLOSERS.closing(run_dir):
+            yield
     finally:
         for logger in loggers:
             logger.removeFilter(held)

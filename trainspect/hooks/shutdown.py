@@ -12,6 +12,10 @@ queued for the background writer, the end marker and the final verdicts.
   recorded is on disk), then that handler runs unchanged; the hooks close at exit or when it ends the process.
 - An ignored signal stays ignored; Python's own SIGINT handler (``KeyboardInterrupt``) is left alone, since the
   exit that follows closes the hooks.
+- Once a close is under way (started by a signal, at exit, or by the script's ``close()``), SIGTERM, SIGHUP and
+  SIGINT do not cut it: a second signal is held until the close ends (then handled as usual, unless the close
+  was itself a signal's, whose process then dies of that first signal); a third ends the process at once, with
+  one line saying what was not written.
 - A forked child (a DataLoader worker) inherits the handlers but never closes its parent's hooks; a hook whose run
   opens in a child (Lightning's ``ddp_fork``) is that child's, closed when it ends (``multiprocessing`` children end
   in ``os._exit``, after their finalizers, not ``atexit``).
@@ -30,8 +34,13 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
+
+from trainspect._supervise import NOTES_ENV
 
 __all__ = ["Closable", "ShutdownCloser", "CLOSERS"]
 
@@ -39,6 +48,7 @@ log = logging.getLogger(__name__)
 
 _SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
 _FLUSH_SECONDS = 10.0  # bound on the flush before a chained handler runs
+_CUT_AT = 3  # the signal that ends a close under way (counting the one that started it)
 
 
 class Closable(Protocol):
@@ -56,6 +66,10 @@ class ShutdownCloser:
         self._lock = threading.Lock()
         self._pid: int | None = None
         self._previous: dict[int, Any] = {}
+        self._closing: list[str] = []  # the run directories whose close is under way, outermost first
+        self._signals = 0  # terminating signals received since the close began (the one that began it included)
+        self._held: int | None = None  # the first signal held back until the close ends
+        self._guarded: dict[int, Any] = {}  # handlers replaced while a close is under way
 
     def track(self, obj: Closable) -> None:
         """Close ``obj`` when the process ends, unless it was closed before (see :meth:`untrack`)."""
@@ -72,10 +86,72 @@ class ShutdownCloser:
         with self._lock:
             self._open = [o for o in self._open if o is not obj]
 
+    @contextmanager
+    def closing(self, what: str, signum: int | None = None) -> Iterator[None]:
+        """Keep SIGTERM, SIGHUP and SIGINT from cutting the close of ``what`` inside the block (see module doc).
+
+        ``signum``: the signal that started this close (it counts as the first; the process dies of it after).
+        """
+        outermost = not self._closing
+        self._closing.append(what)
+        if outermost:
+            self._signals, self._held = (1 if signum is not None else 0), None
+            self._guard()
+        try:
+            yield
+        finally:
+            if outermost:
+                self._unguard()
+            self._closing.pop()
+            held, self._held = (self._held if outermost and signum is None else None), None
+            if outermost and held is not None:
+                signal.raise_signal(held)  # handled now as it would have been without the close
+
+    def _guard(self) -> None:
+        if threading.current_thread() is not threading.main_thread() or self._pid != os.getpid():
+            return  # a signal handler can only be set from the main thread; there, ours is set for SIGTERM/SIGHUP
+        for name in _SIGNALS:
+            signum = getattr(signal, name, None)
+            if signum is None:
+                continue
+            current = signal.getsignal(signum)
+            if current in (None, signal.SIG_IGN) or current == self._on_signal:
+                continue
+            self._guarded[signum] = current
+            signal.signal(signum, self._on_signal)
+
+    def _unguard(self) -> None:
+        guarded, self._guarded = self._guarded, {}
+        for signum, handler in guarded.items():
+            signal.signal(signum, handler)
+
+    def _during_close(self, signum: int) -> None:
+        """A signal while a close is under way: hold it back, or cut the close at the third."""
+        self._signals += 1
+        name = signal.Signals(signum).name
+        if self._signals < _CUT_AT:
+            if self._held is None:
+                self._held = signum
+            log.warning("trainspect: %s received while closing the run; finishing the close first (another "
+                        "signal ends it)", name)  # fmt: skip
+            return
+        runs = list(dict.fromkeys(self._closing))
+        missing = [r for r in runs if not (Path(r) / "training_job_end.ts").exists()]
+        log.warning("trainspect: %s received again; the close was cut: not written in %s: the end marker, the "
+                    "steps still queued and the final verdicts", name, ", ".join(missing or runs))  # fmt: skip
+        for handler in logging.getLogger("trainspect").handlers + logging.getLogger().handlers:
+            handler.flush()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
     def close_all(self) -> None:
         """Close every open hook, newest first (only in the process that opened them)."""
         if self._pid != os.getpid():
             return
+        with self.closing("the open runs"):
+            self._close_each()
+
+    def _close_each(self) -> None:
         while True:
             with self._lock:
                 if not self._open:
@@ -107,6 +183,7 @@ class ShutdownCloser:
             multiprocessing.util.Finalize(None, self.close_all, exitpriority=100)
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be set from the main thread; atexit still closes the hooks
+        _note_signals_for_the_wrapper()
         for name in _SIGNALS:
             signum = getattr(signal, name, None)
             if signum is None:
@@ -118,8 +195,11 @@ class ShutdownCloser:
             signal.signal(signum, self._on_signal)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        previous = self._previous.get(signum, signal.SIG_DFL)
         mine = self._pid == os.getpid()
+        if mine and self._closing:
+            self._during_close(signum)
+            return
+        previous = self._previous.get(signum, signal.SIG_DFL)
         if callable(previous):
             if mine:
                 self._flush_all()
@@ -127,9 +207,30 @@ class ShutdownCloser:
             return
         if mine:
             log.warning("trainspect: %s received; closing the run before the process ends", signal.Signals(signum).name)
-            self.close_all()
+            with self.closing("the open runs", signum):
+                self._close_each()
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+
+def _note_signals_for_the_wrapper() -> None:
+    """Under ``trainspect run``, have the interpreter note each signal it gets on the wrapper's pipe.
+
+    The wrapper then does not forward a signal this process got itself (see :mod:`trainspect._supervise`). Only
+    the wrapper's own child does it (not a subprocess that inherited the variable), and not over a wakeup fd
+    someone else (asyncio) set.
+    """
+    pid, _, fd = os.environ.get(NOTES_ENV, "").partition(":")
+    if not fd.isdigit() or pid != str(os.getppid()):
+        return
+    try:
+        os.set_inheritable(int(fd), False)
+        os.set_blocking(int(fd), False)
+        previous = signal.set_wakeup_fd(int(fd), warn_on_full_buffer=False)
+    except (OSError, ValueError):
+        return
+    if previous not in (-1, int(fd)):
+        signal.set_wakeup_fd(previous)
 
 
 CLOSERS = ShutdownCloser()

@@ -184,8 +184,11 @@ CLOSE_BUDGET_S = 2.0
 """Seconds that closing waits, for all webhooks together, before giving up on the POSTs still in flight."""
 
 
-def finish_webhooks(actions: Iterable[Action], budget: float = CLOSE_BUDGET_S) -> list[str]:
+def finish_webhooks(actions: Iterable[Action], budget: float = CLOSE_BUDGET_S, when: str = "at close") -> list[str]:
     """Wait for the webhooks' POSTs in flight, ``budget`` seconds at most in all, and say what was not delivered.
+
+    Used when the live rules close and before an offline :func:`~trainspect.rules.evaluate` returns (a script
+    that exits right after it would otherwise drop the POSTs with their daemon threads); ``when`` ends the warning.
 
     Returns:
         One ``"<rule> -> <url>"`` entry per POST still in flight (also logged as one warning line).
@@ -196,8 +199,8 @@ def finish_webhooks(actions: Iterable[Action], budget: float = CLOSE_BUDGET_S) -
         hook.wait(max(0.0, deadline - time.monotonic()))
     lost = [f"{rule} -> {hook.url}" for hook in hooks for rule in hook.give_up()]
     if lost:
-        _log.warning("trainspect: %d webhook POST(s) not delivered within %.1f s at close: %s",
-                     len(lost), budget, "; ".join(lost))  # fmt: skip
+        _log.warning("trainspect: %d webhook POST(s) not delivered within %.1f s %s: %s",
+                     len(lost), budget, when, "; ".join(lost))  # fmt: skip
     return lost
 
 

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from trainspect.rules.actions import finish_webhooks
 from trainspect.rules.base import Rule
 from trainspect.rules.record import record_verdicts, stamp
 from trainspect.rules.step_data import StepData
@@ -52,6 +53,10 @@ def run_finished(trial: TrialView, final: bool = False, stale_after_s: float | N
     return RunLayout(path).end_marker.exists() or run_over(path, stale_after_s=stale_after_s)
 
 
+OFFLINE_WEBHOOK_BUDGET_S = 10.0
+"""Seconds that :func:`evaluate` waits, for all the webhooks it fired together, before returning."""
+
+
 def evaluate(
     trial: TrialLike,
     rules: Sequence[Rule],
@@ -72,7 +77,8 @@ def evaluate(
         end_step: global step where evaluation stops, exclusive (None: the last saved).
         write: add this evaluation to the run's verdict record (``RunLayout(run).verdicts``); what was recorded
             before (the hook's live verdicts, earlier evaluations) stays in the record's history.
-        actions: run the actions of rules that found issues (log, callback, webhook).
+        actions: run the actions of rules that found issues (log, callback, webhook); the webhooks' POSTs are
+            awaited, :data:`OFFLINE_WEBHOOK_BUDGET_S` at most in all, and one warning names each not delivered.
         final: the job is over (verdicts are final even without an end marker; ``trainspect rules --final``).
         stale_after_s: a directory without an end marker whose newest data is older than this many seconds is
             over (``None``: ``trainspect.profiler.ending.STALE_AFTER_S``, one hour).
@@ -104,6 +110,8 @@ def evaluate(
     path = getattr(trial, "path", None)
     if write and path is not None:
         _write(path, verdicts, finished)
+    if actions:  # a webhook posts from a daemon thread: deliver (or report) it before a script's exit drops it
+        finish_webhooks((a for r in rules for a in r.actions), OFFLINE_WEBHOOK_BUDGET_S, "before evaluate returned")
     return verdicts
 
 
