@@ -36,7 +36,7 @@ from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import all_workers_ended, mark_job_end, write_worker_manifest
 from trainspect.store.remote import spool_for
-from trainspect.store.run_writer import RunWriter
+from trainspect.store.run_writer import BACKLOG_POLICIES, RunWriter
 
 __all__ = ["Collector", "StepKey", "LateTensor"]
 
@@ -60,6 +60,12 @@ def _out_dir_problem(path: Path) -> str | None:
     return None
 
 
+
+def _choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
+    """Raise ConfigError naming ``key``, ``value`` and the allowed values when ``value`` is not one of them."""
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r}: allowed: {', '.join(map(repr, allowed))}")
+
 class Collector(Guarded):
     """Step bookkeeping and writing shared by every framework hook.
 
@@ -82,6 +88,8 @@ class Collector(Guarded):
             ``metrics``), besides ``losses``.
         worker: this worker's name (default ``worker_<rank>``, the rank settled when the run opens).
         job_id: identifies the job that owns ``out_dir`` (default: the job's, see :mod:`trainspect.hooks.distributed`).
+        on_backlog: when writing falls behind training, ``"degrade"`` (keep losses and scalars, drop raw tensors
+            largest first and record the gap) or ``"block"`` (training waits: smdebug's behaviour).
 
     The run opens (the directory and this worker's files are claimed, the writers start) at the first step: a hook
     built before ``torch.distributed`` is initialised learns its rank from the process group
@@ -105,9 +113,11 @@ class Collector(Guarded):
         always_saved: Iterable[str] = (),
         worker: str | None = None,
         job_id: str | None = None,
+        on_backlog: str = "degrade",
     ) -> None:
-        if include_workers not in ("one", "all"):
-            raise ConfigError(f"include_workers={include_workers!r}: allowed: 'one', 'all'")
+        _choice("on_backlog", on_backlog, BACKLOG_POLICIES)
+        _choice("include_workers", include_workers, ("one", "all"))
+        self.on_backlog = on_backlog
         if save_config is not None and not isinstance(save_config, SaveConfig):
             raise ConfigError(f"save_config: expected a SaveConfig, got {type(save_config).__name__}")
         if isinstance(include_regex, str):
@@ -246,9 +256,8 @@ class Collector(Guarded):
     def _start_writers(self, ident: JobIdentity) -> None:
         if self.records_tensors:
             tb_dir = self._tb_dir or self.layout.tensorboard_dir(self.worker, single=self.rank == 0)
-            self._writer = RunWriter(
-                self.layout, self.worker, tensorboard=self._tensorboard, tensorboard_dir=tb_dir, chief=False
-            )
+            self._writer = RunWriter(self.layout, self.worker, tensorboard=self._tensorboard, tensorboard_dir=tb_dir,
+                                     chief=False, on_backlog=self.on_backlog)  # fmt: skip
             self._writer.start()
             self._tensor_queue = self._writer.tensor_queue
             self._writer.write_collections(self.collections.to_dict())

@@ -62,13 +62,14 @@ class Hook(keras.callbacks.Callback, HookAPI):
         rules: Iterable[Any] | str | None = None,
         profiler_config: Any = None,
         mlflow_run: Any = None,
+        on_backlog: str = "degrade",
     ) -> None:
         super().__init__()
         self._setup(
             "tensorflow", out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
             dry_run=dry_run, reduction_config=reduction_config, save_config=save_config, include_regex=include_regex,
             include_collections=include_collections, save_all=save_all, include_workers=include_workers, rules=rules,
-            profiler_config=profiler_config, mlflow_run=mlflow_run, always_saved=("metrics",),
+            profiler_config=profiler_config, mlflow_run=mlflow_run, always_saved=("metrics",), on_backlog=on_backlog,
         )  # fmt: skip
         self._view: ModelView | None = None
         self._state = self.collector.state  # IDLE / OPEN / CLOSED (trainspect.hooks.step_state)

@@ -90,12 +90,14 @@ class Hook(HookAPI):
         profiler_config: Any = None,
         mlflow_run: Any = None,
         local_gradients: bool = False,
+        on_backlog: str = "degrade",
     ) -> None:
         self._setup(
             "pytorch", out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
             dry_run=dry_run, reduction_config=reduction_config, save_config=save_config, include_regex=include_regex,
             include_collections=include_collections, save_all=save_all, include_workers=include_workers, rules=rules,
             profiler_config=profiler_config, mlflow_run=mlflow_run, local_gradients=local_gradients,
+            on_backlog=on_backlog,
         )  # fmt: skip
         self._handles: list[Any] = []
         self._state = self.collector.state  # IDLE / OPEN / CLOSED, and whether the open step saves

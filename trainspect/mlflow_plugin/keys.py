@@ -12,11 +12,12 @@ from trainspect.reductions import format_key
 from trainspect.step import StepRecord
 
 __all__ = ["system_key", "system_metrics", "step_metrics", "step_values", "loss_keys", "safe_key", "issues_tags",
-           "verdict_tags", "MAX_KEY_LENGTH", "ISSUES_TAG"]  # fmt: skip
+           "verdict_tags", "gap_tags", "MAX_KEY_LENGTH", "ISSUES_TAG", "COUNTS_TAG", "GAPS_TAG"]  # fmt: skip
 
 MAX_KEY_LENGTH = 250
 ISSUES_TAG = "trainspect.issues"
 COUNTS_TAG = "trainspect.rule_counts"
+GAPS_TAG = "trainspect.gaps"
 """The run tag listing the rules whose current verdict is IssuesFound (empty when none)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /:]")
 
@@ -149,3 +150,14 @@ def issues_tags(verdicts: Iterable[Any]) -> dict[str, str]:
     """
     names = sorted({str(v.rule) for v in verdicts if getattr(v, "issues_found", False)})
     return {ISSUES_TAG: ", ".join(names)}
+
+
+def gap_tags(run_dir: Any) -> dict[str, str]:
+    """``trainspect.gaps``: what the writer did not write when it fell behind training ({} when nothing is missing).
+
+    See :mod:`trainspect.store.gaps`: losses and scalars are always written; raw tensor values may not be.
+    """
+    from trainspect.store.gaps import gaps_summary, read_gaps
+
+    text = gaps_summary(read_gaps(run_dir))
+    return {GAPS_TAG: text} if text else {}

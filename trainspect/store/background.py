@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,9 @@ class BackgroundWriter:
     The training thread only appends to a deque: the writer thread is not woken per item but every
     ``flush_interval`` seconds (or once ``wake_bytes`` are pending, or when asked to drain), so a step costs the
     training thread no thread switch. If the pending bytes exceed ``max_pending_bytes`` (the disk is slower than
-    training), new items are dropped with one warning rather than stalling training. If ``handle`` or ``flush``
+    training), :meth:`room` says so: the caller degrades the item (the run writer keeps losses and scalars and drops
+    raw tensors, recording the gap), or waits (:meth:`wait_room`); an item that still does not fit is dropped with
+    one warning rather than stalling training. If ``handle`` or ``flush``
     raises (disk full, unwritable file), the writer logs one warning naming what is disabled and drops everything
     from then on; what was written before stays readable.
 
@@ -58,6 +61,7 @@ class BackgroundWriter:
         self._items: deque[tuple[Any, int]] = deque()
         self._pending = 0
         self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
         self._wake = threading.Event()
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -74,15 +78,35 @@ class BackgroundWriter:
             self._thread = threading.Thread(target=self._run, name=f"trainspect-{self.name}", daemon=True)
             self._thread.start()
 
-    def submit(self, item: Any, nbytes: int = 0) -> bool:
-        """Enqueue an item; return False when it was dropped (writer failed or too far behind)."""
+    def room(self, nbytes: int) -> bool:
+        """Whether an item of ``nbytes`` fits the memory bound now (an empty queue takes anything)."""
+        pending = self._pending
+        return pending == 0 or pending + nbytes <= self._max_pending
+
+    def wait_room(self, nbytes: int, timeout: float | None = None) -> bool:
+        """Block until an item of ``nbytes`` fits (``on_backlog="block"``: training waits); False on timeout/failure."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._drained:
+            while not self.room(nbytes) and self.failed is None and self._thread is not None:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._wake.set()
+                self._drained.wait(0.1 if left is None else min(0.1, left))
+        return self.failed is None
+
+    def submit(self, item: Any, nbytes: int = 0, force: bool = False) -> bool:
+        """Enqueue an item; return False when it was dropped (writer failed or too far behind).
+
+        ``force``: past the memory bound (a degraded step: its losses and scalars are never dropped).
+        """
         if self.failed is not None:
             return False
         if self._busy and not nbytes:  # the common item (a loss-only step): no accounting, no state to change
             self._items.append((item, 0))  # deque.append: thread-safe without the lock
             return True
         with self._lock:
-            if self._pending + nbytes > self._max_pending and self._pending > 0:
+            if not force and self._pending + nbytes > self._max_pending and self._pending > 0:
                 if not self._dropped_warned:
                     self._dropped_warned = True
                     log.warning(
@@ -155,6 +179,7 @@ class BackgroundWriter:
         with self._lock:
             entries = [items.popleft() for _ in range(len(items))]  # popleft: items appended meanwhile stay
             self._pending -= sum(n for _, n in entries)
+            self._drained.notify_all()
         return [item for item, _ in entries]
 
     def _safe(self, fn: Callable[[], None]) -> None:

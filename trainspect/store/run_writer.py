@@ -7,8 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainspect.exceptions import ConfigError
 from trainspect.step import Scalar, ScalarStep, StepKey, StepRecord
 from trainspect.store.background import BackgroundWriter
+from trainspect.store.gaps import GAPS_FILE, degrade, gap_line
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import mark_job_end, write_json_atomic, write_worker_manifest
 from trainspect.store.tb_writer import TensorBoardWriter, tb_tag
@@ -21,6 +23,9 @@ COLLECTIONS_FILE = "collections.json"
 FLUSH_INTERVAL = 0.1
 """Seconds between the writer's batches; with :data:`_INDEX_EVERY` it bounds what a SIGKILL loses (docs/format.md)."""
 _INDEX_EVERY = 0.05  # within a long batch, steps are indexed at least this often
+MAX_PENDING_BYTES = 256 << 20
+"""The tensor queue's byte budget: past it, steps are degraded (or training waits, ``on_backlog="block"``)."""
+BACKLOG_POLICIES = ("degrade", "block")
 
 
 def _nbytes(record: StepRecord) -> int:
@@ -30,12 +35,20 @@ def _nbytes(record: StepRecord) -> int:
 class RunWriter:
     """Writes the steps of one worker through a :class:`BackgroundWriter`.
 
+    When writing falls behind training (more than ``max_pending_bytes`` queued), a step is never dropped whole:
+    with ``on_backlog="degrade"`` (default) its losses and scalars are kept and raw tensor values dropped, largest
+    first, keeping their reductions, and the gap is recorded (:mod:`trainspect.store.gaps`); with
+    ``on_backlog="block"`` training waits for the writer (smdebug's behaviour). A paused writer (a URL run's full
+    spool) degrades every step the same way.
+
     Args:
         layout: the run directory.
         worker: this worker's name (``worker_0``).
         tensorboard: also write TensorBoard summaries.
         tensorboard_dir: where the event files go (default: the run root, so the run is named after it).
         chief: this worker writes the end marker at close.
+        on_backlog: ``"degrade"`` or ``"block"``.
+        max_pending_bytes: the byte budget of the queue (default :data:`MAX_PENDING_BYTES`).
     """
 
     def __init__(
@@ -45,12 +58,19 @@ class RunWriter:
         tensorboard: bool = True,
         tensorboard_dir: Path | None = None,
         chief: bool = True,
+        on_backlog: str = "degrade",
+        max_pending_bytes: int | None = None,
     ) -> None:
+        if on_backlog not in BACKLOG_POLICIES:
+            raise ConfigError(f"on_backlog={on_backlog!r}: expected one of {', '.join(BACKLOG_POLICIES)}")
+        self.on_backlog = on_backlog
         self.layout = layout
         self.worker = worker
         self.chief = chief
         self.paused = False
-        """While True (a URL run's spool is full), steps are dropped: capture degrades, training does not wait."""
+        """While True (a URL run's spool is full), raw tensors are dropped (gaps recorded); losses and scalars kept."""
+        self.gap_steps = 0
+        """Steps written without some of their raw values (see :mod:`trainspect.store.gaps`)."""
         self._tensor_dir = layout.tensor_dir(worker)
         self._files: TensorFileWriter | None = None
         self._tb: TensorBoardWriter | None = None
@@ -58,7 +78,7 @@ class RunWriter:
         failures: list[BaseException] = []  # shared: a full disk stops both writers with one warning
         self._bg = BackgroundWriter(
             "tensor capture", self._handle, self._flush, flush_interval=FLUSH_INTERVAL, on_failure=self._salvage,
-            failures=failures,
+            failures=failures, max_pending_bytes=MAX_PENDING_BYTES if max_pending_bytes is None else max_pending_bytes,
         )  # fmt: skip
         self._tb_bg = BackgroundWriter(
             "TensorBoard export", self._handle_tb, self._flush_tb, flush_interval=0.5, failures=failures
@@ -80,19 +100,29 @@ class RunWriter:
         return self._bg.failed is not None
 
     def submit(self, record: StepRecord, histograms: frozenset[str] = frozenset()) -> bool:
-        """Queue one step; ``histograms`` names the tensors that also get a TensorBoard histogram."""
-        if self.paused:
-            return False
-        return self._bg.submit(("step", record, histograms), _nbytes(record))
+        """Queue one step; ``histograms`` names the tensors that also get a TensorBoard histogram.
+
+        Returns False only when the writer failed: behind training, the step is degraded (or waited for), not lost.
+        """
+        nbytes = _nbytes(record)
+        if not self.paused and self._bg.room(nbytes):
+            return self._bg.submit(("step", record, histograms), nbytes)
+        if not self.paused and self.on_backlog == "block" and self._bg.wait_room(nbytes):
+            return self._bg.submit(("step", record, histograms), nbytes)
+        light, dropped = degrade(record, 0)
+        reason = "spool full" if self.paused else "writer backlog"
+        ok = self._bg.submit(("step", light, histograms), _nbytes(light), force=True)
+        if dropped and ok:
+            self.gap_steps += 1
+            self._bg.submit(("gap", gap_line(record, dropped, reason), None), 0, force=True)
+        return ok
 
     def submit_scalars(self, key: StepKey, scalars: list[Scalar]) -> bool:
         """Queue a step that saved only scalars (most steps save only their loss) as Python values.
 
         Its record, index entry and TensorBoard event are made on the writer thread.
         """
-        if self.paused:
-            return False
-        return self._bg.submit(("scalars", key, scalars))
+        return self._bg.submit(("scalars", key, scalars), force=True)  # losses and scalars are never dropped
 
     @property
     def tensor_queue(self) -> BackgroundWriter:
@@ -126,6 +156,10 @@ class RunWriter:
             if kind == "collections":
                 doc = {"schema_version": 1, "collections": payload}
                 write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, doc)
+                continue
+            if kind == "gap":
+                with open(self._tensor_dir / GAPS_FILE, "a", encoding="utf-8") as fh:
+                    fh.write(payload)
                 continue
             if kind == "scalars":  # most steps save only scalars (their loss): no record is built for them
                 mode, mode_step, gs, wall = payload

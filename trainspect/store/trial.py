@@ -14,6 +14,7 @@ from typing import Any
 from trainspect.collections import Collection
 from trainspect.exceptions import NoMoreData, StepUnavailable, TensorUnavailable
 from trainspect.modes import ModeKeys, parse_mode
+from trainspect.store.gaps import gaps_summary, read_gaps
 from trainspect.store.index import Source, TrialIndex
 from trainspect.store.remote.url import is_url
 from trainspect.store.tensor import Tensor
@@ -124,8 +125,19 @@ class Trial:
 
     @property
     def problems(self) -> list[str]:
-        """What could not be read: missing or damaged files and skipped records, one line each naming the file."""
-        return list(dict.fromkeys([*self._notes, *getattr(self._source, "problems", [])]))
+        """What could not be read, and what was never written, one line each.
+
+        Missing or damaged files and skipped records name the file; the gaps the writer recorded when it fell
+        behind training (:mod:`trainspect.store.gaps`) are one line.
+        """
+        return list(dict.fromkeys([*self._notes, *getattr(self._source, "problems", []), *self._gap_notes()]))
+
+    def _gap_notes(self) -> list[str]:
+        path = getattr(self, "path", None)
+        if path is None:
+            return []
+        text = gaps_summary(read_gaps(path))
+        return [f"{path}: {text}"] if text else []
 
     @property
     def corrupt_records(self) -> int:
