@@ -26,13 +26,17 @@ def parallel_loaders(tab: FrameworkTables) -> dict[int, int]:
     """
     sel = tab.spans["kind"] == 4
     secs = np.floor(tab.spans["start"][sel]).astype(np.int64)
-    workers, pids = tab.spans["workers"][sel], tab.spans["pid"][sel]
-    out: dict[int, int] = {}
-    for sec in np.unique(secs):
-        here = secs == sec
-        known = workers[here][workers[here] >= 0]
-        out[int(sec)] = max(1, int(known.max())) if len(known) else len(np.unique(pids[here]))
-    return out
+    workers, pids = tab.spans["workers"][sel].astype(np.int64), tab.spans["pid"][sel].astype(np.int64)
+    if not len(secs):
+        return {}
+    order = np.lexsort((pids, secs))  # by second, then pid: one pass over sorted runs, no scan per second
+    secs, workers, pids = secs[order], workers[order], pids[order]
+    first = np.flatnonzero(np.r_[True, secs[1:] != secs[:-1]])
+    known_max = np.maximum.reduceat(np.where(workers >= 0, workers, -1), first)
+    new_pid = np.r_[True, (secs[1:] != secs[:-1]) | (pids[1:] != pids[:-1])]
+    distinct = np.add.reduceat(new_pid.astype(np.int64), first)
+    counts = np.where(known_max >= 0, np.maximum(known_max, 1), distinct)
+    return {int(s): int(c) for s, c in zip(secs[first], counts, strict=True)}
 
 
 class Dataloader(ProfilerRule):
@@ -53,8 +57,14 @@ class Dataloader(ProfilerRule):
         Param("min_threshold", float, 70.0, "loaders below this % of the cores are too few", min=0),
         Param("max_threshold", float, 200.0, "loaders above this % of the cores are too many", min=0),
         Param("patience", int, 10, "seconds with dataloader activity needed before the rule judges", min=1),
-        Param("min_wait_percent", float, 10.0, "too few loaders matter only above this input-wait share of the step "
-              "cycle", min=0, max=100),  # fmt: skip
+        Param(
+            "min_wait_percent",
+            float,
+            10.0,
+            "too few loaders matter only above this input-wait share of the step cycle",
+            min=0,
+            max=100,
+        ),  # fmt: skip
         LITERAL,
     )
     min_threshold: float

@@ -49,6 +49,15 @@ class InputWaits:
         return 100.0 * float(self.wait_s.sum()) / total if total > 0 else float("nan")
 
 
+def _positions(glob: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Per wanted global step, the (last) index holding it in ``glob``, -1 where none does (sorted, not hashed)."""
+    order = np.argsort(glob, kind="stable")
+    ordered = glob[order]
+    at = np.searchsorted(ordered, wanted, "right") - 1
+    hit = (at >= 0) & (ordered[np.maximum(at, 0)] == wanted)
+    return np.where(hit, order[np.maximum(at, 0)], -1)
+
+
 def input_waits(tab: FrameworkTables) -> InputWaits:
     """Attribute every dataloader wait of a worker to the step cycle it delays.
 
@@ -65,8 +74,7 @@ def input_waits(tab: FrameworkTables) -> InputWaits:
     idx = np.searchsorted(start, s_end, "left")  # the first step starting at or after the wait ended
     known = s_step >= 0
     if known.any():
-        pos = {int(g): i for i, g in enumerate(glob)}
-        idx[known] = [pos.get(int(g), -1) for g in s_step[known]]
+        idx[known] = _positions(glob, s_step[known])
     wait = np.zeros(len(start))
     ok = (idx >= 0) & (idx < len(start))
     np.add.at(wait, idx[ok], s_dur[ok])

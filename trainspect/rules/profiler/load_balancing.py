@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,24 @@ def js_distance(h1: np.ndarray, h2: np.ndarray) -> float:
         return float(np.sum(a[nz] * np.log(a[nz] / m[nz])))
 
     return float(np.sqrt(max((kl(p) + kl(q)) / 2.0, 0.0)))
+
+
+def _running_histograms(
+    cols: dict[int, np.ndarray], timestamps: np.ndarray, ends: np.ndarray
+) -> Iterator[dict[int, np.ndarray]]:
+    """Per window end, each GPU's histogram of the samples up to it: the previous one plus the new samples only.
+
+    Counts are integers, so adding the window's histogram to the running one gives the same counts as the
+    histogram of everything so far, in time linear in the samples.
+    """
+    running = {g: np.zeros(len(EDGES) - 1) for g in cols}
+    lo = 0
+    for n in np.searchsorted(timestamps, ends, "right"):
+        for g, c in cols.items():
+            part = c[lo:n]
+            running[g] = running[g] + np.histogram(part[np.isfinite(part)], EDGES)[0]
+        lo = max(lo, int(n))
+        yield running
 
 
 class LoadBalancing(ProfilerRule):
@@ -71,8 +90,7 @@ class LoadBalancing(ProfilerRule):
                 continue
             ends = window_ends(float(arr.timestamps[0]), float(arr.timestamps[-1]), self.scan_s())
             maxima, trig = [], []
-            for end, n in zip(ends, np.searchsorted(arr.timestamps, ends, "right"), strict=True):
-                hists = {g: np.histogram(c[:n][np.isfinite(c[:n])], EDGES)[0].astype(float) for g, c in cols.items()}
+            for end, hists in zip(ends, _running_histograms(cols, arr.timestamps, ends), strict=True):
                 dists = self._pairs(hists)
                 pairs_seen += len(dists)
                 for pair, d in dists.items():

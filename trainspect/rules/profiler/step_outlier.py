@@ -13,6 +13,7 @@ from trainspect.profiler.data import ProfilerData
 from trainspect.rules._common import LITERAL
 from trainspect.rules.base import Param
 from trainspect.rules.profiler._common import SCAN, ProfilerRule, downsample, window_ends
+from trainspect.rules.profiler._prefix_outliers import PrefixOutliers
 from trainspect.rules.verdict import Series, Status, Verdict
 
 __all__ = ["StepOutlier"]
@@ -221,14 +222,14 @@ class StepOutlier(ProfilerRule):
         order = np.argsort(g.end, kind="stable")
         end_sorted, dur_sorted, start_sorted = g.end[order], g.dur[order], g.start[order]
         trig = []
+        scan = PrefixOutliers(dur_sorted, self.stddev)  # each window from cumulative sums, not its whole prefix
         for n in np.searchsorted(end_sorted, window_ends(float(end_sorted[0]), float(end_sorted[-1]), self.scan_s()),
                                  "right"):  # fmt: skip
             if n <= MIN_STEPS:
                 continue
-            d = dur_sorted[:n]
-            idx = np.flatnonzero(d > d.mean() + self.stddev * d.std())
-            if len(idx) > self.n_outliers:
-                trig.append(float(start_sorted[idx[self.n_outliers]]))  # the step that exceeded n_outliers
+            i = scan.nth_outlier(int(n), self.n_outliers)
+            if i is not None:
+                trig.append(float(start_sorted[i]))  # the step that exceeded n_outliers
         thr = float(g.dur.mean() + self.stddev * g.dur.std())
         out = g.dur > thr
         msg = (
