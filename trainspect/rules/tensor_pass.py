@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from trainspect.modes import ModeKeys
+from trainspect.rules.step_data import StepData
 from trainspect.rules.tensor_rule import TensorRule
 from trainspect.rules.trial_feed import Needs, StepAssembler, TrialFeed, roles_for
 from trainspect.rules.trial_view import TrialView, open_trial
@@ -47,7 +48,7 @@ def _evaluate(
     tallies = [WorkerTally(rule, several) for rule in rules]
     roles = [_roles(tally, names, membership) for tally in tallies]
     steps = source.steps(start, end, finished)
-    pass_ = _Pass(steps, [source.step_info(step) for step in steps], _needs(rules, roles), tallies, roles)
+    pass_ = _Pass(steps, source.step_infos(steps), _needs(rules, roles), tallies, roles)
     compared = [_compared(rule) for rule in rules]
     for worker in workers:
         feed = source.for_worker(worker) if several else source
@@ -57,6 +58,13 @@ def _evaluate(
         tally.end()
         verdicts.append(with_mode(tally.verdict(finished), lambda step: source.step_info(step)[0].name))
     return verdicts
+
+
+CHUNK_STEPS = 4096
+"""Steps read and fed together: the values of one chunk are in memory at a time (fewer when they are large)."""
+
+CHUNK_BYTES = 64 << 20
+"""About how many bytes of raw values one chunk of steps holds at most."""
 
 
 class _Pass:
@@ -74,16 +82,53 @@ class _Pass:
         self.wanted = set(steps)
 
     def judge(self, feed: TrialFeed, worker: str, compared: list[list[TrialFeed | None]]) -> None:
-        """Fetch one worker's data and feed it, step by step, to every rule."""
-        data = feed.fetch(self.needs, self.wanted)
+        """Read one worker's data chunk by chunk of steps and feed it, step by step, to every rule."""
+        plans = feed.plan(self.needs, self.wanted)
+        others = [
+            [_other_data(o, role, self.wanted, worker) for o in c] for role, c in zip(self.roles, compared, strict=True)
+        ]
+        per_chunk = chunk_steps(sum(plan.step_bytes() for plan in plans))
+        for i in range(0, len(self.steps), per_chunk):
+            chunk = self.steps[i : i + per_chunk]
+            self._feed(feed.fetch_chunk(plans, chunk), chunk, self.infos[i : i + per_chunk], worker, others)
+
+    def _feed(
+        self,
+        data: _Series,
+        chunk: list[int],
+        infos: list[tuple[ModeKeys, int, float]],
+        worker: str,
+        others: list[list[_Series]],
+    ) -> None:
+        """Feed one chunk's steps to every rule; rules that select the same tensors in the same roles share them."""
+        assemblers: dict[tuple[tuple[str, str], ...], StepAssembler] = {}
         lanes = []
-        for tally, role, others in zip(self.tallies, self.roles, compared, strict=True):
-            other = [_other_data(o, role, self.wanted, worker) for o in others]
-            lanes.append((tally, tally.tally(worker), StepAssembler(role, data), other))
-        for step, info in zip(self.steps, self.infos, strict=True):
+        for tally, role, other in zip(self.tallies, self.roles, others, strict=True):
+            key = tuple(sorted(role.items()))
+            assembler = assemblers.get(key) or assemblers.setdefault(key, StepAssembler(role, data))
+            lanes.append((tally, tally.tally(worker), assembler, other))
+        for step, info in zip(chunk, infos, strict=True):
+            shared: dict[int, StepData] = {}
             for tally, own, assembler, other in lanes:
-                if own.error is None:
-                    tally.feed(assembler.at(step, info, worker, _others_at(other, step) if other else ()))
+                if own.error is not None:
+                    continue
+                if other:
+                    tally.feed(assembler.at(step, info, worker, _others_at(other, step)))
+                    continue
+                got = shared.get(id(assembler))
+                if got is None:
+                    got = shared[id(assembler)] = assembler.at(step, info, worker)
+                tally.feed(got)
+
+
+def chunk_steps(step_bytes: int) -> int:
+    """How many steps one chunk holds: :data:`CHUNK_STEPS`, fewer when a step's raw values are large.
+
+    Example:
+        >>> chunk_steps(8), chunk_steps(16 << 20)
+        (4096, 4)
+    """
+    return max(1, min(CHUNK_STEPS, CHUNK_BYTES // max(1, step_bytes)))
 
 
 def with_mode(verdict: Verdict, mode_of: Callable[[int], str | None]) -> Verdict:

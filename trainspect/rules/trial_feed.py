@@ -7,6 +7,7 @@ step. Rules never touch the Trial.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 import re
@@ -24,6 +25,7 @@ from trainspect.rules.trial_view import TensorView, TrialView
 from trainspect.rules.verdict import Status, Verdict
 from trainspect.rules.worker_verdicts import by_rank
 from trainspect.step import ReductionKey, TensorRecord
+from trainspect.store.index import TrialIndex
 
 __all__ = [
     "TrialFeed", "Needs", "roles_for", "reduce_series", "build_step", "StepAssembler", "note_damage",
@@ -163,6 +165,20 @@ class TrialFeed:
                 wall = math.nan
         return mode, mode_step, wall
 
+    def step_infos(self, steps: Iterable[int]) -> list[tuple[ModeKeys, int, float]]:
+        """:meth:`step_info` of each step, read from a trainspect Trial's index at once (else step by step)."""
+        index = getattr(self.trial, "_index", None)
+        known = index.steps if isinstance(index, TrialIndex) else {}
+        out = []
+        for step in steps:
+            info = known.get(step)
+            if info is None:
+                out.append(self.step_info(step))
+                continue
+            wall = info.wall_time
+            out.append((ModeKeys(int(info.mode)), int(info.mode_step), float(wall) if wall is not None else math.nan))
+        return out
+
     def worker(self) -> str:
         """The worker whose values are read (without one: the first, usually ``worker_0``)."""
         if self._worker is not None:
@@ -184,23 +200,46 @@ class TrialFeed:
     # --- fetching --------------------------------------------------------------------------------------
     def fetch(self, needs: Mapping[str, Needs], steps: set[int]) -> dict[str, dict[int, TensorRecord]]:
         """Return, per tensor, its records at the given steps, reduced to what the rules need."""
-        out: dict[str, dict[int, TensorRecord]] = {}
+        plans = self.plan(needs, steps)
+        return self.fetch_chunk(plans, sorted({s for p in plans for s in p.saved}))
+
+    def plan(self, needs: Mapping[str, Needs], steps: set[int]) -> list[_Plan]:
+        """How to read each needed tensor at the given steps (its saved steps, how its reductions are read)."""
+        plans = []
         membership = self.membership()
         for name, need in needs.items():
             try:
-                out[name] = self._fetch_one(name, need, steps, membership.get(name, frozenset()))
+                plan = self._plan_one(name, need, steps, membership.get(name, frozenset()))
             except Exception as exc:  # one unreadable tensor must not stop the others
                 _log.warning("rules: could not read tensor %s: %s", name, exc)
+                continue
+            plans.append(plan)
+        return plans
+
+    def _plan_one(self, name: str, need: Needs, steps: set[int], colls: frozenset[str]) -> _Plan:
+        tensor = self.trial.tensor(name)
+        saved = [int(s) for s in tensor.steps() if int(s) in steps]
+        plan = _Plan(name, tensor, need, colls, saved)
+        if saved:
+            plan.kw = self._reduction_kw(tensor, self._first_step(tensor, saved))
+            plan.reads_values = not self._reductions_suffice(tensor, need, self._first_step(tensor, saved), plan.kw)
+        return plan
+
+    def fetch_chunk(self, plans: Iterable[_Plan], chunk: list[int]) -> dict[str, dict[int, TensorRecord]]:
+        """Return, per planned tensor, its records at the steps of ``chunk`` (sorted global steps)."""
+        out: dict[str, dict[int, TensorRecord]] = {}
+        for plan in plans:
+            try:
+                out[plan.name] = self._fetch_one(plan, plan.steps_in(chunk))
+            except Exception as exc:  # one unreadable tensor must not stop the others
+                _log.warning("rules: could not read tensor %s: %s", plan.name, exc)
         return out
 
-    def _fetch_one(self, name: str, need: Needs, steps: set[int], colls: frozenset[str]) -> dict[int, TensorRecord]:
-        tensor = self.trial.tensor(name)
-        saved_steps = [int(s) for s in tensor.steps() if int(s) in steps]
+    def _fetch_one(self, plan: _Plan, saved_steps: list[int]) -> dict[int, TensorRecord]:
         if not saved_steps:
             return {}
-        first = self._first_step(tensor, saved_steps)
-        kw = self._reduction_kw(tensor, first)
-        values = {} if self._reductions_suffice(tensor, need, first, kw) else self._values(tensor, steps)
+        name, need, colls = plan.name, plan.need, plan.colls
+        values = self._values(plan, saved_steps) if plan.reads_values else {}
         reduced = reduce_series(values, need.reductions) if need.reductions else {}
         out = {}
         for step in saved_steps:
@@ -209,7 +248,7 @@ class TrialFeed:
                 raw = value if need.raw else None
                 out[step] = TensorRecord(name, raw, reduced.get(step, {}), colls, tuple(value.shape))
             else:
-                reds = self._saved_reductions(tensor, step, need, kw)
+                reds = self._saved_reductions(plan.tensor, step, need, plan.kw)
                 if reds:
                     out[step] = TensorRecord(name, None, reds, colls)
         return out
@@ -248,10 +287,17 @@ class TrialFeed:
             return False
         return all(key in saved for key in need.reductions)
 
-    def _values(self, tensor: TensorView, steps: set[int]) -> dict[int, np.ndarray]:
+    def _values(self, plan: _Plan, steps: list[int]) -> dict[int, np.ndarray]:
+        """The raw values at ``steps``: read for these steps only when the tensor can (a chunk), else all at once."""
         try:
-            values = tensor.values(mode=_GLOBAL, **self._kw)
-            return {int(k): np.asarray(v) for k, v in values.items() if int(k) in steps}
+            values_at = getattr(plan.tensor, "values_at", None)
+            if callable(values_at):
+                return {int(k): np.asarray(v) for k, v in values_at(steps, **self._kw).items()}
+            if plan.all_values is None:  # a Trial of another API: its whole series, kept for the later chunks
+                values = plan.tensor.values(mode=_GLOBAL, **self._kw)
+                plan.all_values = {int(k): np.asarray(v) for k, v in values.items()}
+            wanted = set(steps)
+            return {k: v for k, v in plan.all_values.items() if k in wanted}
         except Exception:
             return {}
 
@@ -267,6 +313,41 @@ class TrialFeed:
             if value is not None:
                 reds[Reduction(rname, is_abs)] = float(np.asarray(value).reshape(-1)[0])
         return reds
+
+
+@dataclass
+class _Plan:
+    """How one tensor is read over the chunks of an evaluation (see :meth:`TrialFeed.plan`)."""
+
+    name: str
+    tensor: TensorView
+    need: Needs
+    colls: frozenset[str]
+    saved: list[int]
+    kw: dict[str, Any] = field(default_factory=dict)
+    reads_values: bool = True
+    all_values: dict[int, np.ndarray] | None = None
+    _pos: int = 0
+
+    def steps_in(self, chunk: list[int]) -> list[int]:
+        """The saved steps within ``chunk`` (chunks come in order; each call resumes where the last one ended)."""
+        if not chunk:
+            return []
+        lo = bisect.bisect_left(self.saved, chunk[0], self._pos)
+        hi = bisect.bisect_right(self.saved, chunk[-1], lo)
+        self._pos = hi
+        return self.saved[lo:hi]
+
+    def step_bytes(self) -> int:
+        """About how many bytes one step of this tensor's raw value takes (8 when not known)."""
+        if not self.reads_values or not self.saved:
+            return 0
+        shape = getattr(self.tensor, "shape", None)
+        try:
+            size = int(np.prod(shape(self.saved[0]))) if callable(shape) else 1
+        except Exception:
+            size = 1
+        return 8 * max(1, size)
 
 
 _PROBE = 8
@@ -351,8 +432,13 @@ class StepAssembler:
         """Return the StepData of ``step``."""
         grouped: dict[str, tuple[TensorRecord, ...]] = {}
         for role, series_list in self._by_role:
+            if len(series_list) == 1:
+                rec = series_list[0].get(step)
+                if rec is not None:
+                    grouped[role] = (rec,)
+                continue
             recs = tuple(rec for rec in (series.get(step) for series in series_list) if rec is not None)
             if recs:
                 grouped[role] = recs
         mode, mode_step, wall = info
-        return StepData(step, mode, mode_step, wall, worker, grouped, others)
+        return StepData.make(step, mode, mode_step, wall, worker, grouped, others)

@@ -7,6 +7,7 @@ assembled from the pieces (its reductions combined from their partial statistics
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Protocol
 
 import numpy as np
@@ -47,6 +48,13 @@ def _reduction(text: str, absolute: bool = False) -> ReductionKey:
 def _sharded(per_worker: dict[str, Entry], first: Entry) -> bool:
     """Whether a step's entries are pieces of a sharded tensor (one test for an unsharded single worker's step)."""
     return first.shard is not None or (len(per_worker) > 1 and any(e.shard is not None for e in per_worker.values()))
+
+
+def _columnar(entry: Entry, per_worker: dict[str, Entry], worker: str | None) -> bool:
+    """Whether a step's value is one kept in the index that reads as a row of a column (not a sharded piece)."""
+    if entry.inline is None or entry.dtype is None or entry.shape is None:
+        return False
+    return worker is not None or (entry.shard is None and len(per_worker) == 1)
 
 
 def _from_partials(partials: dict[str, float]) -> dict[ReductionKey, float]:
@@ -200,6 +208,57 @@ class Tensor:
             except TensorUnavailableForStep:
                 continue
         return out
+
+    def values_at(self, steps: Iterable[int], worker: str | None = None) -> dict[int, np.ndarray]:
+        """Return ``{step: value}`` for the given global steps, as :meth:`values` gives them (in the order given).
+
+        The one-element values kept in the index (losses, metrics) are read as one column per dtype and shape, and
+        each step's value is a view of it: reading a chunk of steps costs one array, not one per step.
+        """
+        out: dict[int, np.ndarray] = {}
+        by_step = self._by_step()
+        columns: dict[tuple[str, tuple[int, ...]], list[tuple[int, Entry]]] = {}
+        order = []
+        for step in steps:
+            per_worker = by_step.get(step)
+            if not per_worker:
+                continue
+            entry = per_worker.get(worker) if worker is not None else per_worker[min(per_worker)]
+            if entry is None:
+                continue
+            order.append(step)
+            if _columnar(entry, per_worker, worker):
+                columns.setdefault((str(entry.dtype), tuple(entry.shape or ())), []).append((step, entry))
+            else:
+                self._value_into(out, per_worker, entry, step, worker)
+        for (dtype, shape), group in columns.items():
+            self._column_into(out, group, dtype, shape)
+        return {step: out[step] for step in order if step in out}
+
+    def _value_into(
+        self, out: dict[int, np.ndarray], per_worker: dict[str, Entry], entry: Entry, step: int, worker: str | None
+    ) -> None:
+        """One step of :meth:`values` (global steps): its value into ``out``, or nothing."""
+        if worker is None and (entry.shard is not None or len(per_worker) > 1) and _sharded(per_worker, entry):
+            self._assembled_into(out, per_worker, step, ModeKeys.GLOBAL)
+        elif entry.has_value:
+            try:
+                out[step] = self._read(entry, step, ModeKeys.GLOBAL)
+            except TensorUnavailableForStep:
+                pass
+
+    def _column_into(
+        self, out: dict[int, np.ndarray], group: list[tuple[int, Entry]], dtype: str, shape: tuple[int, ...]
+    ) -> None:
+        """Inline values of one dtype and shape, read as one column (each step's value a view of its row)."""
+        try:
+            column = np.array([e.inline for _, e in group], dtype=np.dtype(dtype)).reshape((len(group), *shape))
+        except (TypeError, ValueError, OverflowError):
+            for step, entry in group:  # one odd value: read step by step, as values() does
+                self._value_into(out, {"": entry}, entry, step, "")
+            return
+        for i, (step, _) in enumerate(group):
+            out[step] = column[i, ...]
 
     def _assembled_into(
         self, out: dict[int, np.ndarray], per_worker: dict[str, Entry], step: int, mode: ModeKeys
