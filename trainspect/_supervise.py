@@ -23,10 +23,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import FrameType
 
+from trainspect import env
+
 __all__ = ["FORWARDED_SIGNALS", "NOTES_ENV", "run_child", "exit_like"]
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-NOTES_ENV = "TRAINSPECT_SIGNAL_NOTES"  # "<wrapper pid>:<fd>": where the child notes the stop signals it gets
+NOTES_ENV = env.TRAINSPECT_SIGNAL_NOTES.name  # "<wrapper pid>:<fd>": where the child notes the stop signals it gets
 NOTE_GRACE_S = 0.1  # how long the wrapper waits for the child's note before it forwards a signal
 
 

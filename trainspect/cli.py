@@ -11,11 +11,12 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from trainspect import env
+from trainspect._pipes import quiet_broken_pipe
 from trainspect.store.remote.url import is_url
 
 _RUN_ARGS = ("dir", "a", "b")
@@ -377,26 +378,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:  # Ctrl-C ends a command with the shell's status, not a traceback
         print(file=sys.stderr)
         return 130
-
-
-EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: what a shell reports for a command whose reader went away
-
-
-def quiet_broken_pipe(command: Callable[[], int]) -> int:
-    """Run a command; when its reader goes away (``trainspect rules DIR | head -1``), end quietly.
-
-    Python's recipe (docs "Note on SIGPIPE"): stdout is pointed at devnull, so that the flush at exit does not raise
-    again, and the command ends with the shell's status for SIGPIPE instead of a traceback.
-    """
-    try:
-        code = command()
-        sys.stdout.flush()  # inside the guard: a reader that left shows here, not at interpreter exit
-        return code
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ __all__ = [
     "MASTER_PORT",
     "TRAINSPECT_PROFILE",
     "TRAINSPECT_PROFILER_RULES_S",
+    "TRAINSPECT_SIGNAL_NOTES",
     "TRAINSPECT_SPOOL_DIR",
     "TRAINSPECT_SPOOL_MB",
     "TRAINSPECT_UPLOAD_INTERVAL_MS",
@@ -184,6 +185,9 @@ TRAINSPECT_PROFILE: EnvVar[int | None] = EnvVar(
 )
 TRAINSPECT_PROFILER_RULES_S: EnvVar[float] = EnvVar(
     "TRAINSPECT_PROFILER_RULES_S", float, 60.0, "Seconds between the live evaluations of the profiler rules."
+)
+TRAINSPECT_SIGNAL_NOTES: EnvVar[str | None] = EnvVar(
+    "TRAINSPECT_SIGNAL_NOTES", str, None, "Set by `trainspect run` for its child: '<pid>:<fd>' of the signal pipe."
 )
 TRAINSPECT_JOB_ID: EnvVar[str | None] = EnvVar(
     "TRAINSPECT_JOB_ID", str, None, "Identifies the job that owns a run directory (all its ranks share it)."

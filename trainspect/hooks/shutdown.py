@@ -40,7 +40,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, Protocol
 
-from trainspect._supervise import NOTES_ENV
+from trainspect import env
 
 __all__ = ["Closable", "ShutdownCloser", "CLOSERS"]
 
@@ -220,7 +220,7 @@ def _note_signals_for_the_wrapper() -> None:
     the wrapper's own child does it (not a subprocess that inherited the variable), and not over a wakeup fd
     someone else (asyncio) set.
     """
-    pid, _, fd = os.environ.get(NOTES_ENV, "").partition(":")
+    pid, _, fd = (env.TRAINSPECT_SIGNAL_NOTES.get() or "").partition(":")
     if not fd.isdigit() or pid != str(os.getppid()):
         return
     try:

@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m trainspect.rules.cli DIR ...``."""
     parser = argparse.ArgumentParser(prog="trainspect rules")
     _configure(parser)
-    from trainspect.cli import quiet_broken_pipe
+    from trainspect._pipes import quiet_broken_pipe
 
     return quiet_broken_pipe(lambda: run(parser.parse_args(argv)))
 
