@@ -33,6 +33,7 @@ __all__ = [
     "is_profiler_frame",
     "dataloader_statistics",
     "training_loader",
+    "timed_step_counts",
     "training_loader_of",
     "cuda_memory_statistics",
 ]
@@ -291,6 +292,23 @@ def training_loader_of(tab: FrameworkTables) -> dict[str, int | None] | None:
         at = np.searchsorted(times, tab.spans["start"][sel][pick], side="right") - 1
         batch = _most_common(sizes[at[at >= 0]])
     return {"num_workers": workers, "batch_size": batch}
+
+
+def timed_step_counts(data: ProfilerData) -> dict[str, int]:
+    """Timed steps per mode (the most of any worker): ``{"TRAIN": 300, "EVAL": 3}``, never added up.
+
+    GLOBAL (no mode set) is counted only when no other mode has steps.
+    """
+    counts: dict[str, int] = {}
+    for table in data.framework.values():
+        modes = np.asarray(table.steps["mode"])
+        for mode in ModeKeys:
+            n = int(np.count_nonzero(modes == int(mode.value)))
+            counts[mode.name] = max(counts.get(mode.name, 0), n)
+    named = ("TRAIN", "EVAL", "PREDICT")
+    if any(counts.get(m) for m in named):
+        counts.pop("GLOBAL", None)
+    return {m: counts[m] for m in (*named, "GLOBAL") if counts.get(m)}
 
 
 def training_loader(data: ProfilerData) -> dict[str, int | None] | None:

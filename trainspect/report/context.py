@@ -11,11 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from trainspect.modes import ModeKeys
-from trainspect.profiler.analysis import cuda_memory_statistics
+from trainspect.profiler.analysis import cuda_memory_statistics, timed_step_counts
 from trainspect.profiler.config import ALLOWED_INTERVALS_MS
 from trainspect.profiler.data import ProfilerData, load_profiler_data
-from trainspect.rules.counts import STEP_MODES, step_counts
+from trainspect.rules.counts import step_counts
 from trainspect.rules.record import record_report_verdicts
 from trainspect.rules.verdict import Verdict
 from trainspect.store import inventory
@@ -49,20 +48,6 @@ REQUIREMENT_HINTS: dict[str, str] = {
     "(include_collections=['losses', ...]).",
     "price": "Give --price-per-hour (the instance's hourly price) to see the cost of this run.",
 }
-
-
-def timed_step_counts(profiler: ProfilerData) -> dict[str, int]:
-    """Steps per mode of the framework metrics (the most of any worker), TRAIN, EVAL and PREDICT apart."""
-    counts: dict[str, int] = {}
-    for table in profiler.framework.values():
-        modes = np.asarray(table.steps["mode"])
-        for mode in ModeKeys:
-            n = int(np.count_nonzero(modes == int(mode.value)))
-            if n:
-                counts[mode.name] = max(counts.get(mode.name, 0), n)
-    if any(counts.get(m) for m in STEP_MODES):
-        counts.pop("GLOBAL", None)
-    return {m: counts[m] for m in (*STEP_MODES, "GLOBAL") if counts.get(m)}
 
 
 SHORT_JOB_S = max(ALLOWED_INTERVALS_MS) / 1000.0

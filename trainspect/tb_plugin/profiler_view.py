@@ -13,12 +13,11 @@ import numpy as np
 import pandas as pd
 from tensorboard import errors
 
-from trainspect.modes import ModeKeys
 from trainspect.profiler import analysis
 from trainspect.profiler.arrays import SystemArrays
 from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.metrics import CATALOGUE, unit_symbol
-from trainspect.rules.counts import STEP_MODES, RuleCounts, steps_text
+from trainspect.rules.counts import RuleCounts, steps_text
 from trainspect.rules.verdict import Status, Verdict
 from trainspect.tb_plugin.downsample import bucket_means, rows_json
 
@@ -90,7 +89,7 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
         for (w, m), g in hist.groupby(["worker", "mode"], sort=True)
     ]  # fmt: skip
     rec = [v for v in verdicts if v.kind == "profiler"]
-    step_counts = timed_step_counts(data)
+    step_counts = analysis.timed_step_counts(data)
     return {
         "status": _status(data),
         "source": data.source,
@@ -111,19 +110,6 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
         "recommendations": [_recommendation(v) for v in rec if v.status is Status.ISSUES_FOUND],
         "problems": list(problems),
     }
-
-
-def timed_step_counts(data: ProfilerData) -> dict[str, int]:
-    """Timed steps per mode (the most of any worker): ``{"TRAIN": 300, "EVAL": 3}``, never added up."""
-    counts: dict[str, int] = {}
-    for table in data.framework.values():
-        modes = np.asarray(table.steps["mode"])
-        for mode in ModeKeys:
-            n = int(np.count_nonzero(modes == int(mode.value)))
-            counts[mode.name] = max(counts.get(mode.name, 0), n)
-    if any(counts.get(m) for m in STEP_MODES):
-        counts.pop("GLOBAL", None)
-    return {m: counts[m] for m in (*STEP_MODES, "GLOBAL") if counts.get(m)}
 
 
 def utilization_rows(data: ProfilerData, node: str | None = None) -> list[dict[str, Any]]:
