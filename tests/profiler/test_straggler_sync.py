@@ -50,7 +50,6 @@ def _job(out: Path, ranks: int, *args: str) -> Verdict:
         (2, "sleep", 1, "compute"),
         (4, "sleep", 2, "compute"),
         (4, "compute", 3, "compute"),
-        (2, "loader", 1, "loader"),
         (4, "loader", 2, "loader"),
     ],
 )

@@ -156,9 +156,9 @@ def test_a_short_run_without_a_system_sample_is_not_called_damaged(real_run: Pat
     run = tmp_path / "short"
     shutil.copytree(real_run, run)
     (run / "report.html").unlink(missing_ok=True)
-    tsys = list((run / "profiler" / "system").rglob("*.tsys"))
-    assert tsys
-    for f in tsys:  # the job ended before the monitor's first sample: the node folder holds no samples
+    nodes = [d for d in (run / "profiler" / "system").iterdir() if d.is_dir()]
+    assert nodes  # the monitor made its node folder (on a loaded machine it may not have sampled even once)
+    for f in (run / "profiler" / "system").rglob("*.tsys"):  # the job ended before the monitor's first sample
         f.unlink()
     RunLayout(run).verdicts.unlink()  # the report evaluates the profiler rules itself
     text = _text(render_report(run))

@@ -216,11 +216,17 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def record_verdicts(
-    run_dir_or_file: str | os.PathLike[str], verdicts: Sequence[Verdict], source: str, final: bool, **meta: Any
+    run_dir_or_file: str | os.PathLike[str],
+    verdicts: Sequence[Verdict],
+    source: str,
+    final: bool,
+    quiet: bool = False,
+    **meta: Any,
 ) -> None:
     """Add one evaluation to a run's record (``run_dir_or_file``: the run directory or the record itself).
 
-    Errors writing the file are logged as one warning, never raised.
+    Errors writing the file are logged as one warning (``quiet``: at INFO, when the caller says so itself), never
+    raised.
     """
     from trainspect.store.layout import RunLayout
 
@@ -229,21 +235,22 @@ def record_verdicts(
     try:
         VerdictRecord(path, source).write(verdicts, final, **meta)
     except OSError as exc:
-        _log.warning("rules: could not write verdicts into %s: %s", path, exc)
+        (_log.info if quiet else _log.warning)("rules: could not write verdicts into %s: %s", path, exc)
 
 
 def record_report_verdicts(run_dir: str | os.PathLike[str], verdicts: Sequence[Verdict], data: Any) -> list[Verdict]:
     """Stamp the profiler verdicts the report evaluated (``source="report"``) and add them to the run's record.
 
     So the TensorBoard Rules tab and MLflow show what the report shows. Only trainspect runs are written to
-    (a SageMaker folder is left as it is).
+    (a SageMaker folder is left as it is). A failure to write is logged at INFO: the report itself shows these
+    verdicts, and says in its own one line when the disk is full.
 
     Returns:
         The verdicts, stamped.
     """
     stamped = stamp(verdicts, "report")
     if stamped and getattr(data, "source", "trainspect") == "trainspect":
-        record_verdicts(run_dir, stamped, "report", bool(getattr(data, "job_ended", False)))
+        record_verdicts(run_dir, stamped, "report", bool(getattr(data, "job_ended", False)), quiet=True)
     return stamped
 
 
