@@ -20,7 +20,6 @@ from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_extras import HookExtras
 from trainspect.hooks.job import active_job, join_autolog
 from trainspect.hooks.shutdown import CLOSERS
-from trainspect.store.run_writer import BACKLOG_POLICIES
 
 __all__ = ["HookAPI"]
 
@@ -312,8 +311,6 @@ def _checked(given: dict[str, Any]) -> dict[str, Any]:
     out["include_workers"] = workers.strip().lower() if isinstance(workers, str) else workers
     if out["include_workers"] not in _INCLUDE_WORKERS:
         raise ConfigError(f"include_workers={workers!r}: allowed: {', '.join(map(repr, _INCLUDE_WORKERS))}")
-    if given.get("on_backlog", "degrade") not in BACKLOG_POLICIES:
-        raise ConfigError(f"on_backlog={given['on_backlog']!r}: allowed: {', '.join(map(repr, BACKLOG_POLICIES))}")
     profiler = given["profiler_config"]
     if isinstance(profiler, Mapping):
         from trainspect.profiler.config import ProfilerConfig
