@@ -61,10 +61,22 @@ def test_hook_logs_into_the_active_run(local_store: str, tmp_path: Path) -> None
 
 def test_no_active_run_means_no_logging_and_false_means_never(local_store: str, tmp_path: Path) -> None:
     train(tmp_path / "a", rules=False, epochs=1)
-    assert not (tmp_path / "a" / "mlflow").exists()
+    assert not (tmp_path / "a" / "mlflow" / "run.json").exists()
+    assert json.loads((tmp_path / "a" / "mlflow" / "no_run.json").read_text()) == {"run_id": None}
     with mlflow.start_run():
         train(tmp_path / "b", mlflow_run=False, rules=False, epochs=1)
     assert not (tmp_path / "b" / "mlflow").exists()
+
+
+def test_other_ranks_do_not_wait_for_a_chief_that_logs_to_no_run(
+    local_store: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from trainspect.mlflow_plugin.session import MlflowSession
+
+    assert MlflowSession.attach(tmp_path) is None  # the chief: mlflow imported, no active run
+    with caplog.at_level(logging.WARNING):
+        assert MlflowSession.attach(tmp_path, worker="worker_1", wait_s=600) is None  # returns, without a warning
+    assert "found no MLflow run" not in caplog.text
 
 
 def test_forced_logging_creates_and_ends_a_run(

@@ -27,6 +27,7 @@ from trainspect.mlflow_plugin.params import hook_params, loader_params
 from trainspect.mlflow_plugin.sink import MlflowSink, run_id_of
 from trainspect.mlflow_plugin.tags import context_tags
 from trainspect.step import StepRecord
+from trainspect.store.manifest import write_json_atomic
 
 __all__ = ["MlflowSession", "resolve_run", "experiment_for_new_run", "verdict_tags", "per_worker_steps",
            "summary_metrics", "EXPERIMENT_KIND_TAG", "EXPERIMENT_KIND_TRAINING"]  # fmt: skip
@@ -135,8 +136,16 @@ def summary_metrics(summary: Any, loader: Mapping[str, str] | None = None) -> di
     return out
 
 
+def _no_run_file(run_dir: Path) -> Path:
+    """Where the chief says it logs to no MLflow run, so that the other ranks stop waiting for one."""
+    return run_dir / "mlflow" / "no_run.json"
+
+
 def _chief_run(run_dir: Path, wait_s: float) -> tuple[str, str | None] | None:
-    """Return ``(run id, tracking uri)`` the chief recorded, waiting up to ``wait_s`` seconds."""
+    """Return ``(run id, tracking uri)`` the chief recorded, waiting up to ``wait_s`` seconds.
+
+    None at once when the chief has said it logs to no run (``mlflow/no_run.json``).
+    """
     from trainspect.mlflow_plugin.logger import sync_file
 
     deadline = time.monotonic() + wait_s
@@ -145,9 +154,16 @@ def _chief_run(run_dir: Path, wait_s: float) -> tuple[str, str | None] | None:
             doc = json.loads(sync_file(run_dir).read_text(encoding="utf-8"))
             return str(doc["run_id"]), doc.get("tracking_uri")
         except (OSError, ValueError, KeyError):
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or _no_run_file(run_dir).exists():
                 return None
             time.sleep(0.2)
+
+
+def _say_no_run(run_dir: Path) -> None:
+    try:
+        write_json_atomic(_no_run_file(run_dir), {"run_id": None})
+    except OSError as exc:  # the other ranks then wait their wait_s, as before
+        log.debug("trainspect: could not write %s: %s", _no_run_file(run_dir), exc)
 
 
 class MlflowSession:
@@ -202,6 +218,8 @@ class MlflowSession:
         if worker is not None:
             shared = _chief_run(Path(run_dir), wait_s)
             if shared is None:
+                if _no_run_file(Path(run_dir)).exists():  # the chief logs to no run: neither does this rank
+                    return None
                 log.warning("trainspect: %s found no MLflow run of the chief in %s; MLflow logging is off for it",
                             worker, run_dir)  # fmt: skip
                 return None
@@ -210,6 +228,7 @@ class MlflowSession:
         resolved = resolve_run(mlflow_run, kwargs.get("tracking_uri"), run_name=Path(run_dir).name,
                                experiment=None if experiment is None else str(experiment))  # fmt: skip
         if resolved is None:
+            _say_no_run(Path(run_dir))
             return None
         run_id, created = resolved
         return cls(run_dir, run_id, owns_run=created, **kwargs)
