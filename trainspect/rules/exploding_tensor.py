@@ -9,6 +9,7 @@ import numpy as np
 
 from trainspect.rules._common import COLLECTION_NAMES, TENSOR_REGEX, user_select
 from trainspect.rules.base import Param, Requirement
+from trainspect.rules.columns import Checks, ChecksBuilder, Columns
 from trainspect.rules.step_data import Check, StepData
 from trainspect.rules.tensor_rule import Select, TensorRule
 from trainspect.step import TensorRecord
@@ -68,6 +69,24 @@ class ExplodingTensor(TensorRule):
                 float(len(bad)), True, tuple(bad), f"{kind} values in {bad[0]}{more} (threshold: none allowed)"
             )
         return Check(0.0, False, (), f"no {kind} values in {len(data.role())} tensor(s) (threshold: none allowed)")
+
+    def check_columns(self, state: Any, cols: Columns) -> Checks | None:
+        """Test a chunk's scalar values at once (``numpy.isnan``/``isfinite`` over the column)."""
+        col = cols.role()
+        if col is None:
+            return ChecksBuilder().build()
+        idx = np.flatnonzero(col.present)
+        values = col.values[idx]
+        if col.kind == "f":
+            bad = np.isnan(values) if self.only_nan else ~np.isfinite(values)
+        else:
+            bad = np.zeros(idx.size, dtype=bool)
+        kind, name = ("NaN" if self.only_nan else "NaN/Inf"), col.name
+        found = f"{kind} values in {name} (threshold: none allowed)"
+        clean = f"no {kind} values in 1 tensor(s) (threshold: none allowed)"
+        return Checks(
+            idx, bad.astype(np.float64), bad, lambda k: found if bad[k] else clean, lambda k: (name,) if bad[k] else ()
+        )
 
     def _bad(self, rec: TensorRecord) -> bool:
         only_nan = self.only_nan

@@ -23,6 +23,7 @@ from trainspect.rules._common import (
     mode_name,
 )
 from trainspect.rules.base import Param
+from trainspect.rules.columns import Checks, ChecksBuilder, Columns
 from trainspect.rules.loss_windows import WindowedSeries
 from trainspect.rules.step_data import Check, StepData, as_float
 from trainspect.rules.tensor_rule import Select, TensorRule
@@ -146,11 +147,30 @@ class LossNotDecreasing(TensorRule):
         """Judge every loss due at this step."""
         if self.mode is not None and data.mode is not ModeKeys[self.mode]:
             return None
-        judge = self._literal if self.literal else self._windowed
-        results = [r for r in (judge(state, rec.name, data, as_float(rec)) for rec in data.role()) if r]
+        if self.literal:
+            results = [r for r in (self._literal(state, rec.name, data, as_float(rec)) for rec in data.role()) if r]
+        else:
+            at = (data.mode, data.step, data.mode_step)
+            results = [r for r in (self._windowed(state, rec.name, at, as_float(rec)) for rec in data.role()) if r]
         if results:
             state.last_loss_step[int(data.mode)] = data.step
         return _combine(results)
+
+    def check_columns(self, state: _State, cols: Columns) -> Checks | None:
+        """Judge a chunk's losses in one loop over plain numbers (the windowed rule; literal is fed step by step)."""
+        col = cols.role()
+        if self.literal or col is None:
+            return None if self.literal else ChecksBuilder().build()
+        wanted = col.present if self.mode is None else col.present & (cols.codes == int(ModeKeys[self.mode]))
+        out = ChecksBuilder()
+        steps, mode_steps, values = cols.steps.tolist(), cols.mode_steps.tolist(), col.values.tolist()
+        for i in np.flatnonzero(wanted).tolist():
+            mode = cols.modes[i]
+            result = self._windowed(state, col.name, (mode, steps[i], mode_steps[i]), values[i])
+            if result is not None:
+                state.last_loss_step[int(mode)] = steps[i]
+                out.single(i, _combine([result]))
+        return out.build()
 
     def finish(self, state: _State, last: StepData | None) -> Check | None:
         """Judge the windows still open when the data ends."""
@@ -166,28 +186,32 @@ class LossNotDecreasing(TensorRule):
         return _combine(results)
 
     # --- trainspect: windows ---------------------------------------------------------------------------
-    def _windowed(self, state: _State, name: str, data: StepData, loss: float | None) -> _Result | None:
+    def _windowed(
+        self, state: _State, name: str, at: tuple[ModeKeys, int, int], loss: float | None
+    ) -> _Result | None:
+        """One loss of one step (``at``: its mode, global step and mode step)."""
         if loss is None:
             return None
+        mode, step, mode_step = at
         if not math.isfinite(loss):
-            return math.nan, True, name, f"{mode_name(data.mode)} {name} is {fmt(loss)} at step {data.step}: not finite"
-        track = state.tracks.setdefault((name, int(data.mode)), _Track())
-        last_any = state.last_loss_step.get(int(data.mode))
+            return math.nan, True, name, f"{mode_name(mode)} {name} is {fmt(loss)} at step {step}: not finite"
+        track = state.tracks.setdefault((name, int(mode)), _Track())
+        last_any = state.last_loss_step.get(int(mode))
         if track.last_step is not None and last_any is not None and last_any > track.last_step:
             track.returns += 1  # other losses were recorded since this one's last value: steps alternate
-        track.last_step = data.step
+        track.last_step = step
         if self._alternates(track):
             return 0.0, False, name, (
-                f"{mode_name(data.mode)} {name} alternates with another optimizer's loss series (steps take turns, "
+                f"{mode_name(mode)} {name} alternates with another optimizer's loss series (steps take turns, "
                 "as a GAN's discriminator and generator): its rises and stalls are not judged (judge_interleaved=True "
                 "judges them); NaN/Inf still are"
             )
         if track.series is None:
             track.series = WindowedSeries(self.num_steps)
         if not track.progressed and len(track.seen) < MAX_TREND_POINTS:
-            track.seen.append((data.step, loss))
-        win = track.series.add(data.mode_step, data.step, loss)
-        return self._judge_window(track, name, data.mode, win) if win is not None else None
+            track.seen.append((step, loss))
+        win = track.series.add(mode_step, step, loss)
+        return self._judge_window(track, name, mode, win) if win is not None else None
 
     def _alternates(self, track: _Track) -> bool:
         return track.returns >= INTERLEAVED_AFTER and not self.judge_interleaved

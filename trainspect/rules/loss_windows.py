@@ -12,9 +12,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from trainspect.rules._common import Window, noise_sigma
+from trainspect.rules._common import Window, median_of, noise_sigma
 
 __all__ = ["WindowedSeries"]
 
@@ -52,6 +50,9 @@ class WindowedSeries:
     _medians: deque[float] = field(default_factory=lambda: deque(maxlen=8))
     best_level: float = math.inf
 
+    def __post_init__(self) -> None:
+        self._recent = deque(self._recent, maxlen=self.history or 8 * self.size)  # the newest values only
+
     def add(self, mode_step: int, step: int, value: float) -> Window | None:
         """Add a finite value; return the window that this value closed, if any."""
         bucket = mode_step // self.size
@@ -60,8 +61,6 @@ class WindowedSeries:
         self._values.append(value)
         self._steps.append(step)
         self._recent.append(value)
-        while len(self._recent) > (self.history or 8 * self.size):
-            self._recent.popleft()
         return done
 
     def close(self) -> Window | None:
@@ -71,7 +70,7 @@ class WindowedSeries:
         recent = list(self._recent)
         before = recent[: len(recent) - len(self._values)]  # the noise so far: a window that runs away cannot hide
         sigma = noise_sigma(before if len(before) >= 3 else recent) * MEDIAN_EFFICIENCY
-        win = Window(float(np.median(self._values)), len(self._values), sigma, self._steps[0], self._steps[-1])
+        win = Window(median_of(self._values), len(self._values), sigma, self._steps[0], self._steps[-1])
         self._values, self._steps = [], []
         return win
 
@@ -89,7 +88,7 @@ class WindowedSeries:
     def _level(self, extra: float | None = None) -> float:
         """The loss level: the median of the last ``LEVEL`` window medians (one lucky or unlucky window is ignored)."""
         recent = list(self._medians)[-(LEVEL - (extra is not None)) :] + ([extra] if extra is not None else [])
-        return float(np.median(recent))
+        return median_of(recent)
 
     def rose(self, win: Window, percent: float, z: float, floor: float = 0.0) -> bool:
         """Whether ``win`` lies above the best window by more than ``percent`` %, ``z`` standard errors, ``floor``.

@@ -12,6 +12,7 @@ import numpy as np
 from trainspect.modes import ModeKeys
 from trainspect.rules._common import LITERAL, Z_RISE, Window, fmt, window_of
 from trainspect.rules.base import Param, Requirement
+from trainspect.rules.columns import Checks, ChecksBuilder, Columns
 from trainspect.rules.step_data import Check, StepData, as_float
 from trainspect.rules.tensor_rule import Select, TensorRule
 
@@ -140,6 +141,25 @@ class Overfit(TensorRule):
                 state.first_train.append((data.step, loss))
             return result
         return None
+
+    def check_columns(self, state: _State, cols: Columns) -> Checks | None:
+        """Collect a chunk's losses run by run of one mode; an evaluation is judged where training resumes."""
+        out = ChecksBuilder()
+        col = cols.role()
+        if col is None:
+            return out.build()
+        for mode, idx in cols.mode_runs(col.present & (cols.steps >= self.start_step)):
+            steps, values = cols.steps[idx].tolist(), col.values[idx].tolist()
+            if mode is ModeKeys.EVAL:
+                state.evals.extend(values)
+                state.eval_steps.extend(steps)
+            elif mode is ModeKeys.TRAIN:  # only the run's first step can close an evaluation
+                out.single(int(idx[0]), self._close(state))
+                state.train.extend(values)
+                state.recent.extend(zip(steps, values, strict=True))
+                room = TRAIN_WINDOW - len(state.first_train)
+                state.first_train.extend(list(zip(steps[: max(0, room)], values, strict=False)))
+        return out.build()
 
     def finish(self, state: _State, last: StepData | None) -> Check | None:
         """Judge an evaluation still open at the end of the data."""

@@ -12,6 +12,7 @@ import numpy as np
 from trainspect.modes import ModeKeys
 from trainspect.rules._common import LITERAL, Z_PROGRESS, Window, fmt, window_of
 from trainspect.rules.base import Param, Requirement
+from trainspect.rules.columns import Checks, ChecksBuilder, Columns
 from trainspect.rules.step_data import Check, StepData, as_float
 from trainspect.rules.tensor_rule import Select, TensorRule
 
@@ -134,6 +135,24 @@ class Overtraining(TensorRule):
         result = self._close_evaluation(state)
         state.recent.append((data.step, loss))
         return result
+
+    def check_columns(self, state: _State, cols: Columns) -> Checks | None:
+        """Collect a chunk's finite losses run by run of one mode (the literal rule is fed step by step)."""
+        col = cols.role()
+        if self.literal:
+            return None
+        out = ChecksBuilder()
+        if col is None:
+            return out.build()
+        modes = np.isin(cols.codes, (int(ModeKeys.TRAIN), int(ModeKeys.EVAL)))
+        for mode, idx in cols.mode_runs(col.present & modes & np.isfinite(col.values)):
+            pairs = list(zip(cols.steps[idx].tolist(), col.values[idx].tolist(), strict=True))
+            if mode is ModeKeys.EVAL:
+                state.evals.extend(pairs)
+                continue
+            out.single(int(idx[0]), self._close_evaluation(state))  # only the run's first step can close one
+            state.recent.extend(pairs)
+        return out.build()
 
     def finish(self, state: _State, last: StepData | None) -> Check | None:
         """Judge an evaluation still open when the data ends."""

@@ -10,6 +10,7 @@ import numpy as np
 
 from trainspect.rules._common import LITERAL, fmt
 from trainspect.rules.base import Param, Requirement
+from trainspect.rules.columns import Checks, ChecksBuilder, Columns
 from trainspect.rules.step_data import Check, StepData, as_float, tensor_reduction
 from trainspect.rules.tensor_rule import Select, TensorRule
 
@@ -124,6 +125,13 @@ class PoorWeightInitialization(TensorRule):
         if not self.literal and findings and not activations:
             return Check(ratio, False, (), f"step {data.step}: {text} (reported only: needs badly scaled activations)")
         return Check(ratio, bool(findings), tuple(names), f"step {data.step}: {text}")
+
+    def check_columns(self, state: _State, cols: Columns) -> Checks | None:
+        """Judge the first ``steps`` saved steps one by one; the rest of a chunk has nothing to judge."""
+        out = ChecksBuilder()
+        for i in np.flatnonzero(cols.seen)[: max(0, self.steps - state.seen)].tolist():
+            out.single(i, self.check(state, cols.step_data(i)))
+        return out.build()
 
     def _variance_ratio(self, data: StepData, findings: list[str], names: list[str]) -> float | None:
         var = {r.name: tensor_reduction(r, "variance") for r in data.role("act")}

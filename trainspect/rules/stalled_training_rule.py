@@ -6,8 +6,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import numpy as np
+
 from trainspect.rules._common import fmt
 from trainspect.rules.base import Param, Requirement
+from trainspect.rules.columns import Checks, ChecksBuilder, Columns
 from trainspect.rules.step_data import Check, StepData
 from trainspect.rules.tensor_rule import Select, TensorRule
 
@@ -77,6 +80,25 @@ class StalledTrainingRule(TensorRule):
         if prev is None or not math.isfinite(data.wall_time) or not math.isfinite(prev):
             return None
         return self._judge(data.wall_time - prev, f"between steps (at step {data.step})")
+
+    def check_columns(self, state: _State, cols: Columns) -> Checks | None:
+        """Measure every gap of a chunk at once."""
+        walls = cols.walls
+        if not walls.size:
+            return ChecksBuilder().build()
+        prev = np.empty_like(walls)
+        prev[0] = math.nan if state.last_time is None else state.last_time
+        prev[1:] = walls[:-1]
+        state.last_time = float(walls[-1])
+        idx = np.flatnonzero(np.isfinite(prev) & np.isfinite(walls))
+        gaps = walls[idx] - prev[idx]
+        limit = self.chart_threshold()
+        steps = cols.steps
+
+        def detail(k: int) -> str:
+            return self._judge(float(gaps[k]), f"between steps (at step {int(steps[idx[k]])})").detail
+
+        return Checks(idx, gaps, gaps > limit, detail, lambda _k: ())
 
     def idle(self, state: _State, now: float, last: StepData | None) -> Check | None:
         """Measure the time since the last step; report each stall once."""

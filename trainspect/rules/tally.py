@@ -12,6 +12,9 @@ import time
 from collections.abc import Mapping
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
+import numpy as np
+
+from trainspect.rules.columns import Checks, Columns
 from trainspect.rules.step_data import Check, StepData
 from trainspect.rules.verdict import Series, Status, Verdict
 
@@ -38,6 +41,7 @@ class _Judge(Protocol):
 
     def init_state(self) -> Any: ...
     def check(self, state: Any, data: StepData) -> Check | None: ...
+    def check_columns(self, state: Any, cols: Columns) -> Checks | None: ...
     def finish(self, state: Any, last: StepData | None) -> Check | None: ...
     def idle(self, state: Any, now: float, last: StepData | None) -> Check | None: ...
     def insufficient(self, state: Any) -> str: ...
@@ -112,6 +116,85 @@ class Tally(Generic[_R]):
             result = None
         self.last_step = data
         return self._record(data, result) if result is not None else None
+
+    def feed_columns(self, cols: Columns) -> Checks | None:
+        """Judge a chunk of steps at once; None when the rule declines it (then feed it step by step).
+
+        The account afterwards is what feeding the chunk's steps one by one would have left (datapoints, triggers,
+        the first and last trigger, the series), so both paths give the same verdict.
+        """
+        if self.error is not None:
+            return _NO_CHECKS
+        fed = np.flatnonzero(cols.seen) if self.rule.needs_tensors else np.arange(len(cols))
+        try:
+            checks = self.rule.check_columns(self.state, cols)
+        except Exception as exc:  # a failing rule ends as Error, the others go on
+            _log.debug("rule %s failed", self.rule.name, exc_info=True)
+            self.error = exc
+            return _NO_CHECKS
+        if checks is None:
+            return None
+        if fed.size:
+            self.last_seen = time.time()
+            self.inputs_seen += int(fed.size)
+            self.workers.setdefault(cols.worker, None)
+            for col in cols.roles.values():
+                if col.name not in self.read and col.present[fed].any():
+                    self.read[col.name] = None
+            self.last_step = cols.step_data(int(fed[-1]))
+        self._record_checks(cols, checks)
+        return checks
+
+    def _record_checks(self, cols: Columns, checks: Checks) -> None:
+        n = len(checks)
+        if not n:
+            return
+        first_count = self.datapoints
+        self.datapoints += n
+        for k in range(n - 1, -1, -1):  # the newest non-empty detail, as step by step keeps it
+            detail = checks.detail(k)
+            if detail:
+                self.last_detail = detail
+                break
+        self._add_points(cols.steps[checks.index], checks.values, checks.has_value, first_count)
+        hit = np.flatnonzero(checks.triggered)
+        if not hit.size:
+            return
+        self.triggers += int(hit.size)
+        at = checks.index[hit]
+        if self.first is None:
+            i = int(at[0])
+            self.first = (int(cols.steps[i]), float(cols.walls[i]))
+            self.first_mode = (_mode(cols.modes[i]), int(cols.mode_steps[i]))
+            self.first_detail = checks.detail(int(hit[0]))
+            self.first_count = len(checks.tensors(int(hit[0])))
+        last = int(at[-1])
+        self.last = (int(cols.steps[last]), float(cols.walls[last]))
+        for k in hit.tolist():
+            for name in checks.tensors(k):
+                self.tensors.setdefault(name, None)
+        room = MAX_SERIES_POINTS - len(self.trigger_x)
+        if room > 0:
+            self.trigger_x.extend(float(s) for s in cols.steps[at[:room]].tolist())
+
+    def _add_points(self, steps: np.ndarray, values: np.ndarray, has_value: np.ndarray | None, before: int) -> None:
+        """:meth:`_add_point` of each datapoint in turn (the k-th is datapoint number ``before + k + 1``)."""
+        counts = before + 1 + np.arange(steps.size)
+        pos = 0
+        while pos < steps.size:
+            wanted = counts[pos:] % self.stride == 0
+            if has_value is not None:
+                wanted &= has_value[pos:]
+            take = (np.flatnonzero(wanted) + pos)[: MAX_SERIES_POINTS + 1 - len(self.x)]
+            if not take.size:
+                return
+            self.x.extend(float(s) for s in steps[take].tolist())
+            self.y.extend(float(v) for v in values[take].tolist())
+            if len(self.x) <= MAX_SERIES_POINTS:
+                return
+            self.x, self.y = self.x[::2], self.y[::2]
+            self.stride *= 2
+            pos = int(take[-1]) + 1
 
     def end(self) -> Check | None:
         """Tell the rule the data has ended (it may judge a pending window)."""
@@ -244,6 +327,9 @@ class Tally(Generic[_R]):
             trigger_x=tuple(self.trigger_x),
             threshold=self.rule.chart_threshold(),
         )
+
+
+_NO_CHECKS = Checks(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0, dtype=bool), lambda _k: "", lambda _k: ())
 
 
 def issue_message(

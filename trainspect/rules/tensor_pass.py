@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from trainspect.modes import ModeKeys
+from trainspect.rules.columns import Columns, RoleColumn
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tensor_rule import TensorRule
 from trainspect.rules.trial_feed import Needs, StepAssembler, TrialFeed, roles_for
@@ -30,15 +31,25 @@ _Series = dict[str, dict[int, TensorRecord]]
 
 
 def evaluate_tensor_rules(
-    trial: TrialView, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
+    trial: TrialView,
+    rules: Sequence[TensorRule],
+    start: int | None,
+    end: int | None,
+    finished: bool,
+    columns: bool = True,
 ) -> list[Verdict]:
-    """Evaluate tensor rules in one pass over the trial's steps (each tensor fetched once per worker)."""
+    """Evaluate tensor rules in one pass over the trial's steps (each tensor fetched once per worker).
+
+    ``columns``: hand chunks of scalar steps to the rules that judge whole columns
+    (:meth:`~trainspect.rules.tensor_rule.TensorRule.check_columns`); False feeds every rule step by step (the
+    same verdicts, slower: what the tests compare the fast path with).
+    """
     with paused_gc():  # a bounded batch of many small acyclic objects (see trainspect.store.nogc)
-        return _evaluate(trial, rules, start, end, finished)
+        return _evaluate(trial, rules, start, end, finished, columns)
 
 
 def _evaluate(
-    trial: TrialView, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool
+    trial: TrialView, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool, columns: bool
 ) -> list[Verdict]:
     source = TrialFeed(trial)
     names = source.names()
@@ -48,7 +59,7 @@ def _evaluate(
     tallies = [WorkerTally(rule, several) for rule in rules]
     roles = [_roles(tally, names, membership) for tally in tallies]
     steps = source.steps(start, end, finished)
-    pass_ = _Pass(steps, source.step_infos(steps), _needs(rules, roles), tallies, roles)
+    pass_ = _Pass(steps, source.step_infos(steps), _needs(rules, roles), tallies, roles, columns)
     compared = [_compared(rule) for rule in rules]
     for worker in workers:
         feed = source.for_worker(worker) if several else source
@@ -77,9 +88,11 @@ class _Pass:
         needs: dict[str, Needs],
         tallies: list[WorkerTally],
         roles: list[dict[str, str]],
+        columns: bool = True,
     ) -> None:
         self.steps, self.infos, self.needs, self.tallies, self.roles = steps, infos, needs, tallies, roles
         self.wanted = set(steps)
+        self.columns = columns
 
     def judge(self, feed: TrialFeed, worker: str, compared: list[list[TrialFeed | None]]) -> None:
         """Read one worker's data chunk by chunk of steps and feed it, step by step, to every rule."""
@@ -102,10 +115,18 @@ class _Pass:
     ) -> None:
         """Feed one chunk's steps to every rule; rules that select the same tensors in the same roles share them."""
         assemblers: dict[tuple[tuple[str, str], ...], StepAssembler] = {}
+        cols: dict[int, Columns | None] = {}
+        made: dict[int, RoleColumn | None] = {}  # one column per fetched series, whichever rules read it
         lanes = []
         for tally, role, other in zip(self.tallies, self.roles, others, strict=True):
             key = tuple(sorted(role.items()))
             assembler = assemblers.get(key) or assemblers.setdefault(key, StepAssembler(role, data))
+            if self.columns and not other and tally.tally(worker).error is None:
+                if id(assembler) not in cols:
+                    cols[id(assembler)] = assembler.columns(chunk, infos, worker, made)
+                chunk_cols = cols[id(assembler)]
+                if chunk_cols is not None and tally.feed_columns(chunk_cols) is not None:
+                    continue  # judged the whole chunk at once
             lanes.append((tally, tally.tally(worker), assembler, other))
         for step, info in zip(chunk, infos, strict=True):
             shared: dict[int, StepData] = {}

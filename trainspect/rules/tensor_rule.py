@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from trainspect.rules.base import Requirement, Rule
+from trainspect.rules.columns import Checks, Columns
 from trainspect.rules.step_data import Check, StepData
 from trainspect.rules.tally import Tally
 from trainspect.rules.verdict import Verdict
@@ -152,6 +153,16 @@ class TensorRule(Rule):
     def check(self, state: Any, data: StepData) -> Check | None:
         """Judge one step; return None when the step gives no datapoint (too little data so far)."""
         raise NotImplementedError(f"{self.name} does not implement check()")
+
+    def check_columns(self, state: Any, cols: Columns) -> Checks | None:
+        """Judge a chunk of steps at once, as :meth:`check` step by step would (optional; the offline fast path).
+
+        ``cols`` holds whole columns (see :mod:`trainspect.rules.columns`): every role at most one scalar tensor.
+        Judge the steps step-by-step feeding would give (those in ``cols.seen`` when ``needs_tensors``), leave the
+        state as those calls would, and return their datapoints; or return None, before changing the state, to be
+        fed step by step (the default).
+        """
+        return None
 
     def finish(self, state: Any, last: StepData | None) -> Check | None:
         """Judge what is left once the data ends (default: nothing); ``last`` is the last step seen."""

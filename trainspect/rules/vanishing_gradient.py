@@ -8,9 +8,11 @@ from typing import ClassVar
 
 import numpy as np
 
+from trainspect.modes import ModeKeys
 from trainspect.rules._common import LITERAL, fmt, is_training
 from trainspect.rules._dead_gradients import DEAD_STEPS_PARAM, DeadGradients, beside_healthy_weight, listed
 from trainspect.rules.base import Param, Requirement
+from trainspect.rules.columns import Checks, ChecksBuilder, Columns
 from trainspect.rules.step_data import Check, StepData, as_float, tensor_reduction
 from trainspect.rules.tensor_rule import Select, TensorRule
 
@@ -119,6 +121,20 @@ class VanishingGradient(TensorRule):
         if not self.literal:
             low = self._real(state, values, low)
         return Check(min(values.values()), bool(low), tuple(low), self._detail(state, data, values, low))
+
+    def check_columns(self, state: _State, cols: Columns) -> Checks | None:
+        """A chunk without gradients: note the training loss (the gradients' steps are judged step by step)."""
+        if cols.role() is not None:
+            return None
+        loss = cols.role("loss")
+        if loss is not None:
+            training = np.isin(cols.codes, (int(ModeKeys.TRAIN), int(ModeKeys.GLOBAL)))
+            finite = loss.values[loss.present & training & np.isfinite(loss.values)]
+            if finite.size:
+                state.loss = float(finite[-1])
+                if state.first_loss is None:
+                    state.first_loss = float(finite[0])
+        return ChecksBuilder().build()
 
     def _detail(self, state: _State, data: StepData, values: dict[str, float], low: list[str]) -> str:
         limit = self.chart_threshold()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainspect.rules.columns import Checks, Columns
 from trainspect.rules.step_data import Check, StepData
 from trainspect.rules.tally import Tally
 from trainspect.rules.verdict import Verdict
@@ -69,6 +70,17 @@ class WorkerTally:
         check = tally.feed(data)
         self._count(data.step, tally, before)
         return check
+
+    def feed_columns(self, cols: Columns) -> Checks | None:
+        """Judge a chunk of one worker's steps at once (see :meth:`Tally.feed_columns`); None when declined."""
+        checks = self.tally(cols.worker).feed_columns(cols)
+        if checks is None or not self.several:
+            return checks
+        for step, hit in zip(cols.steps[checks.index].tolist(), checks.triggered.tolist(), strict=True):
+            self._points[step] = max(self._points.get(step, 0), 1)
+            if hit:
+                self._hits[step] = max(self._hits.get(step, 0), 1)
+        return checks
 
     def end(self) -> None:
         """Tell every worker's rule the data has ended."""
