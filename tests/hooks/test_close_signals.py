@@ -116,3 +116,47 @@ def test_a_third_signal_cuts_the_close_with_one_line(tmp_path):
     if not (out / "training_job_end.ts").exists():  # the close may still have ended before the third signal
         assert len(cut) == 1, err
         assert str(out) in cut[0]
+
+
+# A hook whose writer never gets idle (a stuck disk), and a SIGTERM handler of the user's, chained to.
+STUCK = textwrap.dedent(
+    """
+    import logging, os, signal, sys, time
+    logging.basicConfig(format="%(message)s")
+    from trainspect.hooks import shutdown
+    shutdown._FLUSH_SECONDS = 0.3  # the bound on the flush before a chained handler runs (10 s)
+
+    class StuckHook:
+        out_dir = sys.argv[1]
+        def flush(self, timeout):
+            time.sleep(timeout)
+            return False  # not everything is on disk
+        def close(self):
+            print("closed", flush=True)
+
+    def users_handler(signum, frame):
+        print("user's handler", flush=True)
+        sys.exit(3)
+
+    signal.signal(signal.SIGTERM, users_handler)
+    shutdown.CLOSERS.track(StuckHook())
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+    """
+)
+
+
+def test_a_flush_past_its_bound_is_named_and_the_users_handler_still_runs(tmp_path):
+    script = tmp_path / "stuck.py"
+    script.write_text(STUCK)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("TRAINSPECT_TESTING", None)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True,
+                          env=env, timeout=30)  # fmt: skip
+    assert time.monotonic() - start < 5, done.stderr
+    assert done.returncode == 3, done.stderr  # the process ends as the user's handler says
+    assert done.stdout.split("\n")[:2] == ["user's handler", "closed"]  # then the hook is closed at exit
+    (line,) = [x for x in done.stderr.splitlines() if "not flushed" in x]
+    assert f"{tmp_path / 'run'} was not flushed within 0.3 s" in line
+    assert "steps still queued" in line and "the end marker" in line

@@ -59,6 +59,36 @@ def test_a_bad_argument_is_a_400_naming_it(cards_client: wtest.Client, params: d
     assert get(cards_client, "/widgets", 400, run="synth", **params)["error"] == f"Invalid argument: {message}"
 
 
+NOT_ASCII_DIGITS = ["\u0661\u0662", "\uff11\uff12", "\u00b2", "1_0", " 7", "+7", "9" * 19, "9" * 5000]
+"""Integers Python's int() (or str.isdigit) takes, but an argument must not: Arabic-Indic, full-width and
+superscript digits, underscores, spaces, a sign, 19 and 5,000 digits."""
+
+
+@pytest.mark.parametrize("raw", NOT_ASCII_DIGITS)
+def test_an_integer_argument_takes_only_ascii_digits(cards_client: wtest.Client, raw: str) -> None:
+    error = get(cards_client, "/widgets", 400, run="synth", limit=raw)["error"]
+    assert error.startswith("Invalid argument: limit=") and error.endswith("is not an integer")
+    assert len(error) < 120  # a 5,000-digit number is not echoed back
+
+
+@pytest.mark.parametrize("raw", ["\u0661.5", "\uff11\uff12", "1_0.5", " 1.5", "9" * 5000])
+def test_a_number_argument_takes_only_ascii_digits(cards_client: wtest.Client, raw: str) -> None:
+    error = get(cards_client, "/widgets", 400, run="synth", scale=raw)["error"]
+    assert error.startswith("Invalid argument: scale=") and error.endswith("is not a number")
+
+
+@pytest.mark.parametrize("raw", ["-7", "1e3", ".5", "2.", "-1.5E-2"])
+def test_ascii_numbers_still_parse(cards_client: wtest.Client, raw: str) -> None:
+    assert get(cards_client, "/widgets", run="synth", scale=raw)["scale"] == float(raw)
+
+
+@pytest.mark.parametrize("raw", NOT_ASCII_DIGITS)
+def test_builtin_integer_arguments_and_trace_ids_take_only_ascii_digits(client: wtest.Client, raw: str) -> None:
+    assert "is not an integer" in get(client, "/heatmap", 400, run="synth", columns=raw)["error"]
+    assert "is not an integer" in get(client, "/timeseries", 400, run="synth", points=raw)["error"]
+    assert "must be a trace id" in get(client, "/trace", 400, run="torch_run", id=raw)["error"]
+
+
 def test_unknown_runs_are_404(cards_client: wtest.Client) -> None:
     assert get(cards_client, "/widgets", 404, run="../synth")["error"].startswith("Not found")
     assert get(cards_client, "/step_table", 404, run="nope")["error"].startswith("Not found")

@@ -10,6 +10,8 @@ queued for the background writer, the end marker and the final verdicts.
   have without trainspect (killed by that signal; the parent sees the same status).
 - A handler the user or a framework installed before trainspect is chained to: the hooks are flushed (what was
   recorded is on disk), then that handler runs unchanged; the hooks close at exit or when it ends the process.
+  The flush is bounded (10 s for all hooks); a hook not flushed by then is named in one warning (the steps still
+  queued for its run directory may not be on disk) and the handler runs all the same.
 - An ignored signal stays ignored; Python's own SIGINT handler (``KeyboardInterrupt``) is left alone, since the
   exit that follows closes the hooks.
 - Once a close is under way (started by a signal, at exit, or by the script's ``close()``), SIGTERM, SIGHUP and
@@ -169,9 +171,15 @@ class ShutdownCloser:
             if flush is None:
                 continue
             try:
-                flush(max(0.0, deadline - time.monotonic()))
+                done = flush(max(0.0, deadline - time.monotonic()))
             except Exception as exc:
                 log.warning("trainspect: flushing %s on a signal failed: %s", type(obj).__name__, exc)
+                continue
+            if done is False:
+                where = getattr(obj, "out_dir", None) or type(obj).__name__
+                log.warning("trainspect: a signal arrived and %s was not flushed within %g s: the steps still queued "
+                            "may not be on disk (not written yet: the end marker, the final verdicts); the previous "
+                            "handler runs now", where, _FLUSH_SECONDS)  # fmt: skip
 
     # --- installation ----------------------------------------------------------------------------------------
     def _install(self) -> None:

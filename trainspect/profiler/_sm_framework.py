@@ -12,54 +12,13 @@ from trainspect.modes import parse_mode
 from trainspect.profiler.arrays import FrameworkTables
 from trainspect.profiler.events import TraceEvent
 from trainspect.profiler.traces import read_trace_file, tf_trace_metadata
+from trainspect.store.warner import Warner
 
 __all__ = ["SageMakerFrameworkStore", "Warner"]
 
 logger = logging.getLogger(__name__)
 FW_FILE = re.compile(r"^(\d+)_([^_]+)_(.+)$")
 _SPAN = {"forward": 1, "backward": 2, "optimizer": 3}
-
-
-class Warner:
-    """Problems per damaged file, logged without flooding the log.
-
-    Immediate (the default): the first :attr:`SHOWN` files are logged one line each, the rest only counted. Deferred
-    (``deferred=True``): nothing is logged until :meth:`flush`, which logs one line for one file and one aggregated
-    line ("skipped 1,999 damaged profiler files (first: …)") for more. Every problem is kept in :attr:`problems`;
-    :meth:`lines` gives at most :attr:`SHOWN` of them and a count of the others.
-    """
-
-    SHOWN = 20
-
-    def __init__(self, deferred: bool = False) -> None:
-        self.problems: dict[Path, str] = {}
-        self.deferred = deferred
-        self._pending: list[str] = []
-
-    def __call__(self, path: Path, text: str) -> None:
-        if path in self.problems:
-            return
-        self.problems[path] = f"skipped damaged profiler data in {path}: {text}"
-        if self.deferred:
-            self._pending.append(self.problems[path])
-        elif len(self.problems) <= self.SHOWN:
-            logger.warning("trainspect: %s", self.problems[path])
-
-    def flush(self) -> None:
-        """Log what was deferred since the last call: one line whatever the number of files."""
-        pending, self._pending = self._pending, []
-        if len(pending) == 1:
-            logger.warning("trainspect: %s", pending[0])
-        elif pending:
-            first = pending[0].removeprefix("skipped damaged profiler data in ")
-            logger.warning("trainspect: skipped %s damaged profiler files (first: %s)", f"{len(pending):,}", first)
-
-    def lines(self) -> list[str]:
-        """The first :attr:`SHOWN` problems, then one line counting the others."""
-        out = list(self.problems.values())
-        if len(out) <= self.SHOWN:
-            return out
-        return [*out[: self.SHOWN], f"skipped {len(out) - self.SHOWN:,} more damaged profiler files"]
 
 
 class SageMakerFrameworkStore:
@@ -72,7 +31,7 @@ class SageMakerFrameworkStore:
     def __init__(self, base: Path) -> None:
         self.base = base
         self._files: dict[Path, tuple[tuple[int, bool], list[TraceEvent]]] = {}
-        self.warn = Warner(deferred=True)
+        self.warn = Warner(deferred=True, logger=logger)
         self._tables: dict[str, FrameworkTables] | None = None
 
     def _candidates(self) -> list[Path]:

@@ -23,6 +23,7 @@ import pandas as pd
 from trainspect.exceptions import DamagedFile
 from trainspect.profiler.schema import SCHEMA_VERSION
 from trainspect.store.jsonfile import NUMBER, ListOf, Obj, load_json
+from trainspect.store.warner import Kind, Warner
 
 __all__ = ["OPERATOR_COLUMNS", "PYTHON_COLUMNS", "write_table", "read_tables"]
 
@@ -39,6 +40,8 @@ _SHAPES = {
                                        "cumulative_time_s": NUMBER}, {"filename": str, "line": int}))}, _HEAD),
 }  # fmt: skip
 """The shapes of ``operators_*.json`` and ``python_*.json``."""
+DAMAGED_TABLES = Kind("damaged profiler tables", "skipped profiler table ")
+NEWER_TABLES = Kind("profiler tables of a newer schema version", "skipped profiler table ")
 
 
 def write_table(
@@ -58,25 +61,32 @@ def read_tables(detailed_root: Path, prefix: str, problems: list[str] | None = N
     """All ``<prefix>_*.json`` tables under ``<profiler>/detailed/<worker>/`` as one DataFrame.
 
     Columns: :data:`OPERATOR_COLUMNS` (prefix ``operators``) or :data:`PYTHON_COLUMNS` (``python``).
-    Unreadable files, files of the wrong shape and newer-version files are skipped with a warning naming the file
-    (also appended to ``problems`` when given).
+    Unreadable files, files of the wrong shape and newer-version files are skipped with one warning per kind of
+    problem (the file's own line for one file, else a count and the first file); ``problems``, when given, gets the
+    first :attr:`Warner.SHOWN` files of each kind and a count of the others.
     """
     columns = OPERATOR_COLUMNS if prefix == "operators" else PYTHON_COLUMNS
-    frames = []
-    for path in sorted(detailed_root.glob(f"*/{prefix}_*.json")):
-        try:
-            doc = load_json(path, _SHAPES[prefix])
-            if int(doc.get("schema_version") or 1) > SCHEMA_VERSION:
-                raise DamagedFile(f"{path}: schema_version {doc['schema_version']} is newer than {SCHEMA_VERSION}")
-        except (FileNotFoundError, DamagedFile) as exc:
-            text = f"skipped profiler table {exc}"
-            logger.warning("trainspect: %s", text)
-            if problems is not None:
-                problems.append(text)
-            continue
-        frame = pd.DataFrame(doc["rows"], columns=[c for c in columns if c not in _HEAD])
-        frame["worker"] = doc.get("worker") or path.parent.name
-        frame["start_step"] = doc.get("start_step", -1)
-        frame["end_step"] = doc.get("end_step", -1)
-        frames.append(frame.reindex(columns=columns))
+    warn = Warner(deferred=True, kind=DAMAGED_TABLES, logger=logger)
+    frames = [frame for path in sorted(detailed_root.glob(f"*/{prefix}_*.json"))
+              if (frame := _read_table(path, prefix, columns, warn)) is not None]  # fmt: skip
+    warn.flush()
+    if problems is not None:
+        problems += warn.lines()
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=columns)
+
+
+def _read_table(path: Path, prefix: str, columns: list[str], warn: Warner) -> pd.DataFrame | None:
+    """One table file as a DataFrame of ``columns``, or None (noted in ``warn``) when it cannot be used."""
+    try:
+        doc = load_json(path, _SHAPES[prefix])
+    except (FileNotFoundError, DamagedFile) as exc:
+        warn(path, str(exc).removeprefix(f"{path}: "))
+        return None
+    if int(doc.get("schema_version") or 1) > SCHEMA_VERSION:
+        warn(path, f"schema_version {doc['schema_version']} is newer than {SCHEMA_VERSION}", NEWER_TABLES)
+        return None
+    frame = pd.DataFrame(doc["rows"], columns=[c for c in columns if c not in _HEAD])
+    frame["worker"] = doc.get("worker") or path.parent.name
+    frame["start_step"] = doc.get("start_step", -1)
+    frame["end_step"] = doc.get("end_step", -1)
+    return frame.reindex(columns=columns)

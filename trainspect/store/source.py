@@ -22,6 +22,7 @@ from trainspect.store.pieces import parse_partials, parse_shard
 from trainspect.store.run_writer import COLLECTIONS_FILE
 from trainspect.store.safe_files import loads_bounded, open_regular
 from trainspect.store.tensor_file import INDEX_PREFIX, KIND_INDEX
+from trainspect.store.warner import Kind, Warner
 
 __all__ = ["TrainspectSource"]
 
@@ -35,6 +36,13 @@ COLLECTIONS_SHAPE = Obj(
     {"schema_version": int},
 )  # fmt: skip
 """The shape of ``tensors/<worker>/collections.json``."""
+UNREADABLE = Kind("unreadable index files")
+CORRUPT = Kind("corrupt index records", per_file=False)
+INCOMPLETE = Kind("incomplete last index records")
+WRONG_SHAPE = Kind("index records of the wrong shape", per_file=False)
+MISSING_DATA = Kind("missing data files")
+MALFORMED = {"sh": Kind("malformed shard descriptions"), "pt": Kind("malformed partials descriptions")}
+DAMAGED_COLLECTIONS = Kind("damaged collections files")
 
 
 class TrainspectSource:
@@ -45,9 +53,10 @@ class TrainspectSource:
         self._offsets: dict[Path, int] = {}
         self._maps: dict[str, Any] = {}
         self.corrupt_records = 0
-        self._warned: set[str] = set()
+        self._warn = Warner(deferred=True, kind=UNREADABLE, logger=log)
         self._data_files: dict[str, bool] = {}
         self.problems: list[str] = []
+        """What was skipped: one line per kind of problem, with a count and the first file."""
 
     @staticmethod
     def detect(root: Path) -> bool:
@@ -68,6 +77,7 @@ class TrainspectSource:
             for worker_dir in sorted(p for p in self.layout.tensors_dir.iterdir() if p.is_dir()):
                 for idx_file in sorted(worker_dir.glob(f"{INDEX_PREFIX}*.idx")):
                     new += self._read_index(index, worker_dir.name, idx_file)
+        self._flush()
         return new
 
     def _read_index(self, index: TrialIndex, worker: str, path: Path) -> int:
@@ -80,25 +90,24 @@ class TrainspectSource:
                 fh.seek(start)
                 buf = fh.read(size - start)
         except OSError as exc:
-            self._warn(str(path), f"cannot read {path}: {exc}")
+            self._warn(path, f"cannot read it: {exc}")
             return 0
         scan = scan_frames(buf, start)
         self._offsets[path] = scan.resume_at
         if scan.corrupt:
             self.corrupt_records += scan.corrupt
-            self._warn(str(path), f"{path}: skipped {scan.corrupt} corrupt index record(s)")
+            detail = f": {scan.problems[0]}" if scan.problems else ""
+            self._warn(path, f"skipped {scan.corrupt} corrupt index record(s){detail}", CORRUPT, scan.corrupt)
         if scan.truncated:
-            self._warn(
-                f"{path}#truncated",
-                f"{path}: skipped an incomplete last record at byte {scan.resume_at} (still being written, or the "
-                "job was killed while writing it); it is read once complete",
-            )
+            self._warn(path, f"skipped an incomplete last record at byte {scan.resume_at} (still being written, or "
+                             "the job was killed while writing it); it is read once complete", INCOMPLETE)  # fmt: skip
         for rec in scan.records:
             if rec.kind == KIND_INDEX:
-                self._add(index, worker, path.parent, rec.payload)
+                self._add(index, worker, path, rec.payload)
         return len(scan.records)
 
-    def _add(self, index: TrialIndex, worker: str, folder: Path, payload: bytes) -> None:
+    def _add(self, index: TrialIndex, worker: str, path: Path, payload: bytes) -> None:
+        folder = path.parent
         try:
             doc = loads_bounded(payload.decode())  # the format is UTF-8: no encoding detection per record
             gs, mode, mode_step, wall = int(doc["g"]), ModeKeys(int(doc["m"])), int(doc["ms"]), float(doc.get("t", 0))
@@ -106,14 +115,14 @@ class TrainspectSource:
             entries = [(str(e["n"]), _entry(e, data_file)) for e in doc.get("e", ())]
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
             self.corrupt_records += 1
-            self._warn(f"{folder}#entries", f"{folder}: skipped an index record of the wrong shape")
+            self._warn(path, "skipped an index record of the wrong shape", WRONG_SHAPE)
             return
         if b'"sh":' in payload or b'"pt":' in payload:  # a sharded tensor's piece (a cheap test for every record)
             self._add_piece_fields(doc.get("e", ()), entries, folder, gs)
         index.add_step(worker, gs, mode, mode_step, wall)
         if not self._data_file_exists(data_file):
-            self._warn(data_file, f"{data_file} is missing: the raw tensor values its index points to cannot be read "
-                                  "(losses and saved reductions stay readable)")  # fmt: skip
+            self._warn(data_file, "it is missing: the raw tensor values its index points to cannot be read (losses "
+                                  "and saved reductions stay readable)", MISSING_DATA)  # fmt: skip
         for name, entry in entries:
             index.add_tensor(name, gs, worker, entry)
 
@@ -127,10 +136,10 @@ class TrainspectSource:
                 try:
                     setattr(entry, field, parse(doc[key], entry.shape))
                 except (ValueError, TypeError) as exc:
-                    self._warn(f"{folder}#{key}", f"{folder}: dropped the malformed {field} description ({key!r}) of "
-                                                  f"{name} at step {step} ({exc}), and any later one of this worker "
-                                                  "without another warning; the piece stays readable with "
-                                                  f'value(step, worker="{folder.name}")')  # fmt: skip
+                    self._warn(folder, f"dropped the malformed {field} description ({key!r}) of {name} at step "
+                                       f"{step} ({exc}), and any later one of this worker without another warning; "
+                                       f'the piece stays readable with value(step, worker="{folder.name}")',
+                               MALFORMED[key])  # fmt: skip
 
     def _data_file_exists(self, path: str) -> bool:
         known = self._data_files.get(path)
@@ -192,6 +201,7 @@ class TrainspectSource:
                 coll = builtins.get(name)
                 if name not in out and coll.include_regex:
                     out[name] = coll
+        self._flush()
         return out
 
     def _folder_collections(self, folder: Path) -> list[Collection] | None:
@@ -203,8 +213,9 @@ class TrainspectSource:
         except FileNotFoundError:
             pass  # named by the Trial's file check once the job is over (a running job writes it late)
         except (DamagedFile, ConfigError, ValueError, TypeError, KeyError) as exc:
-            text = str(exc) if isinstance(exc, DamagedFile) else f"{path}: {type(exc).__name__}: {exc}"
-            self._warn(str(path), f"{text}; the built-in collections' patterns are used")
+            text = f"{type(exc).__name__}: {exc}" if not isinstance(exc, DamagedFile) else str(exc)
+            text = text.removeprefix(f"{path}: ")
+            self._warn(path, f"{text}; the built-in collections' patterns are used", DAMAGED_COLLECTIONS)
         return None
 
     def worker_names(self) -> list[str]:
@@ -220,11 +231,10 @@ class TrainspectSource:
         """Drop the file mappings (arrays already returned keep theirs alive)."""
         self._maps.clear()
 
-    def _warn(self, key: str, message: str) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
-            self.problems.append(message)
-            log.warning("trainspect: %s", message)
+    def _flush(self) -> None:
+        """Log what was skipped since the last call (one line per kind) and update :attr:`problems`."""
+        self._warn.flush()
+        self.problems[:] = self._warn.summary()
 
 
 def _entry(e: dict[str, Any], data_file: str) -> Entry:

@@ -44,6 +44,12 @@ RESERVED = frozenset({"index.js", "static", "vendor", "runs", "profiler", "rules
 """Route names the plugin serves itself."""
 _ID = re.compile(r"^[a-z][a-z0-9_]*$")
 _TYPES: dict[type, str] = {str: "string", int: "integer", float: "number"}
+_INT = re.compile(r"-?[0-9]{1,18}")
+_FLOAT = re.compile(r"[+-]?(?:(?:[0-9]{1,32}(?:\.[0-9]{0,32})?|\.[0-9]{1,32})(?:[eE][+-]?[0-9]{1,4})?"
+                    r"|inf|infinity|nan)", re.IGNORECASE)  # fmt: skip
+"""The numbers an argument may be written as: ASCII only (``int()`` and ``float()`` also take "١٢", "１２", "1_000",
+" 12 " and 4,000 digits), at most 18 digits for an integer."""
+_SHAPES = {int: _INT, float: _FLOAT}
 
 
 @dataclass(frozen=True)
@@ -69,18 +75,22 @@ class Arg:
         """The value of the argument (``default`` when absent or empty).
 
         Raises:
-            InvalidArgumentError: not a number of the declared type, not finite, or out of bounds.
+            InvalidArgumentError: not a number of the declared type (ASCII digits: at most 18 for an integer), not
+                finite, or out of bounds.
         """
         if raw is None or raw == "":
             return self.default
         if self.type is str:
             return raw
+        shape = _SHAPES.get(self.type)
         try:
+            if shape is not None and not shape.fullmatch(raw):
+                raise ValueError(raw)
             value = self.type(raw)
         except ValueError:
-            raise errors.InvalidArgumentError(f"{self.name}={raw!r} is not {_article(self.type)}") from None
+            raise errors.InvalidArgumentError(f"{self.name}={_shown(raw)} is not {_article(self.type)}") from None
         if isinstance(value, float) and not math.isfinite(value):
-            raise errors.InvalidArgumentError(f"{self.name}={raw!r} is not a finite number")
+            raise errors.InvalidArgumentError(f"{self.name}={_shown(raw)} is not a finite number")
         if (self.min is not None and value < self.min) or (self.max is not None and value > self.max):
             raise errors.InvalidArgumentError(f"{self.name}={value} is outside {_num(self.min)}..{_num(self.max)}")
         return value
@@ -88,6 +98,11 @@ class Arg:
     def to_json(self) -> dict[str, Any]:
         """The argument as the JavaScript card sees it."""
         return {"name": self.name, "type": _TYPES.get(self.type, "string"), "default": self.default}
+
+
+def _shown(raw: str) -> str:
+    """The argument as an error message quotes it (a long one cut)."""
+    return repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}… ({len(raw):,} characters)"
 
 
 def _article(kind: type) -> str:
