@@ -6,6 +6,7 @@ training is a forked child, so a kill costs a fraction of a second.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
@@ -72,6 +73,8 @@ def _one(out: str, rng: random.Random) -> dict[str, object]:
 
 def main() -> None:
     root, kills, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    for name in ("torch._dynamo", "torch.distributed", "trainspect.hooks.torch_hook"):
+        importlib.import_module(name)  # what a hook imports when it starts: once here, not in every child
     rng = random.Random(seed)
     print(json.dumps([_one(os.path.join(root, f"run{i}"), rng) for i in range(kills)]))
 

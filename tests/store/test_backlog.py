@@ -40,14 +40,16 @@ def _train(out: Path, on_backlog: str, hold: threading.Event, monkeypatch: pytes
                              reductions=["mean"], save_raw_tensor=True), on_backlog=on_backlog)  # fmt: skip
     hook.register_module(model)
     x, y = torch.randn(16, 256), torch.randint(0, 2, (16,))
+    if on_backlog == "block":
+        hold.set()  # training waits for each write to finish (its bytes count until then): the writer must not hang
     for step in range(STEPS):
         loss = torch.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         hook.save_scalar("lr", 0.01)
-        if step == STEPS - 1 or on_backlog == "block":
-            hold.set()  # "block": training waits for the writer, which must be let go
+        if step == STEPS - 1:
+            hold.set()
     hook.close()
     return model
 

@@ -34,7 +34,8 @@ class BackgroundWriter:
         on_failure: called once on the writer thread right after ``handle`` or ``flush`` failed, to keep what reached
             the disk readable (the writer is disabled by then).
         failures: a list shared by writers that fail together (a full disk): only the first failure is announced.
-        max_pending_bytes: memory bound of the queue.
+        max_pending_bytes: memory bound of what is not yet written: the queue and the batch being written (its
+            bytes leave the count once written and flushed).
         flush_interval: seconds between batches (so data reaches the disk at least this often).
         wake_bytes: pending bytes that wake the writer before the interval ends.
     """
@@ -146,7 +147,7 @@ class BackgroundWriter:
         self._wake.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
-            dropped = len(self._drain())
+            dropped = len(self._drain()[0])
             self.failed = TimeoutError(f"still writing after {timeout:.0f} s at close")
             log.warning(
                 "trainspect: %s could not finish writing within %.0f s at close; %d queued step(s) dropped",
@@ -163,24 +164,25 @@ class BackgroundWriter:
             self._wake.wait(self._interval)
             self._wake.clear()
             stop = self._stop
-            batch = self._drain()
+            batch, nbytes = self._drain()
             if batch:
                 self._safe(functools.partial(self._handle, batch))
             self._safe(self._flush)
             with self._lock:
+                self._pending -= nbytes  # only now: the budget bounds every byte not yet written, the batch's too
+                self._drained.notify_all()
                 if not self._items or stop:
                     self._busy = False
                     self._idle.set()
             if stop:
                 return
 
-    def _drain(self) -> list[Any]:
+    def _drain(self) -> tuple[list[Any], int]:
+        """Take the queue as one batch: its items and their bytes (still counted as pending until written)."""
         items = self._items
         with self._lock:
             entries = [items.popleft() for _ in range(len(items))]  # popleft: items appended meanwhile stay
-            self._pending -= sum(n for _, n in entries)
-            self._drained.notify_all()
-        return [item for item, _ in entries]
+        return [item for item, _ in entries], sum(n for _, n in entries)
 
     def _safe(self, fn: Callable[[], None]) -> None:
         if self.failed is not None:
