@@ -102,9 +102,11 @@ def loads_bounded(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     Raises:
         ValueError: not JSON, or nested too deeply.
     """
-    raw = text.encode("utf-8", errors="surrogatepass") if isinstance(text, str) else text
-    if raw.count(b"[") + raw.count(b"{") > max_depth and _depth(raw) > max_depth:
-        raise ValueError(f"nested deeper than {max_depth} levels")
+    opens = text.count("[") + text.count("{") if isinstance(text, str) else text.count(b"[") + text.count(b"{")
+    if opens > max_depth:  # only then is the depth worth measuring (never for an index record)
+        raw = text.encode("utf-8", errors="surrogatepass") if isinstance(text, str) else text
+        if _depth(raw) > max_depth:
+            raise ValueError(f"nested deeper than {max_depth} levels")
     try:
         return json.loads(text)
     except RecursionError:

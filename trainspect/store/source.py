@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import mmap
 import os
@@ -20,13 +21,14 @@ from trainspect.store.layout import RunLayout
 from trainspect.store.nogc import paused_gc
 from trainspect.store.pieces import parse_partials, parse_shard
 from trainspect.store.run_writer import COLLECTIONS_FILE
-from trainspect.store.safe_files import loads_bounded, open_regular
+from trainspect.store.safe_files import MAX_DEPTH, loads_bounded, open_regular
 from trainspect.store.tensor_file import INDEX_PREFIX, KIND_INDEX
 from trainspect.store.warner import Kind, Warner
 
 __all__ = ["TrainspectSource"]
 
 log = logging.getLogger(__name__)
+_MODES = {int(m): m for m in ModeKeys}
 _NONFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 _NAMES = ListOf(str)
 COLLECTIONS_SHAPE = Obj(
@@ -66,6 +68,7 @@ class TrainspectSource:
         self.corrupt_records = 0
         self._warn = Warner(deferred=True, kind=UNREADABLE, logger=log)
         self._data_files: dict[str, bool] = {}
+        self._paths: dict[tuple[str, Any], str] = {}
         self.problems: list[str] = []
         """What was skipped: one line per kind of problem, with a count and the first file."""
 
@@ -112,17 +115,18 @@ class TrainspectSource:
         if scan.truncated:
             self._warn(path, f"skipped an incomplete last record at byte {scan.resume_at} (still being written, or "
                              "the job was killed while writing it); it is read once complete", INCOMPLETE)  # fmt: skip
-        for rec in scan.records:
-            if rec.kind == KIND_INDEX:
-                self._add(index, worker, path, rec.payload)
+        folder = path.parent
+        records = [rec.payload for rec in scan.records if rec.kind == KIND_INDEX]
+        for payload, doc in zip(records, _parse_records(records), strict=True):
+            self._add(index, worker, path, folder, payload, doc)
         return len(scan.records)
 
-    def _add(self, index: TrialIndex, worker: str, path: Path, payload: bytes) -> None:
-        folder = path.parent
+    def _add(self, index: TrialIndex, worker: str, path: Path, folder: Path, payload: bytes, doc: Any) -> None:
         try:
-            doc = loads_bounded(payload.decode())  # the format is UTF-8: no encoding detection per record
-            gs, mode, mode_step, wall = int(doc["g"]), ModeKeys(int(doc["m"])), int(doc["ms"]), float(doc.get("t", 0))
-            data_file = str(folder / doc["f"])
+            if doc is None:  # not parsed with the others: one by one (the format is UTF-8: no encoding detection)
+                doc = loads_bounded(payload.decode())
+            gs, mode, mode_step, wall = int(doc["g"]), _MODES[int(doc["m"])], int(doc["ms"]), float(doc.get("t", 0))
+            data_file = self._data_path(folder, doc["f"])
             entries = [(str(e["n"]), _entry(e, data_file)) for e in doc.get("e", ())]
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
             self.corrupt_records += 1
@@ -151,6 +155,14 @@ class TrainspectSource:
                                        f"{step} ({exc}), and any later one of this worker without another warning; "
                                        f'the piece stays readable with value(step, worker="{folder.name}")',
                                MALFORMED[key])  # fmt: skip
+
+    def _data_path(self, folder: Path, name: Any) -> str:
+        """``str(folder / name)``, remembered (every index record names its data file; there are few)."""
+        key = (str(folder), name)  # a str hashes much faster than a Path
+        found = self._paths.get(key)
+        if found is None:
+            found = self._paths[key] = str(folder / name)
+        return found
 
     def _data_file_exists(self, path: str) -> bool:
         known = self._data_files.get(path)
@@ -259,6 +271,24 @@ class TrainspectSource:
         """Log what was skipped since the last call (one line per kind) and update :attr:`problems`."""
         self._warn.flush()
         self.problems[:] = self._warn.summary()
+
+
+def _parse_records(payloads: list[bytes]) -> list[Any]:
+    """Parse index records together (one JSON call for all); a batch that fails is left to be parsed one by one.
+
+    Example:
+        >>> _parse_records([b'{"g": 1}', b'{"g": 2}']), _parse_records([b'{"g": 1}', b'{"g"'])
+        ([{'g': 1}, {'g': 2}], [None, None])
+    """
+    if not payloads:
+        return []
+    if max(p.count(b"[") + p.count(b"{") for p in payloads) >= MAX_DEPTH:  # none can be nested that deep
+        return [None] * len(payloads)
+    try:
+        docs = json.loads(b"[" + b",".join(payloads) + b"]")
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return [None] * len(payloads)
+    return docs if isinstance(docs, list) and len(docs) == len(payloads) else [None] * len(payloads)
 
 
 def _entry(e: dict[str, Any], data_file: str) -> Entry:
