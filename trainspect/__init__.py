@@ -33,7 +33,7 @@ __all__ = [
     "modes",
 ]
 
-_LAZY = {"torch", "keras", "rules", "profiler", "report", "mlflow_plugin"}
+_LAZY = {"torch", "keras", "rules", "profiler", "report", "mlflow_plugin", "frames"}
 
 
 def __getattr__(name: str) -> Any:

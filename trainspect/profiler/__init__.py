@@ -25,6 +25,7 @@ from trainspect.profiler.horovod import (
 )
 from trainspect.profiler.ranks import rank_times
 from trainspect.profiler.readers import FrameworkMetricsReader, SystemMetricsReader
+from trainspect.profiler.window import Window, window, window_of
 
 __all__ = [
     "HorovodTimeline",
@@ -54,4 +55,7 @@ __all__ = [
     "dataloader_statistics",
     "heatmap",
     "rank_times",
+    "Window",
+    "window",
+    "window_of",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,8 +18,10 @@ import numpy as np
 import pandas as pd
 
 from trainspect.modes import ModeKeys
+from trainspect.profiler import frames
 from trainspect.profiler._native import FrameworkWorkerStore, SystemNodeStore
 from trainspect.profiler.arrays import SPAN_NAMES, FrameworkTables, SystemArrays
+from trainspect.profiler.detailed import read_tables as read_detailed
 from trainspect.profiler.events import SystemEvent, TraceEvent, smdebug_names, unit_factor
 from trainspect.profiler.sagemaker import (
     SageMakerFrameworkStore,
@@ -26,7 +29,9 @@ from trainspect.profiler.sagemaker import (
     is_sagemaker_dir,
     select_records,
 )
+from trainspect.profiler.system_window import SystemFileWindow
 from trainspect.profiler.traces import in_window, to_us
+from trainspect.store.frame_tools import choose
 from trainspect.store.remote import localize
 
 __all__ = ["SystemMetricsReader", "FrameworkMetricsReader", "resolve_profiler_root"]
@@ -107,6 +112,7 @@ class SystemMetricsReader(_Reader):
     def _reset(self) -> None:
         self._nodes: dict[Path, SystemNodeStore] = {}
         self._sm = SageMakerSystemStore(self.root)
+        self._window = SystemFileWindow(self.root)
 
     def refresh_event_file_list(self) -> None:
         """Rescan the folder for new files and new samples."""
@@ -176,6 +182,59 @@ class SystemMetricsReader(_Reader):
             SystemEvent(r.type, r.name, r.dimension, r.value, r.node_id, r.timestamp * f, r.key)
             for r in select_records(self._sm.records(), start, end, unit, event_type)
         ]
+
+    def window_arrays(
+        self, start: float | None = None, end: float | None = None, node: str | Sequence[str] | None = None
+    ) -> dict[str, SystemArrays]:
+        """``{node: samples with start <= timestamp < end}`` (epoch s), reading only the files that can hold them.
+
+        trainspect's system files are one per node and hour (named by their first sample), so a one-hour window
+        of a 24-hour run reads two or three files per node; from a SageMaker folder every file is read.
+
+        Raises:
+            NotRecorded: a node the run did not record (the message lists those it did).
+        """
+        self._detect()
+        if self.source == "sagemaker":
+            nodes = self.read_arrays()
+            cut = {n: _half_open(nodes[n], start, end) for n in choose(node, sorted(nodes), "node")}
+            return {n: a for n, a in cut.items() if len(a)}
+        return self._window.arrays(start, end, choose(node, self._window.nodes(), "node"))
+
+    def time_span(self) -> tuple[float, float] | None:
+        """(first, last) sample time (epoch s) over every node, or None before the first sample.
+
+        Reads each node's first and last file of a trainspect run (every file of a SageMaker folder).
+        """
+        self._detect()
+        if self.source == "trainspect":
+            return self._window.span()
+        times = [a.timestamps for a in self.read_arrays().values() if len(a)]
+        return (min(float(t[0]) for t in times), max(float(t[-1]) for t in times)) if times else None
+
+    def dataframe(
+        self,
+        start: float | None = None,
+        end: float | None = None,
+        metrics: str | Sequence[str] | None = None,
+        node: str | Sequence[str] | None = None,
+        wide: bool = False,
+    ) -> pd.DataFrame:
+        """Samples with ``start <= timestamp < end`` (epoch s) as a DataFrame, reading only the files needed.
+
+        Long (:data:`trainspect.profiler.frames.SYSTEM_COLUMNS`: ``timestamp, node, metric, type, name, dimension,
+        value``, one row per sampled value) or ``wide`` (``timestamp, node`` and one column per metric).
+        ``metrics`` and ``node`` take names or ``fnmatch`` patterns (``"gpu*"``).
+
+        Raises:
+            NotRecorded: a node or metric the run did not record (the message lists those it did).
+
+        Example:
+            >>> import tempfile
+            >>> SystemMetricsReader(tempfile.mkdtemp()).dataframe().columns.tolist()
+            ['timestamp', 'node', 'metric', 'type', 'name', 'dimension', 'value']
+        """
+        return frames.system_frame(self.window_arrays(start, end, node), metrics, wide)
 
     def to_dataframe(self, start: float | None = None, end: float | None = None, unit: str = "s") -> pd.DataFrame:
         """Long DataFrame: ``timestamp`` (unit), ``node_id``, ``key``, ``type``, ``name``, ``dimension``, ``value``."""
@@ -266,6 +325,34 @@ class FrameworkMetricsReader(_Reader):
         out = [replace(e, start_time=e.start_time * scale, end_time=e.end_time * scale) for e in chosen]
         return sorted(out, key=lambda e: e.start_time)
 
+    def dataframe(self, table: str = "steps", start: float | None = None, end: float | None = None) -> pd.DataFrame:
+        """One table of the framework data as a DataFrame; rows overlapping ``[start, end)`` (epoch s).
+
+        Tables (columns in :mod:`trainspect.profiler.frames` and :mod:`trainspect.profiler.detailed`):
+
+        * ``"steps"``: one row per timed step with its seconds of forward, backward, optimizer, backward_sync and
+          data-loader wait (:data:`~trainspect.profiler.frames.STEP_COLUMNS`);
+        * ``"spans"``: every span (:data:`~trainspect.profiler.frames.SPAN_COLUMNS`); ``"phases"``: each worker's
+          initialization, training loop and finalization; ``"step_metrics"``: per-step framework metrics;
+        * ``"operators"`` and ``"python"``: the detailed profiler's operator and Python hotspot tables (empty when
+          no window was profiled; ``start``/``end`` do not apply).
+
+        Raises:
+            ValueError: an unknown table (the message lists them).
+
+        Example:
+            >>> import tempfile
+            >>> FrameworkMetricsReader(tempfile.mkdtemp()).dataframe().columns.tolist()[:5]
+            ['worker', 'node', 'mode', 'mode_step', 'global_step']
+        """
+        if table in ("operators", "python"):
+            self._detect()
+            return read_detailed(self.root / "detailed", table)
+        build = _TABLES.get(table)
+        if build is None:
+            raise ValueError(f"no framework table {table!r}; tables: {', '.join([*_TABLES, 'operators', 'python'])}")
+        return build(self.read_tables(), start, end)
+
     def to_dataframe(self, start: float = 0.0, end: float = float("inf"), unit: str = "s") -> pd.DataFrame:
         """Columns ``start_time, end_time, duration, event_name, event_phase, worker, node_id, step, pid``."""
         rows = [
@@ -284,6 +371,17 @@ class FrameworkMetricsReader(_Reader):
         ]
         cols = ["start_time", "end_time", "duration", "event_name", "event_phase", "worker", "node_id", "step", "pid"]
         return pd.DataFrame(rows, columns=cols)
+
+
+_TABLES = {"steps": frames.steps_frame, "spans": frames.spans_frame, "phases": frames.phases_frame,
+           "step_metrics": frames.step_metrics_frame}  # fmt: skip
+
+
+def _half_open(arrays: SystemArrays, start: float | None, end: float | None) -> SystemArrays:
+    """Rows with ``start <= timestamp < end``."""
+    lo = 0 if start is None else int(np.searchsorted(arrays.timestamps, start, "left"))
+    hi = len(arrays) if end is None else int(np.searchsorted(arrays.timestamps, end, "left"))
+    return SystemArrays(arrays.node, arrays.timestamps[lo:hi], arrays.keys, arrays.values[lo:hi], arrays.interval_ms)
 
 
 def _events_of(worker: str, tab: FrameworkTables) -> list[TraceEvent]:

@@ -39,6 +39,7 @@ from trainspect.rules.tensor_variance import TensorVariance
 from trainspect.rules.unchanged_tensor import UnchangedTensor
 from trainspect.rules.vanishing_gradient import VanishingGradient
 from trainspect.rules.verdict import Series, Status, Verdict, read_verdicts, write_verdicts
+from trainspect.rules.verdicts_frame import verdicts_frame
 from trainspect.rules.weight_update_ratio import WeightUpdateRatio
 from trainspect.rules.worker_tally import WorkerTally
 from trainspect.rules.worker_verdicts import combine_workers
@@ -92,5 +93,6 @@ __all__ = [
     "parse_actions",
     "read_verdicts",
     "rules_from_config",
+    "verdicts_frame",
     "write_verdicts",
 ]

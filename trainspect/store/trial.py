@@ -7,9 +7,9 @@ import enum
 import logging
 import re
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainspect.collections import Collection
 from trainspect.exceptions import NoMoreData, StepUnavailable, TensorUnavailable
@@ -18,6 +18,9 @@ from trainspect.store.gaps import gaps_summary, read_gaps
 from trainspect.store.index import Source, TrialIndex
 from trainspect.store.remote.url import is_url
 from trainspect.store.tensor import Tensor
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Trial", "StepState", "create_trial"]
 
@@ -150,7 +153,7 @@ class Trial:
         self._maybe_refresh()
         mode = parse_mode(mode)
         steps = self._index.sorted_steps
-        if not show_incomplete_steps:
+        if not show_incomplete_steps and not (self._ended or len(self._index.workers) <= 1):  # else all complete
             steps = [s for s in steps if self._complete(s)]
         if mode is ModeKeys.GLOBAL:
             return list(steps)
@@ -337,6 +340,33 @@ class Trial:
         if name not in self._tensors:
             self._tensors[name] = Tensor(name, self, self._index, self._source)
         return self._tensors[name]
+
+    def dataframe(
+        self,
+        names: str | Sequence[str] | None = None,
+        collection: str | None = None,
+        mode: ModeKeys | str | None = None,
+        reductions: str | Sequence[str] | None = None,
+        workers: str | Sequence[str] | None = None,
+        wide: bool = False,
+    ) -> pd.DataFrame:
+        """The saved tensors as a pandas DataFrame (:func:`trainspect.store.frames.tensor_frame`).
+
+        Long form: columns ``step, mode, mode_step, worker, name, value`` (or one column per reduction when
+        ``reductions`` are asked); ``wide=True`` pivots it to one column per tensor. ``names`` are names or
+        ``fnmatch`` patterns; ``workers="all"`` gives each worker's own rows.
+
+        Raises:
+            NotRecorded: a tensor, worker or collection the run did not record (the message lists the recorded
+                ones).
+            ValueError: an unknown reduction.
+
+        Example:
+            >>> trial.dataframe(collection="losses", mode="TRAIN")  # doctest: +SKIP
+        """
+        from trainspect.store.frames import tensor_frame  # pandas loads on the first frame, not with the Trial
+
+        return tensor_frame(self, names, collection, mode, reductions, workers, wide)
 
     def close(self) -> None:
         """Release open files."""
