@@ -50,6 +50,9 @@ _NOT_SUPPORTED = {
     "reset_collections": "collections belong to the hook: hook.get_collections()",
     "load_collections": "read a run's collections with create_trial(path).collections()",
     "ProfilerTrial": "read profiler data with trainspect.profiler (see docs/profiler.md)",
+    "S3SystemMetricsReader": "use LocalSystemMetricsReader(path); trainspect.profiler.SystemMetricsReader reads s3://",
+    "S3AlgorithmMetricsReader": "use LocalAlgorithmMetricsReader(path); trainspect.profiler.FrameworkMetricsReader "
+    "reads s3://",
 }
 _TS = "trainspect"
 
@@ -150,6 +153,17 @@ def str2bool(value: Any) -> bool:
     return parse_bool("value", value)
 
 
+def _notebook(*names: str) -> Callable[[], dict[str, Any]]:
+    """The smdebug notebook views and local readers (``trainspect.notebook.compat``) named ``names``."""
+
+    def exports() -> dict[str, Any]:
+        from trainspect.notebook import compat
+
+        return {name: getattr(compat, name) for name in names}
+
+    return exports
+
+
 def _picked(*names: str) -> Callable[[], dict[str, Any]]:
     return lambda: {k: v for k, v in _common().items() if k in names}
 
@@ -178,6 +192,13 @@ MODULES: dict[str, Callable[[], dict[str, Any]]] = {
     "smdebug.exceptions": _exceptions,
     "smdebug.profiler": dict,
     "smdebug.profiler.utils": lambda: {"str2bool": str2bool},
+    "smdebug.profiler.system_metrics_reader": _notebook("LocalSystemMetricsReader"),
+    "smdebug.profiler.algorithm_metrics_reader": _notebook("LocalAlgorithmMetricsReader"),
+    "smdebug.profiler.analysis": dict,
+    "smdebug.profiler.analysis.notebook_utils": dict,
+    "smdebug.profiler.analysis.notebook_utils.metrics_histogram": _notebook("MetricsHistogram"),
+    "smdebug.profiler.analysis.notebook_utils.step_histogram": _notebook("StepHistogram"),
+    "smdebug.profiler.analysis.notebook_utils.heatmap": _notebook("Heatmap"),
 }
 
 
