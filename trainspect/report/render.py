@@ -12,7 +12,13 @@ from typing import Any
 
 import jinja2
 
-from trainspect.report import _framework_sections, _rule_sections, _system_sections, _verdict_section
+from trainspect.report import (
+    _framework_sections,
+    _histogram_section,
+    _rule_sections,
+    _system_sections,
+    _verdict_section,
+)
 from trainspect.report.context import REQUIREMENT_HINTS, ReportContext
 from trainspect.report.sections import Page, Section, SectionRegistry
 from trainspect.store.layout import RunLayout
@@ -25,7 +31,7 @@ log = logging.getLogger(__name__)
 _VENDOR = Path(__file__).resolve().parent.parent / "_vendor" / "echarts.min.js"
 
 
-_SECTION_MODULES = (_verdict_section, _system_sections, _rule_sections, _framework_sections)
+_SECTION_MODULES = (_verdict_section, _system_sections, _histogram_section, _rule_sections, _framework_sections)
 """The built-in sections are the ``Section`` classes these modules export (``__all__``)."""
 
 

@@ -26,6 +26,7 @@ from tensorboard import errors
 
 from trainspect.profiler import analysis
 from trainspect.profiler.data import ProfilerData
+from trainspect.tb_plugin.histogram_view import MAX_BINS, histogram_rows
 from trainspect.tb_plugin.profiler_view import (
     MAX_COLUMNS,
     MAX_POINTS,
@@ -225,7 +226,7 @@ _RANGE = (Arg("node"), Arg("start", float), Arg("end", float))
 
 
 def default_cards(plugins: bool = True) -> CardRegistry:
-    """The built-in cards (heatmap, time series, utilisation, Python hotspots, dataloader), then the plugins'."""
+    """The built-in cards (heatmap, series, utilisation, hotspots, dataloader, GPU memory, histograms), then plugins."""
     reg = CardRegistry()
     for card in (
         Card("heatmap", "CPU cores and GPUs — utilisation over time", heatmap_view,
@@ -252,6 +253,11 @@ def default_cards(plugins: bool = True) -> CardRegistry:
               Column("reserved_max_bytes", "reserved, max", "bytes"), Column("peak_bytes", "peak", "bytes"),
               Column("growth_bytes", "growth", "bytes")),
              "No GPU memory of the job recorded (read from PyTorch's CUDA allocator when the job uses CUDA)."),
+        Card("utilisation_histograms", "Utilisation histograms (CPU, cores, GPUs)", histogram_rows,
+             (*_RANGE, Arg("bins", int, 20, 1, MAX_BINS)),
+             (Column("node", "node", "text"), Column("device", "device", "text"), Column("samples", "samples", "count"),
+              Column("mean", "mean", "percent"), Column("distribution", "distribution, 0 → 100 %", "text")),
+             "No CPU or GPU utilisation was recorded for this node."),
     ):  # fmt: skip
         reg.register(card)
     if plugins:
