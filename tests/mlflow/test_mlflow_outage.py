@@ -43,20 +43,17 @@ def test_unreachable_server_then_mlflow_sync(tmp_path: Path, local_store: str,
     assert main(["mlflow-sync", str(tmp_path / "nope"), "--run-id", run_id]) == 2
 
 
-def test_server_going_away_mid_run(tmp_path: Path, _migrated_db: Path, caplog: pytest.LogCaptureFixture) -> None:
-    import shutil
+def test_server_going_away_mid_run(tmp_path: Path, mlflow_server: str, caplog: pytest.LogCaptureFixture) -> None:
     import threading
 
-    from mlflow_helpers import start_server, stop_server
+    from mlflow_helpers import Relay
 
-    shutil.copy(_migrated_db, tmp_path / "db.sqlite")
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    server = start_server(tmp_path / "db.sqlite", tmp_path / "art", port, tmp_path / "server.log")
+    server = Relay(mlflow_server)  # the tracking server as the job sees it: it goes away, then comes back
+    uri = server.uri
     client = MlflowClient(tracking_uri=uri)
     run_id = client.create_run("0").info.run_id
     out = tmp_path / "run"
-    killer = threading.Timer(1.0, stop_server, args=(server,))
+    killer = threading.Timer(1.0, server.stop)
     killer.start()  # the server goes away while the job trains (about 2 s per epoch)
     try:
         with caplog.at_level(logging.WARNING):
@@ -68,11 +65,11 @@ def test_server_going_away_mid_run(tmp_path: Path, _migrated_db: Path, caplog: p
     assert json.loads((out / "mlflow" / "run.json").read_text())["complete"] is False
     assert (out / "training_job_end.ts").exists()  # training finished; the run directory has everything
 
-    server = start_server(tmp_path / "db.sqlite", tmp_path / "art", port, tmp_path / "server.log")
+    server.start()
     try:
         assert main(["mlflow-sync", str(out), "--run-id", run_id, "--tracking-uri", uri]) == 0
         loss = client.get_metric_history(run_id, "train/CrossEntropyLoss_output_0")
         assert sorted({m.step for m in loss}) == list(range(32))
         assert client.get_run(run_id).data.tags["trainspect.rule.VanishingGradient"]
     finally:
-        stop_server(server)
+        server.stop()

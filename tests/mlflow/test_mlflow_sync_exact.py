@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import threading
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
-from mlflow_helpers import free_port, start_server, stop_server, train
+from mlflow_helpers import Relay, train
 
 import trainspect as ts
 from trainspect.cli import main
@@ -28,16 +27,14 @@ def _history(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, int
 
 
 def test_sync_after_an_outage_sends_each_point_once_and_ends_the_run(
-    tmp_path: Path, _migrated_db: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, mlflow_server: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    shutil.copy(_migrated_db, tmp_path / "db.sqlite")
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    server = start_server(tmp_path / "db.sqlite", tmp_path / "art", port, tmp_path / "server.log")
+    server = Relay(mlflow_server)  # the tracking server as the job sees it: it goes away, then comes back
+    uri = server.uri
     client = MlflowClient(tracking_uri=uri)
     run_id = client.create_run("0").info.run_id
     out = tmp_path / "run"
-    killer = threading.Timer(1.0, stop_server, args=(server,))
+    killer = threading.Timer(1.0, server.stop)
     killer.start()  # the server goes away while the job trains: part of the run arrives, the rest cannot
     try:
         with caplog.at_level(logging.WARNING):
@@ -54,7 +51,7 @@ def test_sync_after_an_outage_sends_each_point_once_and_ends_the_run(
     assert recorded["unsent_metrics"] == len(kept) > 0
     assert {m.key for m in kept} >= {LOSS, "trainspect/steps", "system/cpu_utilization_percentage"}
 
-    server = start_server(tmp_path / "db.sqlite", tmp_path / "art", port, tmp_path / "server.log")
+    server.start()
     try:
         before = _history(client, run_id)
         assert client.get_run(run_id).info.status == "RUNNING"
@@ -83,7 +80,7 @@ def test_sync_after_an_outage_sends_each_point_once_and_ends_the_run(
         assert _history(client, run_id) == after
         assert client.get_run(run_id).info.end_time == info.end_time
     finally:
-        stop_server(server)
+        server.stop()
 
 
 def test_plan_upload_continues_series_and_skips_known_steps() -> None:

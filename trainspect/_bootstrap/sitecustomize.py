@@ -1,17 +1,29 @@
 """Loaded by every Python process that ``trainspect run`` starts (this folder is put first on PYTHONPATH).
 
-It turns on :func:`trainspect.autolog` when ``TRAINSPECT_RUN_ACTIVE=1``, then runs the ``sitecustomize`` that
-would have run without it, if any.
+When ``TRAINSPECT_RUN_ACTIVE=1`` it turns on :func:`trainspect.autolog` once the process imports a framework
+(torch or keras: a process that never does has nothing to record), then runs the ``sitecustomize`` that would have
+run without it, if any.
+
+``trainspect run`` starts every Python process of the job with this file: a launcher's helpers (Ray's dashboard,
+log monitor and worker set-up processes, ``accelerate``'s or Lightning's launcher, a shell script's ``python -c``)
+never train. Calling ``autolog()`` at their start imported torch and built a hook in each (seconds of CPU apiece:
+Ray Train jobs started twice as slowly under ``trainspect run``). ``smdebug`` imports are answered from the start,
+as before; the hook starts when the outermost import of torch or keras ends (``import lightning`` imports torch
+first: the hook starts once Lightning is loaded), before the script can build a model.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import logging
 import os
 import sys
+from typing import Any
 
 _here = os.path.dirname(os.path.abspath(__file__))
+_FRAMEWORKS = ("torch", "keras")  # the imports that start autolog (each may import the other)
 
 
 def _chain() -> None:
@@ -26,14 +38,74 @@ def _chain() -> None:
             return
 
 
+def _autolog() -> None:
+    try:
+        import trainspect
+
+        trainspect.autolog()
+    except Exception as exc:  # instrumentation must never stop the user's script from starting
+        logging.getLogger("trainspect").warning("trainspect: autolog could not start: %s", exc)
+
+
+class _Loader(importlib.abc.Loader):
+    """Runs a framework's real loader; when the outermost framework import ends, starts autolog."""
+
+    def __init__(self, loader: Any, starter: _Starter) -> None:
+        self._loader, self._starter = loader, starter
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self._starter.depth += 1
+        try:
+            self._loader.exec_module(module)
+        finally:
+            self._starter.depth -= 1
+        if self._starter.depth == 0:  # torch imported by keras (or keras by torch) waits for the outer import
+            self._starter.start()
+
+
+class _Starter(importlib.abc.MetaPathFinder):
+    """A meta-path finder that wraps the loaders of torch and keras, then calls ``autolog()`` once (see above)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self._busy = False
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in _FRAMEWORKS or self._busy:
+            return None
+        self._busy = True
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy = False
+        if spec is None or spec.loader is None:
+            return None
+        spec.loader = _Loader(spec.loader, self)
+        return spec
+
+    def start(self) -> None:
+        if self not in sys.meta_path:
+            return  # started already
+        sys.meta_path.remove(self)
+        _autolog()
+
+
 def _start() -> None:
     try:
         from trainspect import env
 
-        if env.TRAINSPECT_RUN_ACTIVE.get() and not env.TRAINSPECT_DISABLE.get():
-            import trainspect
+        if not env.TRAINSPECT_RUN_ACTIVE.get() or env.TRAINSPECT_DISABLE.get():
+            return
+        if any(name in sys.modules for name in _FRAMEWORKS):  # a chained sitecustomize imported one
+            _autolog()
+            return
+        from trainspect.smdebug_compat import install
 
-            trainspect.autolog()
+        install()  # `import smdebug` is answered before the script imports a framework, as autolog() does
+        sys.meta_path.insert(0, _Starter())
     except Exception as exc:  # instrumentation must never stop the user's script from starting
         logging.getLogger("trainspect").warning("trainspect: autolog could not start: %s", exc)
 
