@@ -1,7 +1,9 @@
 """The benchmark workloads of spec/peers_measured.md, in plain torch (shared by trainspect's and smdebug's side).
 
 W1: MLP 784-512-256-10, batch 128, SGD. W2: CNN conv(1->16,5)+pool, conv(16->32,5)+pool, fc 512->128->10, batch 64.
-Synthetic data: 16 fixed batches with learnable labels.
+Synthetic data: 16 fixed batches with learnable labels. ``T<n>`` (T10, T100, T1000): :class:`Heads`, ``n`` parameter
+tensors (n/2 parallel Linear 64->64 heads, outputs averaged), batch 32, SGD with momentum, MSE to fixed targets (the
+parameter-count sweep: the per-tensor cost of a saving step).
 """
 
 from __future__ import annotations
@@ -32,9 +34,31 @@ class CNN(nn.Module):
         return self.fc2(torch.relu(self.fc1(x.flatten(1))))
 
 
+class Heads(nn.Module):
+    """``n`` parallel Linear heads whose outputs are averaged: 2n parameter tensors, none of them vanishing.
+
+    (A deep stack of as many layers drives its activations into denormals, whose arithmetic is slow on CPUs.)
+    """
+
+    def __init__(self, n: int, width: int = 64) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Linear(width, width) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([h(x) for h in self.heads]).mean(0)
+
+
+def _make_heads(tensors: int) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module, list[Any]]:
+    model = Heads(tensors // 2)
+    batches = [(torch.randn(32, 64), torch.randn(32, 64)) for _ in range(16)]
+    return model, torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9), nn.MSELoss(), batches
+
+
 def make(workload: str, seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module, list[Any]]:
     """Return model, optimizer, loss module and 16 fixed (x, y) batches."""
     torch.manual_seed(seed)
+    if workload.startswith("T"):
+        return _make_heads(int(workload[1:]))
     if workload == "W1":
         model: nn.Module = nn.Sequential(
             nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10)
@@ -49,6 +73,8 @@ def make(workload: str, seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer
 
 
 STEPS = {"W1": 400, "W2": 200}
+BLOCK_STEPS = {"W1": 100, "W2": 32, "T10": 400, "T100": 100, "T1000": 100}
+"""Steps per block of :func:`toggled_ratio`: ~0.6 s or more (W1, W2, T10), else 100 (T100, T1000: ~1 s, ~6 s)."""
 
 
 def train(model: nn.Module, opt: torch.optim.Optimizer, loss_fn: nn.Module, batches: list[Any], steps: int) -> float:
@@ -84,9 +110,42 @@ def paired_ratio(
     return statistics.median(ratios), ratios
 
 
+def train_timed(
+    model: nn.Module, opt: torch.optim.Optimizer, loss_fn: nn.Module, batches: list[Any], steps: int
+) -> list[float]:
+    """Train ``steps`` steps; return each step's seconds."""
+    times = []
+    clock = time.perf_counter
+    for i in range(steps):
+        start = clock()
+        x, y = batches[i % len(batches)]
+        opt.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        times.append(clock() - start)
+    return times
+
+
+def _hooked_block(
+    hook: Any, model: nn.Module, opt: torch.optim.Optimizer, loss_fn: nn.Module, batches: list[Any], steps: int,
+    every: int | None, saves: list[float],
+) -> None:  # fmt: skip
+    """One instrumented block; with ``every``, the extra seconds of its saving steps (over the block's median step)
+    are appended to ``saves`` (the training thread's cost of those steps; trainspect's step counter, benchmark-only)."""
+    if every is None:
+        train(model, opt, loss_fn, batches, steps)
+        return
+    first = hook.collector.global_step + 1
+    times = train_timed(model, opt, loss_fn, batches, steps)
+    median = statistics.median(times)
+    saves.extend(times[at] - median for at in range(-first % every, steps, every))
+
+
 def toggled_ratio(
-    workload: str, hook_factory: Callable[[], Any], rounds: int, block_steps: int
-) -> tuple[float, list[float], float]:
+    workload: str, hook_factory: Callable[[], Any], rounds: int, block_steps: int, every: int | None = None,
+    saves: list[float] | None = None,
+) -> tuple[float, list[float], float]:  # fmt: skip
     """Instrumented/plain step-time ratio of ONE model, the hook attached and detached in turn.
 
     A 2-core VM drifts by ±10-25 % over seconds and two model instances (or processes) differ by 1-5 % in speed
@@ -95,7 +154,8 @@ def toggled_ratio(
     plain, hooked, hooked, plain (or the mirror image, alternating), which cancels a drift that is linear over the
     round; the median of the per-round ratios is reported. Each instrumented block ends with ``hook.flush()`` (its
     steps written to disk), so the background writer's work is counted, serialised, in the block that caused it.
-    Returns (median ratio, per-round ratios, plain ms/step).
+    ``every`` (a trainspect hook saving every ``every`` steps): the training thread's extra seconds of each saving
+    step are appended to ``saves``. Returns (median ratio, per-round ratios, plain ms/step).
     """
     model, opt, loss_fn, batches = make(workload)
     train(model, opt, loss_fn, batches, 5)
@@ -116,16 +176,18 @@ def toggled_ratio(
     train(model, opt, loss_fn, batches, 5)
     hook.flush()
     hook._remove_handles()
-    ratios, plain = [], []
+    ratios, plain, save_times = [], [], [] if saves is None else saves
     for r in range(rounds):
         times = {"plain": 0.0, "hooked": 0.0}
         for kind in ("plain", "hooked", "hooked", "plain") if r % 2 == 0 else ("hooked", "plain", "plain", "hooked"):
             if kind == "hooked":
                 attach()
             start = time.perf_counter()
-            train(model, opt, loss_fn, batches, block_steps)
             if kind == "hooked":
+                _hooked_block(hook, model, opt, loss_fn, batches, block_steps, every, save_times)
                 hook.flush()
+            else:
+                train(model, opt, loss_fn, batches, block_steps)
             times[kind] += time.perf_counter() - start
             if kind == "hooked":
                 hook._remove_handles()

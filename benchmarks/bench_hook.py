@@ -1,13 +1,20 @@
 """Step-time overhead of trainspect's PyTorch hook, as ratios to the plain loop (issue 2 targets).
 
-    .venv/bin/python benchmarks/bench_hook.py [--quick] [--no-smdebug]
+    .venv/bin/python benchmarks/bench_hook.py [--quick] [--no-smdebug] [--no-sweep] [--workloads W1,W2]
+    .venv/bin/python benchmarks/bench_hook.py --workloads ""    # the parameter-tensor sweep only (~4 min)
 
 Single-threaded CPU, synthetic data (16 fixed batches), the workloads of spec/peers_measured.md.
 
 * Default and weights+gradients+losses every 100 (targets 1.03x / 1.05x): one model, the hook attached and
   detached in turn, 60 rounds of four ~0.6 s blocks (plain, hooked, hooked, plain, or the mirror image), median of
   the per-round ratios (``_workloads.toggled_ratio``: on this shared VM two model instances differ by 1-5 % in
-  speed, so fresh-model pairs cannot resolve 1-3 %).
+  speed, so fresh-model pairs cannot resolve 1-3 %). The default's line also gives its cost per (loss-only) step,
+  (ratio - 1) x plain step time, in microseconds (issue target, on the training thread: <= 30 us).
+* The parameter-tensor sweep (issue target: weights+gradients+losses every 100 <= 1.05x at 1,000 tensors): models of
+  10, 100 and 1,000 parameter tensors (``_workloads`` T10/T100/T1000), the same attached/detached rounds (blocks of
+  400, 100 and 100 steps); the table gives the ratio, the cost of one saving step (a block's extra time per saving
+  step in it: the saving step, the writer's work for it, 99 loss-only steps) and the training thread's extra time in
+  the saving step itself (median over the saving steps).
 * save_all every step against smdebug 1.0.34 (target: less than half its overhead): whole fresh runs, plain and
   instrumented in pairs, order alternated, median of >= 3 pairs, on both sides; the smdebug side runs in its own
   venv (bench-env/smdebug) through benchmarks/_smdebug_side.py.
@@ -19,6 +26,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +44,10 @@ SMD_PY = ROOT / "bench-env" / "smdebug" / "bin" / "python"
 
 # ~0.6 s blocks: the writer wakes (every 0.5 s) during a block as it does in a real run, so the part of its work
 # that flush() serialises at the block's end stays small; shorter blocks overstate it, longer ones add drift
-BLOCK_STEPS = {"W1": 100, "W2": 32}
+BLOCK_STEPS = wl.BLOCK_STEPS
+SWEEP = {"T10": 10, "T100": 10, "T1000": 4}  # workload: rounds of 4 blocks (~65 ms/step at T1000)
+SWEEP_TARGET = ("T1000", 1.05)
+SAVE_EVERY = 100
 CONFIGS = {
     "save_all every step, no TensorBoard": (
         dict(save_all=True, save_config=ts.SaveConfig(save_interval=1), export_tensorboard=False),
@@ -81,18 +92,45 @@ def _smdebug_ratio(workload: str, steps: int, pairs: int) -> float | None:
     return float(json.loads(lines[-1])["ratio"])
 
 
+def _sweep(base: str, quick: bool) -> list[str]:
+    """The parameter-tensor sweep's table; returns the targets missed."""
+    kwargs, _ = TOGGLED["weights+gradients+losses every 100"]
+    print(f"parameter-tensor sweep: weights+gradients+losses every {SAVE_EVERY}, hook attached/detached in turn")
+    print(f"  {'tensors':>8s} {'plain ms/step':>14s} {'ratio':>7s} {'ms per saving step':>19s} "
+          f"{'of it on the training thread':>29s}  rounds")  # fmt: skip
+    failed = []
+    for workload, rounds in SWEEP.items():
+        rounds = max(2, rounds // 2) if quick else rounds
+        out = os.path.join(base, f"sweep-{workload}")
+        saves: list[float] = []
+        ratio, _, plain_ms = wl.toggled_ratio(
+            workload, lambda out=out: ts.torch.Hook(out, **kwargs), rounds, BLOCK_STEPS[workload], SAVE_EVERY, saves
+        )
+        per_save = (ratio - 1) * plain_ms * SAVE_EVERY
+        line = (f"  {workload[1:]:>8s} {plain_ms:14.2f} {ratio:6.3f}x {per_save:19.1f} "
+                f"{statistics.median(saves) * 1000:29.1f}  {rounds}")  # fmt: skip
+        if workload == SWEEP_TARGET[0]:
+            ok = ratio <= SWEEP_TARGET[1]
+            line += f"  target <= {SWEEP_TARGET[1]:.2f}x: {'ok' if ok else 'MISSED'}"
+            if not ok:
+                failed.append(f"sweep {workload}")
+        print(line, flush=True)
+    return failed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a quarter of the steps, 3 pairs")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=60, help="rounds of the attached/detached comparison")
     parser.add_argument("--no-smdebug", action="store_true")
-    parser.add_argument("--workloads", default="W1,W2")
+    parser.add_argument("--workloads", default="W1,W2", help="'' (none): the sweep only")
+    parser.add_argument("--no-sweep", action="store_true", help="skip the 10/100/1,000-parameter-tensor sweep")
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="ts_bench_")
     failed = []
     rounds = 30 if args.quick else args.rounds
-    for workload in args.workloads.split(","):
+    for workload in filter(None, args.workloads.split(",")):
         block = BLOCK_STEPS[workload]
         print(f"{workload}: one model, hook attached/detached in turn, {rounds} rounds x 4 blocks x {block} steps")
         for label, (kwargs, target) in TOGGLED.items():
@@ -104,8 +142,9 @@ def main() -> None:
             ratio, ratios, plain_ms = wl.toggled_ratio(workload, factory, rounds, BLOCK_STEPS[workload])
             ok = ratio <= target
             q1, q3 = sorted(ratios)[len(ratios) // 4], sorted(ratios)[3 * len(ratios) // 4]
-            print(f"  {label:40s} {ratio:.3f}x  (plain {plain_ms:.2f} ms/step; rounds' quartiles {q1:.3f}..{q3:.3f})"
-                  f"  target <= {target:.2f}x: {'ok' if ok else 'MISSED'}", flush=True)  # fmt: skip
+            per_step = f"; {(ratio - 1) * plain_ms * 1000:+.0f} us/step" if "losses every step" in label else ""
+            print(f"  {label:40s} {ratio:.3f}x  (plain {plain_ms:.2f} ms/step{per_step}; rounds' quartiles "
+                  f"{q1:.3f}..{q3:.3f})  target <= {target:.2f}x: {'ok' if ok else 'MISSED'}", flush=True)  # fmt: skip
             if not ok:
                 failed.append(f"{workload} {label}")
         steps = wl.STEPS[workload] // (4 if args.quick else 1)
@@ -128,6 +167,8 @@ def main() -> None:
                     if not ok:
                         failed.append(f"{workload} {label} vs smdebug")
             print(line, flush=True)
+    if not args.no_sweep:
+        failed += _sweep(base, args.quick)
     shutil.rmtree(base, ignore_errors=True)
     print("all targets met" if not failed else f"missed: {'; '.join(failed)}")
 

@@ -89,7 +89,9 @@ class SavePlanner:
         self._schedule_until: float = 0
         self.generation = 0
         self._takes_modules = False
-        self._plans: dict[object, TensorPlan] = {}
+        self._plans: dict[object, TensorPlan] = {}  # per tensor (and its module's collections), this step
+        self._shared_plans: dict[tuple[frozenset[str], frozenset[str]], TensorPlan] = {}  # per membership, this step
+        self._tag_cache: dict[object, frozenset[str]] = {}  # cleared with _membership
         self._known_count = -1
         self._module_plans: dict[tuple[str, str, int], tuple[frozenset[str], frozenset[str]]] = {}
 
@@ -170,7 +172,8 @@ class SavePlanner:
         if custom:
             self.included |= custom
             self._membership.clear()
-            self._plans.clear()
+            self._tag_cache.clear()
+            self._clear_plans()
             self.generation += 1
 
     def begin_step(self, mode: ModeKeys, mode_step: int) -> bool:
@@ -199,10 +202,14 @@ class SavePlanner:
         self._schedule, self._schedule_until = schedule, until
         if active != self._active:
             self._active = active
-            self._plans.clear()
+            self._clear_plans()
             self.generation += 1
             self._takes_modules = any(self._takes_module_tensors(get(c)) for c in active)
         return bool(active)
+
+    def _clear_plans(self) -> None:
+        self._plans.clear()
+        self._shared_plans.clear()
 
     @staticmethod
     def _takes_module_tensors(coll: Collection) -> bool:
@@ -239,20 +246,33 @@ class SavePlanner:
         key = (name, extra) if extra else name
         plan = self._plans.get(key)
         if plan is None:
-            colls = [c for c in self.membership(name, extra) if c in self._active]
-            plan = self._make_plan(colls) if colls else _NOTHING
-            if plan.raw or plan.reductions:  # a weight or activation saved for another collection is still one
-                tags = self._tags(name, extra).difference(colls)
-                if tags:
-                    plan = replace(plan, collections=plan.collections | tags)
-            self._plans[key] = plan
+            plan = self._plans[key] = self._plan_of(self.membership(name, extra), self._tags(key, name, extra))
         return plan
 
-    def _tags(self, name: str, extra: Iterable[str]) -> frozenset[str]:
-        """Built-in collections a saved tensor belongs to whether or not they are recorded (``save_all``…)."""
-        tags = frozenset(extra).intersection(ACTIVATION_COLLECTIONS) if extra else frozenset()
-        by_name = frozenset(c for c in _TAGGED if self.manager.get(c).matches(name))
-        return tags | by_name
+    def _plan_of(self, membership: frozenset[str], tags: frozenset[str]) -> TensorPlan:
+        """The plan of a tensor in these collections (``tags``: see :meth:`_tags`), shared by the tensors alike."""
+        plan = self._shared_plans.get((membership, tags))
+        if plan is None:
+            colls = [c for c in membership if c in self._active]
+            plan = self._make_plan(colls) if colls else _NOTHING
+            if plan.raw or plan.reductions:  # a weight or activation saved for another collection is still one
+                extra_tags = tags.difference(colls)
+                if extra_tags:
+                    plan = replace(plan, collections=plan.collections | extra_tags)
+            self._shared_plans[(membership, tags)] = plan
+        return plan
+
+    def _tags(self, key: object, name: str, extra: Iterable[str]) -> frozenset[str]:
+        """Built-in collections a saved tensor belongs to whether or not they are recorded (``save_all``…).
+
+        Cached per ``key``, as :meth:`membership` is.
+        """
+        tags = self._tag_cache.get(key)
+        if tags is None:
+            by_module = frozenset(extra).intersection(ACTIVATION_COLLECTIONS) if extra else frozenset()
+            tags = by_module | frozenset(c for c in _TAGGED if self.manager.get(c).matches(name))
+            self._tag_cache[key] = tags
+        return tags
 
     def _make_plan(self, names: list[str]) -> TensorPlan:
         raw, hist, reductions = False, False, set()

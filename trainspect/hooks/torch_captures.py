@@ -52,7 +52,7 @@ def decide_captures(collector: Collector, views: list[ParamView]) -> Captures:
     return Captures(
         generation=collector.planner.generation,
         params=tuple((v.name, v) for v in views if wanted(collector, v.name)),
-        gradients=any(wanted(collector, f"gradient/{v.name}") for v in views),
+        gradients=any(wanted(collector, v.grad_name) for v in views),
         module_io=collector.planner.takes_modules,
         optimizer=wanted(collector, "optimizer/lr_group_0") or wanted(collector, "optimizer/momentum_group_0"),
     )
@@ -144,9 +144,8 @@ class StepHooks:
         staging, collector = owner.staging, owner.collector
         if not self.local_gradients:
             staging.grads.clear()  # gradients hooked as backward left them: the optimizer's replace them
-        for view in views:
-            name = f"gradient/{view.name}"
-            staging.stage_read(name, view.grad, collector.plan(name), gradient=True)
+        plan = collector.plan
+        staging.stage_reads([(v.grad_name, v.grad, plan(v.grad_name)) for v in views], gradient=True)
 
     def detach(self) -> None:
         """Remove this step's hooks."""
@@ -172,7 +171,7 @@ class StepHooks:
         return lambda module, args, output: hook(owner, module, args, output)
 
     def _grad_hook(self, view: ParamView) -> Any:
-        owner, name = self._hook, f"gradient/{view.name}"
+        owner, name = self._hook, view.grad_name
 
         @guarded()
         def hook(hook_self: Owner, param: torch.Tensor) -> None:

@@ -290,8 +290,7 @@ class Hook(HookAPI):
     def _capture_at_begin(self, captures: Captures) -> None:
         """Stage the weights the step saves (as its forward pass will use them) and attach its step hooks."""
         staging, collector = self.staging, self.collector
-        for name, view in captures.params:
-            staging.stage_read(name, view.weight, collector.plan(name))
+        staging.stage_reads([(name, view.weight, collector.plan(name)) for name, view in captures.params])
         if captures.gradients or captures.module_io:
             step = self._step  # no heap scan here: before the first optimizer step, gradients are also hooked
             known = step.optimizer_seen or bool(step.accumulates)

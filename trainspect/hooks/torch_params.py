@@ -48,7 +48,7 @@ class ParamView:
     """One recorded parameter: its name, the module's parameter object, and how to read it.
 
     Attributes:
-        name: the recorded name (``Net_fc1.weight``; its gradient is ``gradient/<name>``).
+        name: the recorded name (``Net_fc1.weight``; its gradient is ``gradient/<name>``, ``grad_name``).
         param: the parameter object the model holds (the one optimizers and gradient hooks see).
         sharded: its gradient is read at ``optimizer.step()`` even with ``local_gradients`` (a sharded engine's
             per-rank gradient before the reduction is transient and is no piece of any full tensor).
@@ -60,6 +60,8 @@ class ParamView:
 
     def __init__(self, name: str, param: nn.Parameter) -> None:
         self.name = name
+        self.grad_name = f"gradient/{name}"
+        """The name its gradient is recorded under."""
         self.param = param
 
     def weight(self) -> Piece | None:

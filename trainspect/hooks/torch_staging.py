@@ -26,7 +26,17 @@ from trainspect.hooks.save_plan import TensorPlan
 from trainspect.hooks.torch_backward import micro_batches_name
 from trainspect.hooks.torch_loss_series import series_name
 from trainspect.hooks.torch_placements import Unrecordable
-from trainspect.hooks.torch_tensors import HostScalar, Staged, combine, materialize, partials_dict, record_fence, stage
+from trainspect.hooks.torch_tensors import (
+    HostScalar,
+    Staged,
+    batchable,
+    combine,
+    materialize,
+    partials_dict,
+    record_fence,
+    stage,
+    stage_batch,
+)  # fmt: skip
 from trainspect.shard import Shard
 from trainspect.step import Scalar
 
@@ -107,6 +117,52 @@ class StepStaging:
             return
         if piece is not None:
             (self.stage_gradient if gradient else self.stage)(name, piece[0], plan, piece[1])
+
+    def stage_reads(self, reads: list[tuple[str, Callable[[], Any], TensorPlan]], gradient: bool = False) -> None:
+        """:meth:`stage_read` of each ``(name, read, plan)``, in order.
+
+        Plain CPU tensors saved raw are copied together (:func:`~trainspect.hooks.torch_tensors.stage_batch`: a
+        saving step's weights, or its gradients).
+        """
+        staged: list[Staged | None] = []
+        batch: list[tuple[str, torch.Tensor, TensorPlan]] = []
+        at: list[int] = []  # where each batched tensor goes in ``staged``
+        for name, read, plan in reads:
+            if not (plan.raw or plan.reductions):
+                continue
+            try:
+                piece = read()
+            except Exception as exc:
+                self.skips.failed(name, exc)
+                continue
+            if piece is None:
+                continue
+            if batchable(piece[0], plan, piece[1]):
+                at.append(len(staged))
+                staged.append(None)
+                batch.append((name, piece[0], plan))
+            else:
+                staged.append(self._stage(name, piece[0], plan, piece[1]))
+        for i, s in zip(at, self._stage_batch(batch) if batch else (), strict=True):
+            staged[i] = s
+        self._keep([s for s in staged if s is not None], gradient)
+
+    def _stage_batch(self, batch: list[tuple[str, torch.Tensor, TensorPlan]]) -> list[Staged | None]:
+        """:func:`~trainspect.hooks.torch_tensors.stage_batch`; should it fail, each tensor is staged on its own."""
+        try:
+            return list(stage_batch(batch))
+        except Exception:
+            if env.TRAINSPECT_TESTING.get():
+                raise
+            return [self._stage(name, tensor, plan, None) for name, tensor, plan in batch]
+
+    def _keep(self, staged: list[Staged], gradient: bool) -> None:
+        if not gradient:
+            self.staged += staged
+            return
+        grads = self.grads
+        for s in staged:
+            grads[s.name] = s
 
     def commit(self, defer: bool) -> None:
         """Add the staged tensors to the collector's open step; with ``defer``, CUDA copies in flight join it later.

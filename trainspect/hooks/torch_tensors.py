@@ -33,8 +33,8 @@ from trainspect.shard import PARTIAL_KEYS, Shard
 from trainspect.step import ReductionKey
 
 __all__ = [
-    "Staged", "stage", "materialize", "record_fence", "device_kind", "reduction_dtype", "snapshot",
-    "combine", "HostScalar", "partials_dict",
+    "Staged", "stage", "batchable", "stage_batch", "materialize", "record_fence", "device_kind", "reduction_dtype",
+    "snapshot", "combine", "HostScalar", "partials_dict",
 ]  # fmt: skip
 
 
@@ -238,6 +238,46 @@ def stage(name: str, tensor: Any, plan: TensorPlan, shard: Shard | None = None) 
     raw = _host_copy(tensor) if plan.raw else None
     stream = torch.cuda.current_stream(tensor.device) if kind == "cuda" else None
     return Staged(name, plan, raw, reds, tuple(tensor.shape), stream)
+
+
+_BATCHED_DTYPES = _NUMPY_DTYPES - {torch.complex64, torch.complex128}  # no conjugate bit to resolve
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
+def batchable(tensor: Any, plan: TensorPlan, shard: Shard | None) -> bool:
+    """Whether :func:`stage_batch` copies ``tensor``: a plain CPU tensor saved raw only (no reductions, no piece)."""
+    return (
+        shard is None
+        and not plan.reductions
+        and type(tensor) in _PLAIN_TYPES
+        and tensor.is_cpu
+        and tensor.dtype in _BATCHED_DTYPES
+        and tensor.layout == torch.strided
+    )
+
+
+def stage_batch(items: list[tuple[str, torch.Tensor, TensorPlan]]) -> list[Staged]:
+    """Stage many :func:`batchable` tensors: one copy per dtype (a ``torch.cat``), not one per tensor.
+
+    Each value is a C-contiguous NumPy view of that copy, the same elements as :func:`stage`'s own copy (a saving
+    step of a model with many small tensors costs the training thread a few calls per tensor).
+    """
+    by_dtype: dict[torch.dtype, list[int]] = {}
+    for i, (_, tensor, _) in enumerate(items):
+        by_dtype.setdefault(tensor.dtype, []).append(i)
+    out: list[Any] = [None] * len(items)
+    for indices in by_dtype.values():
+        tensors = [items[i][1] for i in indices]
+        with torch.no_grad():
+            host = torch.cat([t.reshape(-1) for t in tensors]).numpy()
+        start = 0
+        for i, tensor in zip(indices, tensors, strict=True):
+            name, _, plan = items[i]
+            shape = tuple(tensor.shape)
+            end = start + tensor.numel()
+            out[i] = Staged(name, plan, host[start:end].reshape(shape), None, shape)
+            start = end
+    return out
 
 
 def _stage_piece(name: str, piece: torch.Tensor, plan: TensorPlan, shard: Shard) -> Staged | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspect.exceptions import ConfigError
-from trainspect.step import Scalar, ScalarStep, StepKey, StepRecord
+from trainspect.step import Scalar, ScalarStep, StepKey, StepRecord, TensorRecord
 from trainspect.store.background import BackgroundWriter
 from trainspect.store.gaps import GAPS_FILE, degrade, gap_line
 from trainspect.store.layout import RunLayout
@@ -26,6 +26,12 @@ _INDEX_EVERY = 0.05  # within a long batch, steps are indexed at least this ofte
 MAX_PENDING_BYTES = 256 << 20
 """The tensor queue's byte budget: past it, steps are degraded (or training waits, ``on_backlog="block"``)."""
 BACKLOG_POLICIES = ("degrade", "block")
+
+
+def _histogram_of(t: TensorRecord) -> bool:
+    """Whether a tensor named for a histogram gets one (not a scalar, which is a point; numbers only)."""
+    value = t.value
+    return value is not None and not (value.size == 1 and value.dtype.kind in "fiub") and value.dtype.kind in "fiu"
 
 
 def _nbytes(record: StepRecord) -> int:
@@ -194,16 +200,24 @@ class RunWriter:
                 self._tb.scalar(tb_tag(name, step.mode), float(value), step.global_step, step.wall_time)
 
     def _write_tb(self, record: StepRecord, histograms: frozenset[str]) -> None:
-        assert self._tb is not None
+        """A step's TensorBoard events, in its tensors' order: scalars, histograms (made together), reductions."""
+        tb = self._tb
+        assert tb is not None
         step, wall = record.global_step, record.wall_time
+        hist = [t for t in record.tensors.values() if t.name in histograms and _histogram_of(t)] if histograms else []
+        events = dict(zip(
+            [t.name for t in hist],
+            tb.histogram_events([(tb_tag(t.name, record.mode), t.value) for t in hist], step, wall),  # type: ignore[misc]
+            strict=True,
+        ))  # fmt: skip
         for t in record.tensors.values():
             tag = tb_tag(t.name, record.mode)
             if t.value is not None and t.value.size == 1 and t.value.dtype.kind in "fiub":
-                self._tb.scalar(tag, float(t.value.reshape(-1)[0]), step, wall)
-            elif t.value is not None and t.name in histograms and t.value.dtype.kind in "fiu":
-                self._tb.histogram(tag, t.value, step, wall)
+                tb.scalar(tag, float(t.value.reshape(-1)[0]), step, wall)
+            elif events.get(t.name) is not None:
+                tb.write_event(events[t.name])  # type: ignore[arg-type]
             for (name, absolute), value in t.reductions.items():
-                self._tb.scalar(f"{tag}/{reduction_key(name, absolute)}", value, step, wall)
+                tb.scalar(f"{tag}/{reduction_key(name, absolute)}", value, step, wall)
 
     def _salvage(self) -> None:
         if self._files is not None:
