@@ -12,15 +12,16 @@ that declines a chunk (returns None before changing its state), is fed step by s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from trainspect.modes import ModeKeys
 from trainspect.rules.step_data import Check, StepData
+from trainspect.step import TensorRecord
 
-__all__ = ["RoleColumn", "Columns", "Checks", "ChecksBuilder"]
+__all__ = ["RoleColumn", "Columns", "Checks", "ChecksBuilder", "scalar_column"]
 
 
 @dataclass(frozen=True)
@@ -196,3 +197,29 @@ def constant_tensors(names: Sequence[str]) -> Tensors:
     """A :attr:`Checks.tensors` that names the same tensors at every datapoint."""
     found = tuple(names)
     return lambda _k: found
+
+
+def scalar_column(series: Mapping[int, TensorRecord], chunk: list[int]) -> RoleColumn | None:
+    """One tensor's records over ``chunk`` as a column (None unless each is a raw scalar of one numeric kind)."""
+    n = len(chunk)
+    values = np.full(n, np.nan)
+    present = np.zeros(n, dtype=bool)
+    name, kind = "", ""
+    got = []
+    for i, step in enumerate(chunk):
+        rec = series.get(step)
+        if rec is None:
+            continue
+        value = rec.value
+        if type(value) is not np.ndarray or value.size != 1 or value.dtype.kind not in "fiub":
+            return None
+        if kind != value.dtype.kind:
+            if kind:
+                return None
+            name, kind = rec.name, value.dtype.kind
+        got.append((i, value))
+    if got:
+        at = np.fromiter((i for i, _ in got), dtype=np.int64, count=len(got))
+        values[at] = np.concatenate([v.reshape(-1) for _, v in got]).astype(np.float64)
+        present[at] = True
+    return RoleColumn(name, values, present, kind)

@@ -19,7 +19,7 @@ import numpy as np
 
 from trainspect.modes import ModeKeys
 from trainspect.reductions import Reduction, reduce, reduce_rows
-from trainspect.rules.columns import Columns, RoleColumn
+from trainspect.rules.columns import Columns, RoleColumn, scalar_column
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tensor_rule import Select, TensorRule
 from trainspect.rules.trial_view import TensorView, TrialView
@@ -464,7 +464,7 @@ class StepAssembler:
             if not series:
                 continue
             if id(series) not in made:
-                made[id(series)] = _scalar_column(series, chunk)
+                made[id(series)] = scalar_column(series, chunk)
             column = made[id(series)]
             if column is None:
                 return None
@@ -479,29 +479,3 @@ class StepAssembler:
             roles,
             lambda i: self.at(chunk[i], infos[i], worker),
         )
-
-
-def _scalar_column(series: Mapping[int, TensorRecord], chunk: list[int]) -> RoleColumn | None:
-    """One tensor's records over ``chunk`` as a column (None unless each is a raw scalar of one numeric kind)."""
-    n = len(chunk)
-    values = np.full(n, np.nan)
-    present = np.zeros(n, dtype=bool)
-    name, kind = "", ""
-    got = []
-    for i, step in enumerate(chunk):
-        rec = series.get(step)
-        if rec is None:
-            continue
-        value = rec.value
-        if type(value) is not np.ndarray or value.size != 1 or value.dtype.kind not in "fiub":
-            return None
-        if kind != value.dtype.kind:
-            if kind:
-                return None
-            name, kind = rec.name, value.dtype.kind
-        got.append((i, value))
-    if got:
-        at = np.fromiter((i for i, _ in got), dtype=np.int64, count=len(got))
-        values[at] = np.concatenate([v.reshape(-1) for _, v in got]).astype(np.float64)
-        present[at] = True
-    return RoleColumn(name, values, present, kind)
