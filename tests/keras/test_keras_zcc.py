@@ -51,6 +51,7 @@ def test_trainspect_run_on_an_unmodified_keras_script(tmp_path):
         m.fit(x, y, batch_size=8, epochs=2, verbose=0, validation_split=0.25)
         m.evaluate(x, y, batch_size=16, verbose=0)
         m.predict(x, batch_size=16, verbose=0)
+        import sys; print("torch imported:", "torch" in sys.modules)
     """)
     )
     config = tmp_path / "cfg.json"
@@ -67,6 +68,7 @@ def test_trainspect_run_on_an_unmodified_keras_script(tmp_path):
         env={"TF_CPP_MIN_LOG_LEVEL": "3", "PATH": "/usr/bin:/bin"},
     )
     assert proc.returncode == 0, proc.stderr
+    assert "torch imported: False" in proc.stdout  # a Keras (TensorFlow) script under trainspect run never loads torch
     trial = ts.create_trial(out)
     assert trial.loaded_all_steps
     assert trial.steps(ts.modes.TRAIN) == list(range(6))

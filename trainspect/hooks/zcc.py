@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -220,7 +221,8 @@ def autolog(
     kwargs.update(hook_kwargs)
     kwargs["out_dir"] = out_dir or env.TRAINSPECT_OUT_DIR.get() or kwargs.get("out_dir") or _default_out_dir()
     keras_part = KerasAutoLog.install(dict(kwargs), registry=_ACTIVE)
-    if importlib.util.find_spec("torch") is not None:
+    keras_only = keras_part is not None and "keras" in sys.modules and "torch" not in sys.modules
+    if not keras_only and importlib.util.find_spec("torch") is not None:  # a Keras (TF) script never loads torch
         from trainspect.hooks.torch_hook import Hook
 
         logger: Any = AutoLogger(Hook(**kwargs), companions=[keras_part] if keras_part else [], hook_kwargs=kwargs)
