@@ -55,3 +55,8 @@ def test_sagemaker_profiler_output_matches_numpy() -> None:
     gpu1 = arrays["algo-1"].column("gpu1_utilization_percent").astype(np.float64)
     assert found["gpu1"].counts == tuple(np.histogram(gpu1, bins=np.linspace(0, 100, 21))[0].tolist())
     assert len([d for d in found if d.startswith("cpu") and d != "cpu_total"]) == 32
+    # the GPUs are sampled on rows of their own: each row's total averages every GPU's latest sample
+    gpus = arrays["algo-1"].matrix(["gpu0_utilization_percent", "gpu1_utilization_percent"]).astype(np.float64)
+    g0, g1 = gpus[np.isfinite(gpus[:, 0]), 0], gpus[np.isfinite(gpus[:, 1]), 1]
+    totals = [(g0[0] + g1[0]) / 2, (g0[1] + g1[0]) / 2, (g0[1] + g1[1]) / 2]  # rows: both, GPU 0, then GPU 1
+    assert found["gpu_total"].samples == 3 and found["gpu_total"].mean == pytest.approx(np.mean(totals))

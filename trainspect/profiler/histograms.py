@@ -79,10 +79,28 @@ def _device_series(arrays: SystemArrays) -> dict[str, np.ndarray]:
     for j, g in enumerate(arrays.gpus):
         out[f"gpu{g}"] = gpus[:, j]
     if arrays.gpus:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # rows without any GPU sample are NaN
-            out["gpu_total"] = np.nanmean(gpus, axis=1)
+        out["gpu_total"] = _aligned_mean(gpus)
     return out
+
+
+def _aligned_mean(columns: np.ndarray) -> np.ndarray:
+    """Per row with a sample of any column, the mean over the columns of each one's latest sample so far.
+
+    Devices sampled at different moments (SageMaker writes each GPU's sample on a row of its own) are averaged at
+    the same time, not one at a time: a row holding GPU 0 alone would otherwise count GPU 0's value as the total.
+
+    Example:
+        >>> _aligned_mean(np.array([[10.0, np.nan], [np.nan, 30.0], [20.0, np.nan], [np.nan, np.nan]]))
+        array([10., 20., 25., nan])
+    """
+    rows = np.arange(columns.shape[0])[:, None]
+    seen = np.isfinite(columns)
+    latest = np.maximum.accumulate(np.where(seen, rows, -1), axis=0)
+    filled = np.where(latest >= 0, columns[np.maximum(latest, 0), np.arange(columns.shape[1])], np.nan)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # rows before any sample are NaN
+        total = np.nanmean(filled, axis=1)
+    return np.where(seen.any(axis=1), total, np.nan)
 
 
 def _histogram(node: str, device: str, values: np.ndarray, edges: np.ndarray) -> UtilisationHistogram:
