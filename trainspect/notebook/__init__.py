@@ -1,11 +1,11 @@
 """Notebook views of a run: self-contained HTML (inline SVG, no script, nothing fetched) in Jupyter.
 
 Each view reads a run directory (or a SageMaker profiler-output folder, or a reader opened on one), renders with
-``_repr_html_``, follows a running job with ``.refresh()`` and returns what it plots with ``.figure()``:
+``_repr_html_``, follows a running job with ``.refresh()`` and returns what it plots with ``.figure()``::
 
->>> import trainspect.notebook as tsnb
->>> tsnb.MetricsHistogram("runs/exp1")            # doctest: +SKIP
->>> tsnb.StepHistogram("runs/exp1").figure()      # doctest: +SKIP
+    import trainspect.notebook as tsnb
+    tsnb.MetricsHistogram("runs/exp1")            # in a notebook cell: the histograms
+    tsnb.StepHistogram("runs/exp1").figure()      # the data behind the chart
 
 smdebug's notebook classes (``smdebug.profiler.analysis.notebook_utils``) answer with :mod:`.compat`.
 """

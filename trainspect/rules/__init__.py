@@ -39,7 +39,6 @@ from trainspect.rules.tensor_variance import TensorVariance
 from trainspect.rules.unchanged_tensor import UnchangedTensor
 from trainspect.rules.vanishing_gradient import VanishingGradient
 from trainspect.rules.verdict import Series, Status, Verdict, read_verdicts, write_verdicts
-from trainspect.rules.verdicts_frame import verdicts_frame
 from trainspect.rules.weight_update_ratio import WeightUpdateRatio
 from trainspect.rules.worker_tally import WorkerTally
 from trainspect.rules.worker_verdicts import combine_workers
@@ -96,3 +95,11 @@ __all__ = [
     "verdicts_frame",
     "write_verdicts",
 ]
+
+
+def __getattr__(name: str) -> object:
+    if name == "verdicts_frame":  # pandas loads with the first frame, not with every rules import
+        from trainspect.rules.verdicts_frame import verdicts_frame
+
+        return verdicts_frame
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

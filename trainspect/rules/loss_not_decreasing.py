@@ -57,6 +57,16 @@ class _Track:
     returns: int = 0  # values that came after other losses were recorded without this one (see INTERLEAVED_AFTER)
 
 
+@dataclass(frozen=True)
+class _At:
+    """A chunk's columns as plain lists (indexing a list is much cheaper than indexing an array)."""
+
+    modes: list[ModeKeys]
+    steps: list[int]
+    mode_steps: list[int]
+    values: list[float]
+
+
 @dataclass
 class _State:
     tracks: dict[tuple[str, int], _Track] = field(default_factory=dict)
@@ -163,14 +173,46 @@ class LossNotDecreasing(TensorRule):
             return None if self.literal else ChecksBuilder().build()
         wanted = col.present if self.mode is None else col.present & (cols.codes == int(ModeKeys[self.mode]))
         out = ChecksBuilder()
-        steps, mode_steps, values = cols.steps.tolist(), cols.mode_steps.tolist(), col.values.tolist()
-        for i in np.flatnonzero(wanted).tolist():
-            mode = cols.modes[i]
-            result = self._windowed(state, col.name, (mode, steps[i], mode_steps[i]), values[i])
+        at = _At(cols.modes, cols.steps.tolist(), cols.mode_steps.tolist(), col.values.tolist())
+        idx = np.flatnonzero(wanted).tolist()
+        k = 0
+        while k < len(idx):
+            i = idx[k]
+            mode = at.modes[i]
+            result = self._windowed(state, col.name, (mode, at.steps[i], at.mode_steps[i]), at.values[i])
             if result is not None:
-                state.last_loss_step[int(mode)] = steps[i]
+                state.last_loss_step[int(mode)] = at.steps[i]
                 out.single(i, _combine([result]))
+            k = self._add_quiet(state, col.name, at, idx, k + 1)
         return out.build()
+
+    def _add_quiet(self, state: _State, name: str, at: _At, idx: list[int], k: int) -> int:
+        """Add the steps from ``idx[k]`` on that neither close a window nor give a result; return where they end.
+
+        They are the finite losses that follow a finite one of the same mode and window, in a series that does not
+        alternate: :meth:`_windowed` would only append them (to the window, the noise history and the trend points).
+        """
+        last = idx[k - 1]
+        mode, value = at.modes[last], at.values[last]
+        track = state.tracks.get((name, int(mode)))
+        if track is None or track.series is None or not math.isfinite(value) or self._alternates(track):
+            return k
+        size, bucket = track.series.size, at.mode_steps[last] // track.series.size
+        end = k
+        while end < len(idx):
+            j = idx[end]
+            if at.modes[j] is not mode or at.mode_steps[j] // size != bucket or not math.isfinite(at.values[j]):
+                break
+            end += 1
+        if end == k:
+            return k
+        steps, values = [at.steps[j] for j in idx[k:end]], [at.values[j] for j in idx[k:end]]
+        room = MAX_TREND_POINTS - len(track.seen)
+        if not track.progressed and room > 0:
+            track.seen.extend(zip(steps[:room], values[:room], strict=False))
+        track.series.extend_open(steps, values)
+        track.last_step = steps[-1]
+        return end
 
     def finish(self, state: _State, last: StepData | None) -> Check | None:
         """Judge the windows still open when the data ends."""

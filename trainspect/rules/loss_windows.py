@@ -63,6 +63,12 @@ class WindowedSeries:
         self._recent.append(value)
         return done
 
+    def extend_open(self, steps: list[int], values: list[float]) -> None:
+        """Add finite values to the open window (the caller knows that none of them starts a new one)."""
+        self._values.extend(values)
+        self._steps.extend(steps)
+        self._recent.extend(values)
+
     def close(self) -> Window | None:
         """Close the open window (at the end of the data); return it, or None when it is empty."""
         if not self._values:

@@ -361,8 +361,9 @@ class Trial:
                 ones).
             ValueError: an unknown reduction.
 
-        Example:
-            >>> trial.dataframe(collection="losses", mode="TRAIN")  # doctest: +SKIP
+        Example::
+
+            trial.dataframe(collection="losses", mode="TRAIN")  # every training loss, one row per step and worker
         """
         from trainspect.store.frames import tensor_frame  # pandas loads on the first frame, not with the Trial
 
