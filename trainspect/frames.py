@@ -23,7 +23,7 @@ Example:
 
 from trainspect.profiler.frames import PHASE_COLUMNS, SPAN_COLUMNS, STEP_COLUMNS, SYSTEM_COLUMNS
 from trainspect.profiler.window import Window, window, window_of
-from trainspect.rules.verdicts_frame import VERDICT_COLUMNS, verdicts_frame
+from trainspect.rules.verdict_table import VERDICT_COLUMNS, verdicts_frame
 from trainspect.store.frame_tools import NotRecorded
 from trainspect.store.frames import TENSOR_COLUMNS, tensor_frame, wide
 

@@ -99,7 +99,7 @@ __all__ = [
 
 def __getattr__(name: str) -> object:
     if name == "verdicts_frame":  # pandas loads with the first frame, not with every rules import
-        from trainspect.rules.verdicts_frame import verdicts_frame
+        from trainspect.rules.verdict_table import verdicts_frame
 
         return verdicts_frame
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
