@@ -236,6 +236,9 @@ class LossNotDecreasing(TensorRule):
             return None
         mode, step, mode_step = at
         if not math.isfinite(loss):
+            own = state.tracks.get((name, int(mode)))
+            if own is not None:  # the series' own step: going on after it is no return after another loss
+                own.last_step = step
             return math.nan, True, name, f"{mode_name(mode)} {name} is {fmt(loss)} at step {step}: not finite"
         track = state.tracks.setdefault((name, int(mode)), _Track())
         last_any = state.last_loss_step.get(int(mode))
