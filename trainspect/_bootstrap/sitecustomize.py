@@ -14,8 +14,6 @@ first: the hook starts once Lightning is loaded), before the script can build a 
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
 import importlib.util
 import logging
 import os
@@ -47,49 +45,10 @@ def _autolog() -> None:
         logging.getLogger("trainspect").warning("trainspect: autolog could not start: %s", exc)
 
 
-class _Loader(importlib.abc.Loader):
-    """Runs a framework's real loader; when the outermost framework import ends, starts autolog."""
-
-    def __init__(self, loader: Any, starter: _Starter) -> None:
-        self._loader, self._starter = loader, starter
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self._starter.depth += 1
-        try:
-            self._loader.exec_module(module)
-        finally:
-            self._starter.depth -= 1
-        if self._starter.depth == 0:  # torch imported by keras (or keras by torch) waits for the outer import
-            self._starter.start()
-
-
-class _Starter(importlib.abc.MetaPathFinder):
-    """A meta-path finder that wraps the loaders of torch and keras, then calls ``autolog()`` once (see above)."""
-
-    def __init__(self) -> None:
-        self.depth = 0
-        self._busy = False
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in _FRAMEWORKS or self._busy:
-            return None
-        self._busy = True
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            self._busy = False
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _Loader(spec.loader, self)
-        return spec
-
-    def start(self) -> None:
-        if self not in sys.meta_path:
-            return  # started already
-        sys.meta_path.remove(self)
+def _start_autolog_once(watcher: Any) -> None:
+    """The outermost import of torch or keras ended: start autolog (once; the watcher leaves ``sys.meta_path``)."""
+    if watcher in sys.meta_path:
+        sys.meta_path.remove(watcher)
         _autolog()
 
 
@@ -102,10 +61,12 @@ def _start() -> None:
         if any(name in sys.modules for name in _FRAMEWORKS):  # a chained sitecustomize imported one
             _autolog()
             return
+        from trainspect.hooks.import_watch import ImportWatcher
         from trainspect.smdebug_compat import install
 
         install()  # `import smdebug` is answered before the script imports a framework, as autolog() does
-        sys.meta_path.insert(0, _Starter())
+        watcher = ImportWatcher(_FRAMEWORKS, lambda _module: _start_autolog_once(watcher))
+        sys.meta_path.insert(0, watcher)
     except Exception as exc:  # instrumentation must never stop the user's script from starting
         logging.getLogger("trainspect").warning("trainspect: autolog could not start: %s", exc)
 

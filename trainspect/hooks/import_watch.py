@@ -17,21 +17,29 @@ __all__ = ["ImportWatcher"]
 
 
 class _Loader(importlib.abc.Loader):
-    """Runs a watched module's real loader, then calls back."""
+    """Runs a watched module's real loader, then tells its watcher."""
 
-    def __init__(self, loader: Any, loaded: Callable[[ModuleType], None]) -> None:
-        self._loader, self._loaded = loader, loaded
+    def __init__(self, loader: Any, watcher: ImportWatcher) -> None:
+        self._loader, self._watcher = loader, watcher
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
         return self._loader.create_module(spec)  # type: ignore[no-any-return]
 
     def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        self._loaded(module)
+        self._watcher.depth += 1
+        try:
+            self._loader.exec_module(module)
+        finally:
+            self._watcher.depth -= 1
+        if self._watcher.depth == 0:  # a watched module imported by another watched one waits for the outer
+            self._watcher.loaded(module)
 
 
 class ImportWatcher(importlib.abc.MetaPathFinder):
     """A meta-path finder that calls ``loaded(module)`` once one of ``names`` has been imported.
+
+    When one watched module imports another (keras with the torch backend imports torch), ``loaded`` is called once
+    the outermost of them is loaded, with that module.
 
     Args:
         names: the full module names to watch.
@@ -39,7 +47,8 @@ class ImportWatcher(importlib.abc.MetaPathFinder):
     """
 
     def __init__(self, names: Collection[str], loaded: Callable[[ModuleType], None]) -> None:
-        self._names, self._loaded, self._busy = frozenset(names), loaded, False
+        self._names, self.loaded, self._busy = frozenset(names), loaded, False
+        self.depth = 0  # watched imports under way
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         """The watched module's spec from the other finders, with its loader wrapped (None for any other)."""
@@ -52,5 +61,5 @@ class ImportWatcher(importlib.abc.MetaPathFinder):
             self._busy = False
         if spec is None or spec.loader is None:
             return None
-        spec.loader = _Loader(spec.loader, self._loaded)
+        spec.loader = _Loader(spec.loader, self)
         return spec
