@@ -212,27 +212,27 @@ def system_window(base: Path, hours: int, every_s: float = 1.0) -> tuple[float, 
     return seconds, files_read, files, full_s
 
 
+def _print_ratio(title: str, by_hand: str, frame_s: float, loop_s: float) -> bool:
+    """Print a frame's time beside building it by hand; return whether the 5x target is met."""
+    ok = loop_s / frame_s >= 5
+    print(title)
+    print(f"  dataframe()                     {frame_s * 1e3:7.1f} ms")
+    print(f"  by hand ({by_hand}){' ' * max(1, 22 - len(by_hand))}{loop_s * 1e3:7.1f} ms")
+    print(f"  ratio                           {loop_s / frame_s:7.1f}x   target >= 5x: {'ok' if ok else 'MISSED'}")
+    return ok
+
+
 def frames_benchmarks(base: Path, quick: bool) -> list[str]:
     """Part 3 (issue 31); returns the targets missed."""
     missed = []
     steps = 10_000 if quick else 100_000
-    frame_s, loop_s = frame_vs_loop(base, steps, None)
-    ok = loop_s / frame_s >= 5
-    print(f"trial.dataframe(), every loss of a {steps:,}-step run (2 losses):")
-    print(f"  dataframe()                     {frame_s * 1e3:7.1f} ms")
-    print(f"  by hand (value() per step)      {loop_s * 1e3:7.1f} ms")
-    print(f"  ratio                           {loop_s / frame_s:7.1f}x   target >= 5x: {'ok' if ok else 'MISSED'}")
-    if not ok:
+    if not _print_ratio(f"trial.dataframe(), every loss of a {steps:,}-step run (2 losses):", "value() per step",
+                        *frame_vs_loop(base, steps, None)):  # fmt: skip
         missed.append("dataframe of losses")
     reds = ["mean", "std", "min", "max", "l2", "abs_mean"]
     steps = 2_000 if quick else 10_000
-    frame_s, loop_s = frame_vs_loop(base, steps, reds)
-    ok = loop_s / frame_s >= 5
-    print(f"trial.dataframe(reductions=...), one tensor, {len(reds)} reductions x {steps:,} steps:")
-    print(f"  dataframe()                     {frame_s * 1e3:7.1f} ms")
-    print(f"  by hand (reduction_value())     {loop_s * 1e3:7.1f} ms")
-    print(f"  ratio                           {loop_s / frame_s:7.1f}x   target >= 5x: {'ok' if ok else 'MISSED'}")
-    if not ok:
+    if not _print_ratio(f"trial.dataframe(reductions=...), one tensor, {len(reds)} reductions x {steps:,} steps:",
+                        "reduction_value()", *frame_vs_loop(base, steps, reds)):  # fmt: skip
         missed.append("dataframe of reductions")
     print(f"window(run, t, t + 1 h) of a system run ({len(SYSTEM_KEYS)} metrics, 1 s samples), fresh readers:")
     for hours in (2, 4, 6) if quick else (6, 12, 24):

@@ -108,15 +108,19 @@ class StepStaging:
 
     def stage_read(self, name: str, read: Callable[[], Any], plan: TensorPlan, gradient: bool = False) -> None:
         """Stage the ``(tensor, shard)`` piece ``read()`` returns (None: nothing to record); a failing read warns."""
-        if not (plan.raw or plan.reductions):
-            return
-        try:
-            piece = read()
-        except Exception as exc:
-            self.skips.failed(name, exc)
-            return
+        piece = self._read(name, read, plan)
         if piece is not None:
             (self.stage_gradient if gradient else self.stage)(name, piece[0], plan, piece[1])
+
+    def _read(self, name: str, read: Callable[[], Any], plan: TensorPlan) -> Any:
+        """The piece ``read()`` returns, or None: nothing to record, or a failing read (warned)."""
+        if not (plan.raw or plan.reductions):
+            return None
+        try:
+            return read()
+        except Exception as exc:
+            self.skips.failed(name, exc)
+            return None
 
     def stage_reads(self, reads: list[tuple[str, Callable[[], Any], TensorPlan]], gradient: bool = False) -> None:
         """:meth:`stage_read` of each ``(name, read, plan)``, in order.
@@ -128,13 +132,7 @@ class StepStaging:
         batch: list[tuple[str, torch.Tensor, TensorPlan]] = []
         at: list[int] = []  # where each batched tensor goes in ``staged``
         for name, read, plan in reads:
-            if not (plan.raw or plan.reductions):
-                continue
-            try:
-                piece = read()
-            except Exception as exc:
-                self.skips.failed(name, exc)
-                continue
+            piece = self._read(name, read, plan)
             if piece is None:
                 continue
             if batchable(piece[0], plan, piece[1]):
