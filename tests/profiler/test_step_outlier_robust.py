@@ -185,5 +185,5 @@ def test_the_reports_long_step_note_warns_only_when_the_rule_does(tmp_path: Path
     ctx = ReportContext.load(tmp_path)
     page = Page()
     StepDurationSection().build(ctx, page)
-    (block,) = [b for b in page.blocks if "three times the median" in b.get("text", "")]
+    (block,) = [b for b in page.blocks if "StepOutlier finds" in b.get("text", "")]
     assert block["kind"] == kind

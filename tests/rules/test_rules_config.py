@@ -152,9 +152,9 @@ class _Good:
 
 
 def test_registry_loads_plugins_and_warns_on_broken_ones(monkeypatch):
-    from trainspect.rules import registry
+    from importlib import metadata
 
-    monkeypatch.setattr(registry.metadata, "entry_points", lambda group: [_Broken(), _Good()])
+    monkeypatch.setattr(metadata, "entry_points", lambda group: [_Broken(), _Good()])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         reg = default_registry()

@@ -133,10 +133,6 @@ class MlflowLogger:
         else:
             self.dropped += 1
 
-    def add_metrics(self, metrics: list[Metric]) -> None:
-        """Queue ready-made metrics (used by ``mlflow-sync``)."""
-        self._pending.extend(metrics)
-
     def set_tags(self, tags: dict[str, str]) -> None:
         """Queue run tags."""
         with self._lock:

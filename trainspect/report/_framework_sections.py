@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from trainspect.profiler.analysis import (
@@ -16,9 +18,17 @@ from trainspect.profiler.analysis import (
 from trainspect.report import charts
 from trainspect.report.context import ReportContext
 from trainspect.report.sections import Page, Section
+from trainspect.rules.profiler.dataloader import MAX_LOADERS_PERCENT, MIN_LOADERS_PERCENT, MIN_WAIT_PERCENT
+from trainspect.rules.profiler.step_outlier import StepOutlier
+from trainspect.rules.verdict import Status, Verdict
 
 __all__ = ["PhaseRatioSection", "StepDurationSection", "OperatorSection", "PythonSection", "DataloaderSection",
            "CudaMemorySection"]  # fmt: skip
+
+log = logging.getLogger(__name__)
+
+_LISTED = 10
+"""Outlier steps named per worker and mode in the step-duration note; more are counted."""
 
 
 class PhaseRatioSection(Section):
@@ -71,20 +81,68 @@ class StepDurationSection(Section):
             if tab.step_count:
                 series[worker] = (tab.steps["start"], tab.steps["end"] - tab.steps["start"])
         page.chart(charts.line_chart(series, "Step duration over time", y_name="step duration", y_unit="s"), 280)
-        worst = stats.sort_values("max", ascending=False).head(1)
-        if len(worst) and float(worst["max"].iloc[0]) > 3 * float(worst["p50"].iloc[0]) > 0:
-            _long_steps_note(ctx, page)
+        _long_steps_note(ctx, page)
+
+
+def step_outlier_verdict(ctx: ReportContext) -> Verdict | None:
+    """StepOutlier's verdict on the run: the one the run holds, else the rule evaluated now (``None``: it failed)."""
+    found = next((v for v in ctx.verdicts if v.rule == StepOutlier.__name__), None)
+    if found is not None:
+        return found
+    try:
+        return StepOutlier().evaluate(ctx.profiler)
+    except Exception as exc:  # noqa: BLE001 - the rule's failure only loses the note
+        log.warning("trainspect report: StepOutlier failed: %s", exc)
+        return None
+
+
+def outlier_steps(verdict: Verdict) -> dict[str, list[int]]:
+    """The steps StepOutlier found longer than its threshold, per worker and mode (``"worker_0/TRAIN"``)."""
+    return {label: [int(s) for s in d.get("step_numbers") or ()] for label, d in sorted(verdict.details.items())
+            if isinstance(d, dict) and d.get("number_of_outliers")}  # fmt: skip
+
+
+def _threshold_rule(verdict: Verdict) -> str:
+    """How the verdict's threshold was set (`` (median + 5·MAD)``), from its parameters; empty when they are absent."""
+    params = verdict.parameters
+    if "literal" not in params:
+        return ""
+    if params["literal"]:
+        return f" (mean + {params.get('stddev', 3.0):g}·std)"
+    return f" (median + {params.get('mad_factor', 5.0):g}·MAD)"
+
+
+def _listed(steps: list[int], count: int) -> str:
+    """``"3, 7, 12"``, or the first :data:`_LISTED` of ``count`` steps ``"… and 72 more"``."""
+    shown = ", ".join(str(s) for s in steps[:_LISTED])
+    return shown + (f" and {count - _LISTED} more" if count > _LISTED else "")
+
+
+def _outliers_text(verdict: Verdict, label: str, steps: list[int]) -> str:
+    d = verdict.details[label]
+    count = int(d["number_of_outliers"])
+    text = (f"{label}: {count} step(s) longer than StepOutlier's threshold {_ms(float(d['threshold_s']))}"
+            f"{_threshold_rule(verdict)}: steps {_listed(steps, count)}")  # fmt: skip
+    stalls = [int(s) for s in d.get("stall_step_numbers") or ()]
+    if verdict.status is Status.ISSUES_FOUND and stalls and "lost_percent" in d:
+        text += (f"; the stalls among them (steps {_listed(stalls, len(stalls))}) cost "
+                 f"{float(d['lost_percent']):.1f}% of the training loop")  # fmt: skip
+    return text
 
 
 def _long_steps_note(ctx: ReportContext, page: Page) -> None:
-    """Warn of long steps unless StepOutlier judged that they cost little of the training loop."""
-    outlier = next((v for v in ctx.verdicts if v.rule == "StepOutlier"), None)
-    if outlier is not None and outlier.status.value == "NoIssuesFound":
-        page.note("Some steps take more than three times the median, but StepOutlier finds they cost little of "
-                  "the training loop (scheduler noise on a loaded machine, rare stalls).")  # fmt: skip
+    """The step outliers StepOutlier finds, and whether they cost the training loop: the rule's own judgement."""
+    verdict = step_outlier_verdict(ctx)
+    found = outlier_steps(verdict) if verdict is not None else {}
+    if verdict is None or not found:
         return
-    page.note("Some steps take more than three times the median: look for CPU or I/O bottlenecks, garbage "
-              "collection or checkpointing at those times (see StepOutlier).", warn=True)  # fmt: skip
+    lines = ". ".join(_outliers_text(verdict, label, steps) for label, steps in found.items())
+    if verdict.status is Status.ISSUES_FOUND:
+        page.note(f"{lines}. StepOutlier finds they cost a real share of the training loop: look for CPU or I/O "
+                  "bottlenecks, garbage collection or checkpointing at those times.", warn=True)  # fmt: skip
+        return
+    page.note(f"{lines}. StepOutlier finds they cost little of the training loop (scheduler noise on a loaded "
+              "machine, rare stalls).")  # fmt: skip
 
 
 class OperatorSection(Section):
@@ -146,7 +204,7 @@ class DataloaderSection(Section):
         cores = max((len(a.cpu_cores) for a in ctx.profiler.system.values()), default=0)
         for _, row in stats.iterrows():
             page.note(_advice(row["worker"], row["num_workers"], row["loop_percent"], cores),
-                      warn=bool(row["loop_percent"] > 10))  # fmt: skip
+                      warn=bool(row["loop_percent"] > MIN_WAIT_PERCENT))  # fmt: skip
         waits = [tab.spans["end"] - tab.spans["start"] for tab in ctx.profiler.framework.values()]
         waits = [w[k == 4] for w, k in zip(waits, [t.spans["kind"] for t in ctx.profiler.framework.values()],
                                            strict=True)]  # fmt: skip
@@ -166,12 +224,14 @@ def _ms(seconds: float) -> str:
 
 
 def _advice(worker: str, num_workers: object, loop_percent: float, cores: int) -> str:
+    """Worker-count advice, with the cut-offs of the Dataloader rule's defaults (wait share, loaders per core)."""
     n = None if num_workers is None or num_workers != num_workers else int(num_workers)  # type: ignore[call-overload]
     share = f"{worker} waited for data {loop_percent:.0f}% of its training loop"
-    if loop_percent > 10 and (n is None or cores == 0 or n < cores):
+    few = n is None or cores == 0 or n < cores * MIN_LOADERS_PERCENT / 100.0
+    if loop_percent > MIN_WAIT_PERCENT and few:
         target = f" (up to {cores}, the number of cores)" if cores else ""
         return f"{share}: increase dataloader workers (num_workers={n}){target}, set pin_memory=True and pre-fetch."
-    if cores and n is not None and n > 2 * cores:
+    if cores and n is not None and n > cores * MAX_LOADERS_PERCENT / 100.0:
         return f"{share}; {n} dataloader workers on {cores} cores: decrease num_workers to avoid contention."
     return f"{share}: data loading is not a bottleneck."
 

@@ -10,6 +10,8 @@ from trainspect.profiler.histograms import UtilisationHistogram, utilisation_his
 from trainspect.report import charts
 from trainspect.report.context import ReportContext
 from trainspect.report.sections import Page, Section
+from trainspect.rules.profiler.cpu_bottleneck import HIGH_CORE_PERCENT
+from trainspect.rules.profiler.low_gpu_utilization import UNDERUSED_P95
 
 __all__ = ["UtilisationHistogramSection", "histogram_findings", "charted_devices", "bin_labels"]
 
@@ -21,8 +23,9 @@ SPREAD_POINTS = 20.0
 """GPU means further apart than this (percentage points) read as poor load distribution."""
 _NAMED = 16
 """Left-out devices named in the note; more are counted."""
-PINNED, IDLE, GOOD = 90.0, 50.0, 70.0
-"""A core is pinned above ``PINNED`` % mean; GPUs under ``IDLE`` % are underused, from ``GOOD`` % well used."""
+PINNED, IDLE, GOOD = HIGH_CORE_PERCENT, 50.0, UNDERUSED_P95
+"""A core is pinned above ``PINNED`` % mean (CPUBottleneck's high core); GPUs under ``IDLE`` % are underused, from
+``GOOD`` % (LowGPUUtilization's cut-off) well used."""
 
 GUIDANCE = ("How to read: a distribution centred at 80–90 % is good use of a device; one piled up near 0 % is an "
             "idle or underused device; GPUs of one node whose distributions differ point at poor load distribution; "

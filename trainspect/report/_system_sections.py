@@ -16,6 +16,8 @@ from trainspect.report import charts
 from trainspect.report.context import ReportContext
 from trainspect.report.sections import Page, Section, sig
 from trainspect.report.summary import summarize
+from trainspect.rules.profiler.low_gpu_utilization import UNDERUSED_P95
+from trainspect.rules.profiler.overall_system_usage import usage_class
 
 __all__ = ["JobSummarySection", "SystemUsageSection", "HeatmapSection", "CostSection", "usage_advice", "with_job_rows"]
 
@@ -95,17 +97,30 @@ class JobSummarySection(Section):
 
 
 def usage_advice(cpu_p95: float | None, gpu_p95: float | None, gpu_p50: float | None) -> str:
-    """SageMaker's plain-language advice from a node's CPU and GPU utilisation percentiles."""
-    if gpu_p95 is None:
-        if cpu_p95 is not None and cpu_p95 < 70:
+    """SageMaker's plain-language advice from a node's CPU and GPU utilisation percentiles.
+
+    The judgement is OverallSystemUsage's (:func:`~trainspect.rules.profiler.overall_system_usage.usage_class`, the
+    cut-off :data:`~trainspect.rules.profiler.low_gpu_utilization.UNDERUSED_P95`); this only words it.
+
+    Example:
+        >>> usage_advice(30.0, 40.0, 35.0).split(":")[1]
+        ' the instance is underused. Consider a smaller instance, or increase the batch size.'
+    """
+    kind = usage_class(cpu_p95, gpu_p95, gpu_p50)
+    if kind == "no_gpu":
+        if cpu_p95 is not None and cpu_p95 < UNDERUSED_P95:
             return (f"CPU utilisation p95 is {cpu_p95:.0f}%: the node is underused. Consider a smaller instance, or "
                     "increase the batch size.")  # fmt: skip
         return "No GPU was recorded; the CPU is busy, which is expected for CPU training."
-    if gpu_p50 is not None and gpu_p50 > 70:
+    if kind == "well_utilised":
         return f"GPUs are well utilised (p50 {gpu_p50:.0f}%)."
-    if cpu_p95 is not None and cpu_p95 > 70:
+    if kind == "cpu_bottleneck":
         return (f"GPU utilisation p95 is {gpu_p95:.0f}% while CPU p95 is {cpu_p95:.0f}%: a CPU bottleneck is likely. "
                 "Increase dataloader workers, pre-fetch data, or move preprocessing to the GPU.")  # fmt: skip
+    if kind == "uneven":
+        return (f"GPU utilisation p95 is {gpu_p95:.0f}% but p50 only {gpu_p50 or 0:.0f}%: the GPUs are busy in bursts "
+                "and idle between them. Look for waits between the busy phases (data loading, synchronisation, "
+                "logging), or increase the batch size.")  # fmt: skip
     return (f"GPU utilisation p95 is {gpu_p95:.0f}% and CPU p95 {cpu_p95 or 0:.0f}%: the instance is underused. "
             "Consider a smaller instance, or increase the batch size.")  # fmt: skip
 
@@ -174,7 +189,7 @@ class SystemUsageSection(Section):
             cpu95 = _cpu_p95(stats, node, page)
             gpu95 = _p(stats, node, "gpu_total_utilization_percent", "p95")
             gpu50 = _p(stats, node, "gpu_total_utilization_percent", "p50")
-            page.note(usage_advice(cpu95, gpu95, gpu50), warn=gpu50 is None or gpu50 <= 70)
+            page.note(usage_advice(cpu95, gpu95, gpu50), warn=usage_class(cpu95, gpu95, gpu50) != "well_utilised")
             sel = stats[stats["node"] == node]
             rows = []
             for _, r in sel.iterrows():
@@ -267,7 +282,7 @@ class CostSection(Section):
         page.kv([("Price per instance-hour", f"${ctx.price_per_hour:.3f}"), ("Instances (nodes)", s.instances),
                  ("Duration (s)", s.duration_s), ("Cost", cost)])  # fmt: skip
         util = s.gpu_p95 if s.gpu_p95 is not None else s.cpu_p95
-        if util is not None and util < 70:
+        if util is not None and util < UNDERUSED_P95:
             page.note(f"Utilisation p95 is {util:.0f}%: a smaller or cheaper instance would likely do the same "
                       "work for less. Compare runs with `trainspect compare A B --price-per-hour A=.. B=..`.",
                       warn=True)  # fmt: skip

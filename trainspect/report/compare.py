@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trainspect._json_safe import json_safe
 from trainspect.report import _compare_rows as rows_
 from trainspect.report import charts
 from trainspect.report.context import ReportContext
-from trainspect.report.render import _echarts, _environment, _finite, script_json
+from trainspect.report.render import _echarts, _environment, script_json
 from trainspect.report.summary import REPORT_ARTIFACT, RunSummary, summarize
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -228,7 +229,7 @@ def render_compare(before: RunSummary, after: RunSummary, out: str | os.PathLike
             href_a=_href(before.report, out),
             href_b=_href(after.report, out),
             generated=time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-            charts_json=script_json(_finite(chart_data)),
+            charts_json=script_json(json_safe(chart_data)),
             echarts_js=_echarts(),
             chart_ids=list(chart_data),
         )

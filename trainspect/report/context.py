@@ -231,7 +231,7 @@ class ReportContext:
     def _evaluate_profiler_rules(self) -> None:
         """Evaluate the built-in rules (tensor, profiler) the record lacks or holds unfinished, over the whole run."""
         from trainspect.rules.completion import evaluate_missing, rules_to_complete
-        from trainspect.rules.source import note_damage
+        from trainspect.rules.trial_feed import note_damage
         from trainspect.rules.verdict import Status
 
         has_profiler = bool(self.profiler.system or self.profiler.framework)

@@ -12,6 +12,7 @@ from typing import Any
 
 import jinja2
 
+from trainspect._json_safe import json_safe
 from trainspect.report import (
     _framework_sections,
     _histogram_section,
@@ -77,16 +78,6 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
         undefined=jinja2.StrictUndefined,
     )
-
-
-def _finite(obj: Any) -> Any:
-    if isinstance(obj, float):
-        return obj if obj == obj and abs(obj) != float("inf") else None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def skip_text(ctx: ReportContext, requirement: str) -> str:
@@ -158,7 +149,7 @@ def render_report(
             version=__version__,
             problems=ctx.problems,
             sections=sections,
-            charts_json=script_json(_finite(chart_options)),
+            charts_json=script_json(json_safe(chart_options)),
             echarts_js=_echarts(),
         )
     )

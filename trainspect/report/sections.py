@@ -3,24 +3,22 @@
 A section declares the data it ``requires`` (keys of :data:`~trainspect.report.context.REQUIREMENT_HINTS`) and
 builds a list of blocks (paragraphs, tables, charts) from a :class:`~trainspect.report.context.ReportContext`. The
 report skips a section whose data is missing and says what to enable instead. Built-in sections are registered
-explicitly, then those of the ``trainspect.report_sections`` entry-point group; a broken plugin only warns.
+explicitly, then those of the ``trainspect.report_sections`` entry-point group; a broken plugin is skipped with a
+warning.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib import metadata
 from typing import Any, ClassVar
 
 import numpy as np
 
+from trainspect._entry_points import load_entry_points
 from trainspect.report.context import REQUIREMENT_HINTS, ReportContext
 
 __all__ = ["Section", "Page", "SectionRegistry", "ENTRY_POINT_GROUP"]
-
-log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "trainspect.report_sections"
 
@@ -184,10 +182,9 @@ class SectionRegistry:
         return list(self._sections.values())
 
     def load_entry_points(self) -> None:
-        """Register the sections of installed plugins (``trainspect.report_sections``); a broken one warns."""
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                obj = ep.load()
-                self.register(obj() if isinstance(obj, type) else obj)
-            except Exception as exc:
-                log.warning("trainspect report: section plugin %s could not be loaded: %s", ep.name, exc)
+        """Register the sections of installed plugins (``trainspect.report_sections``: a Section or its class).
+
+        A broken plugin is skipped with one warning (:func:`~trainspect._entry_points.load_entry_points`).
+        """
+        load_entry_points(ENTRY_POINT_GROUP, lambda obj: self.register(obj() if isinstance(obj, type) else obj),
+                          "report section")  # fmt: skip

@@ -33,7 +33,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainspect.rules.verdict import VERDICT_SCHEMA_VERSION, Verdict, _json_safe
+from trainspect._json_safe import json_safe
+from trainspect.rules.verdict import VERDICT_SCHEMA_VERSION, Verdict
 from trainspect.rules.worker_verdicts import merge_current
 from trainspect.store.manifest import write_text_atomic
 from trainspect.store.safe_files import load_json_bounded
@@ -115,7 +116,7 @@ class VerdictRecord:
                 "verdicts": [_compact(v) for v in verdicts],
             }
             doc = merge(doc, entry, verdicts)
-            doc.update(_json_safe({"source": self.source, "final": bool(final), **meta}))
+            doc.update(json_safe({"source": self.source, "final": bool(final), **meta}, nonfinite="string"))
             self._write(doc)
             if final:  # a later write of this writer is a new evaluation
                 self._id = f"{self._id}+"
@@ -140,7 +141,7 @@ def merge(doc: dict[str, Any], entry: dict[str, Any], verdicts: Sequence[Verdict
     if "evaluations" not in doc and doc.get("verdicts"):  # a record of the first format: one evaluation
         evaluations.append({"id": "earlier", "source": str(doc.get("source") or "unknown"),
                             "final": bool(doc.get("final")), "verdicts": list(doc["verdicts"])})  # fmt: skip
-    evaluations.append(_json_safe(entry))
+    evaluations.append(json_safe(entry, nonfinite="string"))
     if len(evaluations) > MAX_EVALUATIONS:
         dropped += len(evaluations) - MAX_EVALUATIONS
         evaluations = evaluations[-MAX_EVALUATIONS:]

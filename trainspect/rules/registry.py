@@ -1,16 +1,15 @@
 """The rule registry: built-in rules registered explicitly, then entry-point plugins (group ``trainspect.rules``).
 
-A plugin that fails to load produces one warning, never a crash. Names are looked up case-insensitively.
+A plugin that fails to load is skipped with one warning, never a crash. Names are looked up case-insensitively.
 """
 
 from __future__ import annotations
 
-import logging
 import warnings
 from collections.abc import Iterable, Mapping
-from importlib import metadata
 from typing import Any
 
+from trainspect._entry_points import load_entry_points
 from trainspect.exceptions import ConfigError
 from trainspect.rules.all_zero import AllZero
 from trainspect.rules.base import Rule
@@ -41,8 +40,6 @@ __all__ = [
     "rules_from_config",
     "resolve_rules",
 ]
-
-_log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "trainspect.rules"
 
@@ -122,21 +119,16 @@ class RuleRegistry:
         return isinstance(name, str) and name.lower() in self._rules
 
     def load_entry_points(self, group: str = ENTRY_POINT_GROUP) -> None:
-        """Register the rules of installed plugins; a broken plugin warns and is skipped."""
-        try:
-            entry_points: Iterable[Any] = metadata.entry_points(group=group)
-        except Exception as exc:
-            warnings.warn(f"trainspect: could not list rule plugins: {exc}", RuntimeWarning, stacklevel=2)
-            return
-        for ep in entry_points:
-            try:
-                loaded = ep.load()
-                for cls in loaded if isinstance(loaded, (list, tuple)) else [loaded]:
-                    self.register(cls)
-            except Exception as exc:
-                warnings.warn(
-                    f"trainspect: rule plugin {ep.name!r} failed to load: {exc}", RuntimeWarning, stacklevel=2
-                )
+        """Register the rules of installed plugins (a class, or a list or tuple of them, per entry point).
+
+        A broken plugin is skipped with one warning (:func:`~trainspect._entry_points.load_entry_points`).
+        """
+
+        def register(loaded: Any) -> None:
+            for cls in loaded if isinstance(loaded, (list, tuple)) else [loaded]:
+                self.register(cls)
+
+        load_entry_points(group, register, "rule")
 
 
 def _profiler_rules() -> list[type[Rule]]:

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import enum
 import json
-import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from trainspect._json_safe import NONFINITE_STRINGS, json_safe
 from trainspect.exceptions import DamagedFile
 from trainspect.store.jsonfile import ListOf, Obj, load_json
 from trainspect.store.manifest import write_text_atomic
@@ -117,33 +115,16 @@ class Verdict:
 
 
 def _json_safe(obj: Any) -> Any:
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return "NaN" if math.isnan(obj) else ("Infinity" if obj > 0 else "-Infinity")
-    if isinstance(obj, dict):
-        return {str(k): _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        if len(obj) > 8 and _finite_numbers(obj):  # a chart series: nothing to convert
-            return list(obj)
-        return [_json_safe(v) for v in obj]
-    if isinstance(obj, enum.Enum):
-        return obj.value
-    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
-        return _json_safe(obj.item())
-    return obj
+    """:func:`~trainspect._json_safe.json_safe` as the verdict files spell values: NaN and ±Inf as strings.
 
-
-def _finite_numbers(values: list[Any] | tuple[Any, ...]) -> bool:
-    if not all(type(v) is float or type(v) is int for v in values):
-        return False
-    try:
-        return bool(np.isfinite(np.asarray(values, dtype=np.float64)).all())
-    except OverflowError:
-        return False
+    The strings (``"NaN"``, ``"Infinity"``, ``"-Infinity"``) read back as the floats (:meth:`Verdict.from_dict`).
+    """
+    return json_safe(obj, nonfinite="string")
 
 
 def _unjson(v: Any) -> Any:
     if isinstance(v, str):
-        return {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}.get(v, v)
+        return NONFINITE_STRINGS.get(v, v)
     return v
 
 

@@ -5,7 +5,7 @@ view it serves: a function of the run's :class:`~trainspect.profiler.data.Profil
 usually a thin wrapper over the same :mod:`trainspect.profiler.analysis` function the report section renders. A
 card that declares ``columns`` is drawn by the generic JavaScript card (``static/cards.js``) as a table; one
 without is drawn by its own script (the heatmap, the time series). Built-in cards are registered explicitly, then
-those of the ``trainspect.tb_cards`` entry-point group; a broken plugin only warns.
+those of the ``trainspect.tb_cards`` entry-point group; a broken plugin is skipped with a warning.
 
 Every card route takes ``run`` (a run name of the log directory) and answers 400 with a message naming the argument
 when one is malformed, 404 when the run or its data does not exist.
@@ -13,17 +13,16 @@ when one is malformed, 404 when the run or its data does not exist.
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
 import pandas as pd
 from tensorboard import errors
 
+from trainspect._entry_points import load_entry_points
 from trainspect.profiler import analysis
 from trainspect.profiler.data import ProfilerData
 from trainspect.tb_plugin.histogram_view import MAX_BINS, histogram_rows
@@ -37,8 +36,6 @@ from trainspect.tb_plugin.profiler_view import (
 )
 
 __all__ = ["Arg", "Column", "Card", "CardRegistry", "default_cards", "ENTRY_POINT_GROUP", "RESERVED"]
-
-log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "trainspect.tb_cards"
 RESERVED = frozenset({"index.js", "static", "vendor", "runs", "profiler", "rules", "rule", "trace", "cards"})
@@ -206,13 +203,12 @@ class CardRegistry:
         return list(self._cards.values())
 
     def load_entry_points(self) -> None:
-        """Register the cards of installed plugins (``trainspect.tb_cards``); a broken one warns."""
-        for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            try:
-                obj = ep.load()
-                self.register(obj() if callable(obj) and not isinstance(obj, Card) else obj)
-            except Exception as exc:
-                log.warning("trainspect TensorBoard plugin: card plugin %s could not be loaded: %s", ep.name, exc)
+        """Register the cards of installed plugins (``trainspect.tb_cards``: a Card, or a callable returning one).
+
+        A broken plugin is skipped with one warning (:func:`~trainspect._entry_points.load_entry_points`).
+        """
+        load_entry_points(ENTRY_POINT_GROUP, lambda obj: self.register(obj() if callable(obj) and not isinstance(
+            obj, Card) else obj), "TensorBoard card")  # fmt: skip
 
 
 def _python(data: ProfilerData) -> list[dict[str, Any]]:

@@ -6,13 +6,13 @@ lists: NaN becomes ``None``, times are epoch seconds, durations seconds.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from tensorboard import errors
 
+from trainspect._json_safe import json_safe
 from trainspect.profiler import analysis
 from trainspect.profiler.arrays import SystemArrays
 from trainspect.profiler.data import ProfilerData
@@ -35,21 +35,12 @@ JOB_ROW, HOST_ROW = "job CPU", "host CPU"
 """The heatmap's first rows: the training job's processes (% of all cores) and the host (mean of cores)."""
 
 
-def _clean(value: Any) -> Any:
-    if isinstance(value, (float, np.floating)):
-        return None if not math.isfinite(float(value)) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
+"""Older name of :func:`~trainspect._json_safe.json_safe` that ``rules_view`` still imports."""
 
 
 def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """The rows of a DataFrame as JSON-ready dicts (NaN as ``None``)."""
-    return [_clean(r) for r in frame.to_dict("records")]
+    return [json_safe(r) for r in frame.to_dict("records")]
 
 
 def _status(data: ProfilerData) -> str:
@@ -95,10 +86,10 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
         "source": data.source,
         "nodes": nodes,
         "workers": workers,
-        "job": _clean(analysis.job_statistics(data)),
+        "job": json_safe(analysis.job_statistics(data)),
         "steps": records(analysis.step_statistics(data)),
         "histogram": histogram,
-        "phases": _clean(analysis.phase_ratios(data)),
+        "phases": json_safe(analysis.phase_ratios(data)),
         "operators": records(analysis.top_operators(data, n=20)),
         "python": records(analysis.python_hotspots(data, n=15)),
         "utilization": _utilization(data),
@@ -136,7 +127,7 @@ def _utilization(data: ProfilerData) -> list[dict[str, Any]]:
 
 
 def _recommendation(v: Verdict) -> dict[str, Any]:
-    return _clean(
+    return json_safe(
         {
             "rule": v.rule,
             "message": v.message,

@@ -8,12 +8,12 @@ from typing import Any
 import numpy as np
 from tensorboard import errors
 
+from trainspect._json_safe import json_safe
 from trainspect.modes import ModeKeys
 from trainspect.rules.counts import RuleCounts
 from trainspect.rules.verdict import Series, Verdict
 from trainspect.store.job_events import read_stops, stop_text
 from trainspect.store.tb_writer import tb_tag
-from trainspect.tb_plugin.profiler_view import _clean
 
 __all__ = ["verdict_rows", "verdict_detail", "run_summary", "MAX_SERIES_POINTS"]
 
@@ -47,7 +47,7 @@ def verdict_rows(run: str, verdicts: list[Verdict]) -> list[dict[str, Any]]:
         ``evaluated_at``. ``verdicts`` is the record's current set: each rule's latest verdict.
     """
     return [
-        _clean(
+        json_safe(
             {
                 "run": run,
                 "rule": v.rule,
@@ -75,7 +75,7 @@ def run_summary(run: str, verdicts: list[Verdict], run_dir: Path) -> dict[str, A
     ``counts`` is :meth:`RuleCounts.to_dict` (its ``line`` is the sentence of the CLI and the report), ``stops``
     the stops of ``rules/stopped.json``, each with its ``text``.
     """
-    stops = [{**_clean({k: s.get(k) for k in ("rule", "step", "mode", "worker")}), "text": stop_text(s)}
+    stops = [{**json_safe({k: s.get(k) for k in ("rule", "step", "mode", "worker")}), "text": stop_text(s)}
              for s in read_stops(run_dir)]  # fmt: skip
     return {"run": run, "counts": RuleCounts.of(verdicts).to_dict(), "stops": stops}
 
@@ -90,7 +90,7 @@ def _series(s: Series, max_points: int) -> dict[str, Any]:
     if n > max_points:
         keep = np.unique(np.linspace(0, n - 1, max_points).round().astype(int))
         x, y = x[keep], y[keep]
-    return _clean(
+    return json_safe(
         {
             "label": s.label,
             "x_unit": s.x_unit,
@@ -118,7 +118,7 @@ def verdict_detail(run: str, verdicts: list[Verdict], rule: str | None) -> dict[
         raise errors.NotFoundError(f"run {run!r} has no verdict of rule {rule!r}")
     row = verdict_rows(run, [match])[0]
     row.update(
-        _clean(
+        json_safe(
             {
                 "recommendation": match.recommendation,
                 "parameters": match.parameters,

@@ -9,7 +9,10 @@ from trainspect.rules.base import Param
 from trainspect.rules.profiler._bottleneck import BottleneckRule
 from trainspect.rules.profiler._common import SCAN, job_cpu
 
-__all__ = ["CPUBottleneck"]
+__all__ = ["CPUBottleneck", "HIGH_CORE_PERCENT"]
+
+HIGH_CORE_PERCENT = 90.0
+"""A CPU core busier than this (%) is high: the default ``cpu_threshold`` (the report's "pinned core" too)."""
 
 
 class CPUBottleneck(BottleneckRule):
@@ -28,7 +31,7 @@ class CPUBottleneck(BottleneckRule):
 
     parameters = (
         Param("threshold", float, 50.0, "bottleneck samples above this % of all samples trigger", min=0, max=100),
-        Param("cpu_threshold", float, 90.0, "a core above this % is high", min=0, max=100),
+        Param("cpu_threshold", float, HIGH_CORE_PERCENT, "a core above this % is high", min=0, max=100),
         Param("gpu_threshold", float, 10.0, "a GPU below this % is low", min=0, max=100),
         Param("patience", int, 1000, "samples needed before the rule judges", min=1),
         SCAN,

@@ -15,7 +15,15 @@ from trainspect.rules.profiler._common import ProfilerRule, downsample
 from trainspect.rules.profiler.input_bottleneck import input_waits
 from trainspect.rules.verdict import Series, Status, Verdict
 
-__all__ = ["Dataloader", "parallel_loaders"]
+__all__ = ["Dataloader", "parallel_loaders", "MIN_LOADERS_PERCENT", "MAX_LOADERS_PERCENT", "MIN_WAIT_PERCENT"]
+
+MIN_LOADERS_PERCENT = 70.0
+"""Fewer data loaders than this % of the node's cores are too few (the default ``min_threshold``)."""
+MAX_LOADERS_PERCENT = 200.0
+"""More data loaders than this % of the node's cores are too many (the default ``max_threshold``)."""
+MIN_WAIT_PERCENT = 10.0
+"""Too few loaders matter only while the input wait exceeds this % of the step cycle (the default
+``min_wait_percent``)."""
 
 
 def parallel_loaders(tab: FrameworkTables) -> dict[int, int]:
@@ -54,13 +62,13 @@ class Dataloader(ProfilerRule):
     """
 
     parameters = (
-        Param("min_threshold", float, 70.0, "loaders below this % of the cores are too few", min=0),
-        Param("max_threshold", float, 200.0, "loaders above this % of the cores are too many", min=0),
+        Param("min_threshold", float, MIN_LOADERS_PERCENT, "loaders below this % of the cores are too few", min=0),
+        Param("max_threshold", float, MAX_LOADERS_PERCENT, "loaders above this % of the cores are too many", min=0),
         Param("patience", int, 10, "seconds with dataloader activity needed before the rule judges", min=1),
         Param(
             "min_wait_percent",
             float,
-            10.0,
+            MIN_WAIT_PERCENT,
             "too few loaders matter only above this input-wait share of the step cycle",
             min=0,
             max=100,

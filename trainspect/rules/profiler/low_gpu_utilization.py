@@ -11,7 +11,11 @@ from trainspect.rules.base import Param
 from trainspect.rules.profiler._common import SCAN, ProfilerRule, boxplot, window_ends
 from trainspect.rules.verdict import Series, Status, Verdict
 
-__all__ = ["LowGPUUtilization"]
+__all__ = ["LowGPUUtilization", "UNDERUSED_P95"]
+
+UNDERUSED_P95 = 70.0
+"""A GPU whose utilisation p95 is below this (%) is underutilised: the default ``threshold_p95``, and the cut-off of
+OverallSystemUsage's narrative and of the report's advice (:func:`~.overall_system_usage.usage_class`)."""
 
 
 class LowGPUUtilization(ProfilerRule):
@@ -27,7 +31,7 @@ class LowGPUUtilization(ProfilerRule):
     """
 
     parameters = (
-        Param("threshold_p95", float, 70.0, "p95 utilisation below this is underutilisation (%)", min=0, max=100),
+        Param("threshold_p95", float, UNDERUSED_P95, "p95 utilisation below this is underutilisation (%)", 0, 100),
         Param("threshold_p5", float, 10.0, "p5 utilisation below this, with a high p95, is fluctuation (%)", 0, 100),
         Param("window", int, 500, "number of most recent samples the quantiles are taken over", min=1),
         Param("patience", int, 1000, "samples a GPU needs before it is judged", min=1),

@@ -10,9 +10,10 @@ import numpy as np
 from trainspect.profiler.arrays import SystemArrays
 from trainspect.profiler.data import ProfilerData
 from trainspect.rules.profiler._common import JOB_CPU_KEY, ProfilerRule, downsample
+from trainspect.rules.profiler.low_gpu_utilization import UNDERUSED_P95
 from trainspect.rules.verdict import Series, Status, Verdict
 
-__all__ = ["OverallSystemUsage"]
+__all__ = ["OverallSystemUsage", "usage_class"]
 
 
 def _groups(arr: SystemArrays) -> dict[str, np.ndarray]:
@@ -101,17 +102,40 @@ def _narrative(node: str, details: dict[str, Any]) -> str:
     return text
 
 
+def usage_class(cpu_p95: float | None, gpu_p95: float | None, gpu_p50: float | None) -> str:
+    """How a node used its hardware, from its CPU p95 and GPU p95 and p50 (%), against :data:`UNDERUSED_P95`.
+
+    ``"no_gpu"`` (no GPU p95), ``"underutilised"`` (GPU and CPU p95 below it; a missing CPU counts as idle),
+    ``"cpu_bottleneck"`` (GPU p95 below it, CPU p95 not), ``"well_utilised"`` (GPU p50 above it), else ``"uneven"``
+    (GPU p95 at or above it, p50 not above it). The rule's narrative and the report's advice both read it.
+
+    Example:
+        >>> usage_class(30.0, 40.0, 35.0), usage_class(95.0, 40.0, 35.0), usage_class(30.0, 90.0, 80.0)
+        ('underutilised', 'cpu_bottleneck', 'well_utilised')
+    """
+    if gpu_p95 is None:
+        return "no_gpu"
+    if gpu_p95 < UNDERUSED_P95:
+        return "underutilised" if (cpu_p95 or 0.0) < UNDERUSED_P95 else "cpu_bottleneck"
+    return "well_utilised" if gpu_p50 is not None and gpu_p50 > UNDERUSED_P95 else "uneven"
+
+
 def _usage(node: str, details: dict[str, Any]) -> str:
     cpu = details.get("CPU", {}).get(node, {})
     gpu = details.get("GPU", {}).get(node, {})
-    if not gpu:
+    kind = usage_class(cpu.get("p95"), gpu.get("p95"), gpu.get("p50"))
+    if kind == "no_gpu":
         return f"{node}: CPU p95 {cpu.get('p95', float('nan')):.1f}%, p50 {cpu.get('p50', float('nan')):.1f}% (no GPU)."
-    if gpu["p95"] < 70 and cpu.get("p95", 0) < 70:
-        return f"{node}: GPU p95 {gpu['p95']:.1f}% and CPU p95 {cpu.get('p95', 0):.1f}% are below 70%: underutilised."
-    if gpu["p95"] < 70:
+    if kind == "underutilised":
         return (
-            f"{node}: GPU p95 {gpu['p95']:.1f}% below 70% with CPU p95 {cpu['p95']:.1f}%: a CPU bottleneck is likely."
+            f"{node}: GPU p95 {gpu['p95']:.1f}% and CPU p95 {cpu.get('p95', 0):.1f}% are below "
+            f"{UNDERUSED_P95:g}%: underutilised."
         )
-    if gpu["p50"] > 70:
-        return f"{node}: GPU p50 {gpu['p50']:.1f}% above 70%: well utilised."
+    if kind == "cpu_bottleneck":
+        return (
+            f"{node}: GPU p95 {gpu['p95']:.1f}% below {UNDERUSED_P95:g}% with CPU p95 {cpu['p95']:.1f}%: a CPU "
+            "bottleneck is likely."
+        )
+    if kind == "well_utilised":
+        return f"{node}: GPU p50 {gpu['p50']:.1f}% above {UNDERUSED_P95:g}%: well utilised."
     return f"{node}: GPU p50 {gpu['p50']:.1f}%, CPU p50 {cpu.get('p50', float('nan')):.1f}%."
