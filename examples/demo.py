@@ -24,13 +24,14 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, TensorDataset
 
 import trainspect as ts
 
 LR_DIVERGED, LR_FIXED = 3.0, 0.05
 WARMUP_STEPS = 100
 HIDDEN = 512
+BATCH = 256
 
 
 def make_data(n: int = 2048, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,7 +70,7 @@ def train(out_dir: Path, lr: float, steps: int) -> tuple[int, str | None]:
             hook.register_module(model)
             hook.register_loss(loss_fn)
             while step < steps:
-                for xb, yb in DataLoader(train_set, batch_size=256, shuffle=True):
+                for xb, yb in _loader(train_set):
                     _train_step(model, loss_fn, opt, xb, yb)
                     warmup.step()
                     step += 1
@@ -80,6 +81,17 @@ def train(out_dir: Path, lr: float, steps: int) -> tuple[int, str | None]:
     except ts.TrainingStopped as exc:
         stopped = str(exc)
     return step, stopped
+
+
+def _loader(data: TensorDataset) -> DataLoader:
+    """Shuffled batches of ``BATCH``, each read from the tensors at once (one indexing, nothing to collate).
+
+    A DataLoader reading 256 samples one by one and stacking them spends about as long per batch as this small
+    model's step, so the input wait would be a large share of the step cycle (more so on a busy machine) and the
+    Dataloader rule would rightly ask for more loader processes. Reading whole batches keeps the input pipeline
+    out of the way; the batches are the same as ``DataLoader(data, batch_size=BATCH, shuffle=True)`` gives.
+    """
+    return DataLoader(data, sampler=BatchSampler(RandomSampler(data), BATCH, drop_last=False), batch_size=None)
 
 
 def _train_step(model: nn.Module, loss_fn: Any, opt: torch.optim.Optimizer, xb: torch.Tensor, yb: torch.Tensor) -> None:

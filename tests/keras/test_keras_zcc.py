@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import keras
@@ -104,25 +106,60 @@ def test_autolog_patches_fit_evaluate_predict_and_close_restores_them(tmp_path):
     assert np.isfinite(ops["total_time_us"]).all()
 
 
-def test_input_wait_of_a_slow_generator_is_recorded_as_dataloader_time(tmp_path):
-    import time
+class _StepGate(keras.callbacks.Callback):
+    """Counts the training steps begun, after the hook's ``on_train_batch_begin`` (it comes first in the list)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self.cond = threading.Condition()
+        self.begun = 0
+        self.ended = False
+
+    def on_train_batch_begin(self, batch, logs=None):  # noqa: ANN001
+        with self.cond:
+            self.begun += 1
+            self.cond.notify_all()
+
+    def on_train_end(self, logs=None):  # noqa: ANN001
+        with self.cond:
+            self.ended = True  # let a generator prefetched past the last step finish
+            self.cond.notify_all()
+
+
+def test_input_wait_of_a_slow_generator_is_recorded_as_dataloader_time(tmp_path):
+    """A batch made only after its step began, in 50 ms, is waited on for at least 50 ms: on any machine load.
+
+    Keras reads the generator ahead (two batches for the tensor spec, then tf.data's prefetch), so a generator
+    that just sleeps is waited on only while the steps are faster than it, which a loaded machine breaks. Here
+    batch ``i`` is made once step ``i`` has begun; the hook stamped that step's start before, so its wait is
+    bounded from below. The batches Keras peeks at from the main thread before training are left free.
+    """
     x, y = data()
+    gate = _StepGate()
+    free = []
 
     def slow():
+        made = 0
         while True:
             for i in range(0, len(x), BATCH):
+                if threading.current_thread() is threading.main_thread():
+                    free.append(made)  # Keras peeking at the first batches inside fit(), before any step
+                else:
+                    with gate.cond:
+                        assert gate.cond.wait_for(lambda n=made: gate.begun > n or gate.ended, timeout=120)
                 time.sleep(0.05)
+                made += 1
                 yield x[i : i + BATCH], y[i : i + BATCH]
 
     m = model()
     with ts.keras.Hook(tmp_path / "run", export_tensorboard=False, profiler_config=ts.ProfilerConfig()) as hook:
-        m.fit(slow(), steps_per_epoch=4, epochs=2, verbose=0, callbacks=[hook])
+        m.fit(slow(), steps_per_epoch=4, epochs=2, verbose=0, callbacks=[hook, gate])
     frame = FrameworkMetricsReader(tmp_path / "run").to_dataframe()
     waits = frame[frame["event_name"] == "DataLoaderIter"]["duration"].to_numpy()
     steps = frame[frame["event_name"].str.startswith("Step:")]["duration"].to_numpy()
     assert len(steps) == 8 and len(waits) == 8
-    assert (waits >= 0.04).sum() >= 6, waits  # batches wait on the 50 ms generator (Keras prefetches a few)
+    assert free == list(range(len(free))) and len(free) <= 2, free
+    assert (waits >= 0.05 - 1e-3).sum() >= 8 - len(free), waits  # every gated batch: its 50 ms at least
     assert (waits <= steps + 1e-6).all()
 
 

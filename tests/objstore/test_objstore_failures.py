@@ -7,8 +7,9 @@ import logging
 
 import numpy as np
 import pytest
+from _support.polling import wait_for
+from _support.s3 import BUCKET, S3Server, make_fs
 from _train import Job
-from conftest import BUCKET, S3Server, make_fs, wait_for
 
 import trainspect as ts
 from trainspect.cli import main

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import BUCKET, S3Server, make_fs
+from _support.s3 import BUCKET, S3Server, make_fs
 
 import trainspect as ts
 from trainspect.profiler import SystemMetricsReader, load_profiler_data

@@ -6,13 +6,13 @@ import json
 import logging
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _support.polling import wait_for
+from _support.s3 import BUCKET, S3Server, make_fs
 from _train import Job
-from conftest import BUCKET, S3Server, make_fs, wait_for
 
 import trainspect as ts
 from trainspect.cli import main
@@ -49,19 +49,29 @@ def test_cli_refuses_unsupported_urls(tmp_path: Path, capsys: pytest.CaptureFixt
         assert "gs://b/run" in err and "pip install trainspect[gcs]" in err and len(err.splitlines()) == 1, err
 
 
+def _uploaded(run: str, *parts: str) -> bool:
+    """Whether the store holds, under ``run``, a non-empty object whose key contains each of ``parts``.
+
+    A sweep of the uploader may send a file that has no bytes yet (an index before its first entries) as an empty
+    part at offset 0, which a later part at the same offset replaces: it does not count.
+    """
+    found = make_fs().find(f"{BUCKET}/{run}", detail=True)
+    return all(any(p in key and info["size"] > 0 for key, info in found.items()) for p in parts)
+
+
 def test_hook_writes_parts_and_trial_reads_bit_exact(s3: S3Server) -> None:
     job = Job(URL, save_all=True)
     spool = job.hook.collector.remote.spool
     job.train(12)
-    time.sleep(0.5)  # at least one upload in the middle of the run
-    job.train(12)
+    assert wait_for(lambda: _uploaded("exp1", "tensors/worker_0/index-000000.idx.parts/", "data-000000.bin.parts/"))
+    job.train(12)  # after an upload in the middle of the run (waited for, not slept: a busy machine uploads late)
     job.hook.close()
     assert not spool.exists()  # everything reached the store: the spool is gone
     keys = [k.removeprefix(f"{BUCKET}/exp1/") for k in make_fs().find(f"{BUCKET}/exp1")]
     assert "training_job_end.ts" in keys and "trainspect.json" in keys and "workers/worker_0.json" in keys
     index_parts = [k for k in keys if k.startswith("tensors/worker_0/index-000000.idx.parts/")]
     data_parts = [k for k in keys if k.startswith("tensors/worker_0/data-000000.bin.parts/")]
-    assert len(index_parts) >= 2 and len(data_parts) >= 2  # uploaded while training ran, not only at close
+    assert len(index_parts) >= 2 and len(data_parts) >= 2, keys  # uploaded while training ran, not only at close
     assert any("tfevents" in k and ".parts/" in k for k in keys)
     trial = ts.create_trial(URL)
     assert trial.job_ended and trial.workers() == ["worker_0"] and trial.name == "exp1"
@@ -276,7 +286,7 @@ def test_profiler_data_goes_up_and_reads_back(s3: S3Server) -> None:
 
     job = Job(URL, profiler_config=ProfilerConfig(system_monitor_interval_millis=100))
     job.train(10)
-    time.sleep(0.3)  # a few system samples
+    assert wait_for(lambda: _uploaded("exp1", ".tsys.parts/"))  # system samples taken and on their way up
     job.hook.close()
     data = load_profiler_data(URL)
     assert data.job_ended and data.problems == []

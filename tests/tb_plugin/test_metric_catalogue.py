@@ -9,8 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tb_synth as synth
-from conftest import make_client
-from test_tb_backend import get
+from _support.tensorboard import get, make_client
 
 from trainspect.mlflow_plugin.keys import system_key, system_metrics
 from trainspect.profiler.events import key_for, smdebug_names

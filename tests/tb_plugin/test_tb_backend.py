@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tb_synth as synth
-from conftest import PREFIX, XSS, make_client
+from _support.tensorboard import PREFIX, XSS, get, make_client
 from werkzeug import test as wtest
 
 from trainspect.profiler import heatmap, load_profiler_data
@@ -20,14 +20,6 @@ from trainspect.rules.verdict import Status, Verdict, write_verdicts
 from trainspect.store.layout import RunLayout
 from trainspect.tb_plugin import metadata
 from trainspect.tb_plugin.runs import RunIndex
-
-
-def get(client: wtest.Client, route: str, status: int = 200, **params: object) -> dict:
-    response = client.get(PREFIX + route, query_string={k: str(v) for k, v in params.items()})
-    assert response.status_code == status, response.data[:300]
-    assert response.headers["X-Content-Type-Options"] == "nosniff"
-    assert response.mimetype == "application/json"
-    return json.loads(response.data)
 
 
 def test_plugins_listing_enables_the_iframe_dashboard(client: wtest.Client) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import tb_synth as synth
-from conftest import XSS, TensorBoardProcess
+from _support.tensorboard import XSS, TensorBoardProcess
 
 from trainspect.rules.verdict import Status, Verdict, write_verdicts
 from trainspect.store.layout import RunLayout
@@ -21,6 +21,10 @@ ARTIFACTS = Path(__file__).parents[2] / "test-artifacts" / "tb_plugin"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
+# Every wait is on an element, a URL or a download, never a fixed sleep; its deadline only ends a test that would
+# otherwise hang, so it is generous: TensorBoard, Chromium and the plugin's 5 s auto-refresh share a possibly busy
+# machine (Playwright's default of 30 s is not enough there).
+WAIT_MS = 120_000
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +56,7 @@ def page(tb_url: str) -> Iterator[tuple[object, list[str]]]:
     with playwright_api.sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
         context = pw.chromium.launch_persistent_context(profile, executable_path="/usr/bin/chromium", headless=True,
                                                         args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})  # fmt: skip
+        context.set_default_timeout(WAIT_MS)
         pg = context.new_page()
         problems: list[str] = []
         pg.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
@@ -62,7 +67,7 @@ def page(tb_url: str) -> Iterator[tuple[object, list[str]]]:
 
 
 def frame(pg):  # noqa: ANN001, ANN201 - the plugin's iframe (data/plugin_entry.html?name=trainspect)
-    pg.wait_for_selector("iframe", timeout=60_000)
+    pg.wait_for_selector("iframe")
     return pg.frame_locator("iframe")
 
 
@@ -83,7 +88,7 @@ def distinct_colours(pg) -> int:  # noqa: ANN001
 def test_profiler_view_draws_the_heatmap_and_charts(page, live_logdir: Path) -> None:  # noqa: ANN001
     pg, problems = page
     f = frame(pg)
-    f.locator("canvas.heatmap-canvas[data-drawn]").wait_for(timeout=60_000)
+    f.locator("canvas.heatmap-canvas[data-drawn]").wait_for()
     runs = RunIndex(str(live_logdir)).runs()
     newest = max((r for r in runs.values() if r.profiler_at is not None), key=lambda r: r.profiler_at)
     assert f.locator("select[aria-label=run]").input_value() == newest.name  # opens on the newest profiled run
@@ -234,7 +239,7 @@ def test_rules_view_follows_new_verdicts(page, live_logdir: Path) -> None:  # no
     write_verdicts(RunLayout(live_logdir / "live").verdicts,
                    [Verdict("CPUBottleneck", Status.ISSUES_FOUND, kind="profiler", triggers=4)])  # fmt: skip
     f.get_by_role("button", name="Reload").click()
-    live.locator(".chip", has_text="IssuesFound").wait_for(timeout=20_000)
+    live.locator(".chip", has_text="IssuesFound").wait_for()  # this reload, or the next auto-refresh
     assert problems == []
 
 
@@ -296,9 +301,9 @@ def test_a_rules_tensor_link_opens_the_tensor_in_tensorboard(page, tb_url: str) 
     f.locator(".rule-detail").scroll_into_view_if_needed()
     pg.screenshot(path=str(ARTIFACTS / "rules_detail.png"), full_page=True)
     item.locator("a.tb-link", has_text="Scalars").click()
-    pg.wait_for_url(lambda url: "#scalars" in url and "tagFilter=" in url, timeout=30_000)
+    pg.wait_for_url(lambda url: "#scalars" in url and "tagFilter=" in url)
     assert "regexInput=%5Etorch_run%24" in pg.url  # the runs selector's filter: the rule's run only
-    pg.get_by_text(tensor, exact=True).first.wait_for(timeout=60_000)  # the tag's card in TensorBoard's Scalars
+    pg.get_by_text(tensor, exact=True).first.wait_for()  # the tag's card in TensorBoard's Scalars
     pg.screenshot(path=str(ARTIFACTS / "scalars_from_rule.png"))
     assert problems == []
     pg.goto(tb_url + "#trainspect")  # back to the plugin for any later test

@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import PREFIX, XSS
+from _support.tensorboard import PREFIX, XSS, get
 from tensorboard.backend import application
 from tensorboard.backend.event_processing import data_provider, plugin_event_multiplexer
 from tensorboard.plugins import base_plugin
-from test_tb_backend import get
 from werkzeug import test as wtest
 from werkzeug import wrappers
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import tb_synth as synth
-from conftest import PREFIX, make_client
+from _support.tensorboard import PREFIX, make_client
 from tensorboard import errors
 
 from trainspect.tb_plugin.runs import RunIndex

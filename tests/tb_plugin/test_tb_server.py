@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PREFIX, TensorBoardProcess
+from _support.tensorboard import PREFIX, TensorBoardProcess
 
 
 def fetch(url: str) -> tuple[int, dict | list]:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import PREFIX
-from test_tb_backend import get
+from _support.tensorboard import PREFIX, get
 from werkzeug import test as wtest
 
 from trainspect.tb_plugin.rules_view import tensor_tag
