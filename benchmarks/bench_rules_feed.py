@@ -1,6 +1,6 @@
 """Cost per step of offline ``trainspect rules`` on long loss-only runs (issue 30): time, peak memory, growth.
 
-    .venv/bin/python benchmarks/bench_rules_feed.py [--steps 1000,10000,100000] [--before TREE]
+    .venv/bin/python benchmarks/bench_rules_feed.py [--steps 1000,10000,100000] [--before TREE] [--cli[-only]]
 
 Synthetic runs (tests/synthetic_run.py, no torch): a loss saved every step for each length, and a reductions run
 (four tensors with saved reductions, 10,000 steps). ``ts.rules.evaluate(trial, default set)`` (every applicable
@@ -8,8 +8,10 @@ built-in rule) and LossNotDecreasing alone are timed per step, with the peak of 
 times a tree holding the previous implementation (a copy of ``trainspect/``) the same way, in a subprocess, and
 prints the ratio. The exponent is the slope of a log-log fit of time against steps; the cost per step is the slope of
 a straight line through the points (what one more step costs), beside the fixed cost of an evaluation (its
-intercept). ``--cli`` also times the whole ``trainspect rules`` command on the longest run. Targets: <= 20 us per
-loss-only step, exponent <= 1.1.
+intercept). ``--cli`` also times the whole ``trainspect rules --final`` command (a fresh interpreter: start and imports
+included) at each length: us/step per length, the slope between the two longest (what one more step costs), peak
+RSS and the exponent of the fit, with ``--before`` the previous tree in turn (``--cli-only``: only that). Targets:
+<= 20 us per loss-only step, exponent <= 1.1.
 """
 
 from __future__ import annotations
@@ -109,8 +111,13 @@ def main() -> None:
     parser.add_argument("--steps", default="1000,10000,100000")
     parser.add_argument("--before", default=None, help="a tree holding the previous trainspect/ to compare with")
     parser.add_argument("--cli", action="store_true", help="also time the whole `trainspect rules` command")
+    parser.add_argument("--cli-only", action="store_true", help="time only the whole command (implies --cli)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of the whole command per size (the best counts)")
     args = parser.parse_args()
     lengths = [int(n) for n in args.steps.split(",")]
+    if args.cli_only:
+        report_cli(lengths, args.before, args.repeat)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         runs = {f"loss_{n}": write_run(Path(tmp) / f"loss_{n}", n) for n in lengths}
         runs["reductions"] = write_run(Path(tmp) / "reductions", 10_000, reductions=True)
@@ -128,15 +135,66 @@ def main() -> None:
         verdict = "met" if per <= 20 else "NOT met"
         print(f"{label}: {per:.1f} us per step + {fixed * 1e3:.0f} ms fixed   target <= 20 us/step: {verdict}")
     if args.cli:
-        with tempfile.TemporaryDirectory() as tmp:
-            n = max(lengths)
-            run = write_run(Path(tmp) / "cli", n)
-            cli = [sys.executable, "-m", "trainspect.cli", "rules", str(run), "--final"]
-            start = time.perf_counter()
-            subprocess.run(cli, capture_output=True, check=False)
-            took = time.perf_counter() - start
-            print(f"trainspect rules (whole command, interpreter start and imports included): {n} steps in {took:.2f} s,"
-                  f" {took / n * 1e6:.1f} us/step")
+        report_cli(lengths, args.before, args.repeat)
+
+
+_PEAK = (
+    "import atexit, runpy, sys\n"
+    "def peak():\n"
+    "    with open('/proc/self/status') as fh:\n"
+    "        kib = [line.split()[1] for line in fh if line.startswith('VmHWM')]\n"
+    "    sys.stderr.write(f'\\nPEAK_RSS_KIB {kib[0]}\\n')\n"
+    "atexit.register(peak)\n"
+    "sys.argv[0] = 'trainspect'\n"
+    "runpy.run_module('trainspect.cli', run_name='__main__')\n"
+)
+"""Runs the command and reports its peak RSS (VmHWM: this process's own, not the benchmark's it was forked from)."""
+
+
+def time_cli(run: Path, tree: str | None) -> tuple[float, int]:
+    """Seconds and peak RSS (bytes) of one ``trainspect rules RUN --final``, in a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": tree or str(ROOT)}
+    cli = [sys.executable, "-c", _PEAK, "rules", str(run), "--final"]
+    start = time.perf_counter()
+    done = subprocess.run(cli, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, check=False)
+    took = time.perf_counter() - start
+    kib = [line.split()[1] for line in done.stderr.splitlines() if line.startswith("PEAK_RSS_KIB ")]
+    return took, int(kib[-1]) * 1024 if kib else 0
+
+
+def report_cli(lengths: list[int], before: str | None, repeat: int) -> None:
+    """Time the whole command (interpreter start and imports included) on a loss-only run of each length.
+
+    Prints the time per step of each length, the cost of one more step (the slope between the two longest runs),
+    the peak RSS and the exponent of a log-log fit; with ``before``, the previous tree is timed in turn with this
+    one (the best of ``repeat`` runs each, alternating, so both see the same load).
+    """
+    trees = {"after ": None, **({"before": before} if before else {})}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {n: write_run(Path(tmp) / f"cli_{n}", n) for n in lengths}
+        best: dict[str, dict[int, tuple[float, int]]] = {label: {} for label in trees}
+        for n, run in runs.items():
+            for _ in range(repeat):
+                for label, tree in trees.items():
+                    took, rss = time_cli(run, tree)
+                    old = best[label].get(n)
+                    best[label][n] = (min(took, old[0]), max(rss, old[1])) if old else (took, rss)
+    for label in reversed(trees):
+        res = best[label]
+        sizes = sorted(res)
+        for n in sizes:
+            took, rss = res[n]
+            print(f"{label} trainspect rules (whole command): {n:>7} steps in {took:6.2f} s, {took / n * 1e6:7.1f} "
+                  f"us/step, peak RSS {rss / 2**20:6.1f} MiB")  # fmt: skip
+        if len(sizes) < 2:
+            continue
+        (n1, (t1, _)), (n2, (t2, _)) = (sizes[-2], res[sizes[-2]]), (sizes[-1], res[sizes[-1]])
+        slope = (t2 - t1) / (n2 - n1) * 1e6
+        exp = exponent([(n, res[n][0]) for n in sizes])
+        verdict = "met" if slope <= 20 else "NOT met"
+        print(f"{label} whole command: {slope:.1f} us per step between {n1} and {n2} steps (target <= 20: {verdict}),"
+              f" fixed {(t1 - slope * n1 / 1e6):.2f} s, peak RSS {max(r for _, r in res.values()) / 2**20:.1f} MiB,"
+              f" exponent {exp:.2f}")  # fmt: skip
 
 
 def line_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -146,6 +204,7 @@ def line_fit(points: list[tuple[float, float]]) -> tuple[float, float]:
         return 0.0, float(ys[0] / xs[0] * 1e6)
     slope, intercept = np.polyfit(xs, ys, 1)
     return float(intercept), float(slope * 1e6)
+
 
 if __name__ == "__main__":
     main()

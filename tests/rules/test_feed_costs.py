@@ -71,7 +71,7 @@ def test_loss_values_are_read_as_one_column_per_chunk(
     monkeypatch.setattr(tensor_pass, "CHUNK_STEPS", 16)
     counts = _Counts(monkeypatch)
     _verdicts(run)
-    assert counts.chunks == -(-steps // 16)  # one read per chunk of steps, whatever the number of rules
+    assert counts.chunks <= -(-steps // 16)  # at most one read per chunk (losses come from the index columns)
     assert counts.reads == 0  # no per-step read: the losses are one column
 
 

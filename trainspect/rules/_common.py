@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,6 +98,22 @@ def noise_sigma(values: list[float] | np.ndarray) -> float:
 
 SHORT = 256
 """Lists up to this long get their median in plain Python (faster than a NumPy call, the same value)."""
+
+
+def finite_noise_sigma(values: list[float]) -> float:
+    """:func:`noise_sigma` of values known to be finite (the loss windows hold only finite ones), a little faster.
+
+    Example:
+        >>> finite_noise_sigma([1.0, 1.2, 1.0, 1.2, 1.0]) == noise_sigma([1.0, 1.2, 1.0, 1.2, 1.0])
+        True
+    """
+    n = len(values) - 1
+    if n < 2 or n >= SHORT:
+        return noise_sigma(values)
+    ordered = sorted(map(abs, map(operator.sub, values[1:], values[:-1])))
+    mid = n // 2
+    med = float(ordered[mid]) if n % 2 else (float(ordered[mid - 1]) + float(ordered[mid])) / 2.0
+    return float(1.4826 * med / math.sqrt(2.0))
 
 
 def median_of(values: list[float]) -> float:

@@ -6,10 +6,10 @@ same rules.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from trainspect.exceptions import ConfigError
-from trainspect.profiler.readers import resolve_profiler_root
 from trainspect.rules.base import Rule
 from trainspect.rules.registry import RuleRegistry
 from trainspect.rules.tensor_rule import TensorRule
@@ -63,6 +63,11 @@ def applicable_rules(
 def _has_profiler(path: Any) -> bool:
     if RunLayout(path).profiler_dir.exists():
         return True
+    root = Path(path)
+    if not any((root / name).exists() for name in ("system", "framework", "profiler-output")):
+        return False  # no SageMaker profiler output can be here: spare the import of the profiler (and pandas)
+    from trainspect.profiler.readers import resolve_profiler_root
+
     return resolve_profiler_root(path)[0] == "sagemaker"
 
 

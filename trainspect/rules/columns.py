@@ -200,7 +200,13 @@ def constant_tensors(names: Sequence[str]) -> Tensors:
 
 
 def scalar_column(series: Mapping[int, TensorRecord], chunk: list[int]) -> RoleColumn | None:
-    """One tensor's records over ``chunk`` as a column (None unless each is a raw scalar of one numeric kind)."""
+    """One tensor's records over ``chunk`` as a column (None unless each is a raw scalar of one numeric kind).
+
+    A series read as columns (:class:`~trainspect.rules.column_feed.ColumnSeries`) gives its column itself.
+    """
+    quick = getattr(series, "role_column", None)
+    if quick is not None:
+        return quick(chunk)  # type: ignore[no-any-return]
     n = len(chunk)
     values = np.full(n, np.nan)
     present = np.zeros(n, dtype=bool)

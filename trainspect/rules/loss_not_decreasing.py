@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import ClassVar
 
 import numpy as np
@@ -42,7 +44,8 @@ FLOOR_FRACTION = 0.01
 INTERLEAVED_AFTER = 3
 """Returns to a series after other losses were recorded without it, before it counts as alternating (a GAN's)."""
 
-_Result = tuple[float, bool, str, str]
+_Result = tuple[float, bool, str, "str | Callable[[], str]"]
+"""A judged loss: its value, whether it triggered, the tensor, and the detail (or what makes it when asked)."""
 
 
 @dataclass
@@ -172,9 +175,10 @@ class LossNotDecreasing(TensorRule):
         if self.literal or col is None:
             return None if self.literal else ChecksBuilder().build()
         wanted = col.present if self.mode is None else col.present & (cols.codes == int(ModeKeys[self.mode]))
-        out = ChecksBuilder()
         at = _At(cols.modes, cols.steps.tolist(), cols.mode_steps.tolist(), col.values.tolist())
         idx = np.flatnonzero(wanted).tolist()
+        points: list[int] = []
+        results: list[_Result] = []
         k = 0
         while k < len(idx):
             i = idx[k]
@@ -182,9 +186,10 @@ class LossNotDecreasing(TensorRule):
             result = self._windowed(state, col.name, (mode, at.steps[i], at.mode_steps[i]), at.values[i])
             if result is not None:
                 state.last_loss_step[int(mode)] = at.steps[i]
-                out.single(i, _combine([result]))
+                points.append(i)
+                results.append(result)
             k = self._add_quiet(state, col.name, at, idx, k + 1)
-        return out.build()
+        return _checks(points, results)
 
     def _add_quiet(self, state: _State, name: str, at: _At, idx: list[int], k: int) -> int:
         """Add the steps from ``idx[k]`` on that neither close a window nor give a result; return where they end.
@@ -278,22 +283,15 @@ class LossNotDecreasing(TensorRule):
         rise = self.increase_threshold_percent
         best = series.best
         assert best is not None
-        detail = (
-            f"{what}: median {fmt(win.mean)} over steps {win.steps()} (previous window {fmt(prev.mean)}, "
-            f"best {fmt(best.mean)} at steps {best.steps()}, noise s.e. {fmt(win.se)})"
-        )
-        triggered = False
+        why = ""
         if series.rose(win, rise, Z_RISE, FLOOR_FRACTION * abs(first.mean)):
-            triggered = True
-            detail += f": above the best by more than {fmt(rise)}% and {fmt(Z_RISE)} standard errors"
+            why = "rose"
         elif not track.progressed and series.closed + 1 >= MIN_WINDOWS and is_training(mode):
-            triggered = True
-            detail += (
-                f": not below the first window ({fmt(first.mean)} at steps {first.steps()}) by {fmt(diff)}% "
-                f"and {fmt(Z_PROGRESS)} standard errors after {series.closed + 1} windows of {self.num_steps}"
-            )
+            why = "stalled"
+        detail = partial(_window_detail, what, (win, prev, best, first), why, (rise, diff, series.closed + 1,
+                                                                                self.num_steps))  # fmt: skip
         series.remember(win)
-        return decrease, triggered, name, detail
+        return decrease, bool(why), name, detail
 
     # --- smdebug's literal rule ------------------------------------------------------------------------
     def _literal(self, state: _State, name: str, data: StepData, loss: float | None) -> _Result | None:
@@ -335,6 +333,25 @@ class LossNotDecreasing(TensorRule):
         return f"needs saved losses over at least two windows of num_steps={self.num_steps} steps"
 
 
+def _window_detail(what: str, wins: tuple[Window, Window, Window, Window], why: str,
+                   limits: tuple[float, float, int, int]) -> str:  # fmt: skip
+    """The detail of a judged window (made only when shown: most windows' never are)."""
+    win, prev, best, first = wins
+    rise, diff, windows, size = limits
+    detail = (
+        f"{what}: median {fmt(win.mean)} over steps {win.steps()} (previous window {fmt(prev.mean)}, "
+        f"best {fmt(best.mean)} at steps {best.steps()}, noise s.e. {fmt(win.se)})"
+    )
+    if why == "rose":
+        detail += f": above the best by more than {fmt(rise)}% and {fmt(Z_RISE)} standard errors"
+    elif why == "stalled":
+        detail += (
+            f": not below the first window ({fmt(first.mean)} at steps {first.steps()}) by {fmt(diff)}% "
+            f"and {fmt(Z_PROGRESS)} standard errors after {windows} windows of {size}"
+        )
+    return detail
+
+
 def _falling(points: list[tuple[int, float]]) -> bool:
     """Whether a least-squares line through the losses so far falls by more than ``Z_PROGRESS`` standard errors.
 
@@ -359,4 +376,17 @@ def _combine(results: list[_Result]) -> Check | None:
         return None
     worst = min(results, key=lambda r: r[0] if math.isfinite(r[0]) else -math.inf)
     bad = tuple(name for _, trig, name, _ in results if trig)
-    return Check(worst[0], bool(bad), bad, next((d for _, t, _, d in results if t), worst[3]))
+    return Check(worst[0], bool(bad), bad, _text(next((d for _, t, _, d in results if t), worst[3])))
+
+
+def _checks(points: list[int], results: list[_Result]) -> Checks:
+    """The datapoints of single results (what :func:`_combine` makes of each), their details made when asked for."""
+    n = len(points)
+    triggered = np.fromiter((r[1] for r in results), dtype=bool, count=n)
+    return Checks(np.array(points, dtype=np.int64), np.fromiter((r[0] for r in results), dtype=np.float64, count=n),
+                  triggered, lambda k: _text(results[k][3]), lambda k: (results[k][2],) if results[k][1] else (),
+                  np.ones(n, dtype=bool))  # fmt: skip
+
+
+def _text(detail: str | Callable[[], str]) -> str:
+    return detail if isinstance(detail, str) else detail()

@@ -12,7 +12,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
-from trainspect.rules._common import Window, median_of, noise_sigma
+from trainspect.rules._common import Window, finite_noise_sigma, median_of, noise_sigma
 
 __all__ = ["WindowedSeries"]
 
@@ -75,7 +75,7 @@ class WindowedSeries:
             return None
         recent = list(self._recent)
         before = recent[: len(recent) - len(self._values)]  # the noise so far: a window that runs away cannot hide
-        sigma = noise_sigma(before if len(before) >= 3 else recent) * MEDIAN_EFFICIENCY
+        sigma = finite_noise_sigma(before if len(before) >= 3 else recent) * MEDIAN_EFFICIENCY  # (finite: see add)
         win = Window(median_of(self._values), len(self._values), sigma, self._steps[0], self._steps[-1])
         self._values, self._steps = [], []
         return win

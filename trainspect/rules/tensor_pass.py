@@ -11,8 +11,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
-from trainspect.modes import ModeKeys
+import numpy as np
+
+from trainspect.rules.column_feed import ColumnPlan, StepTable, index_of
 from trainspect.rules.columns import Columns, RoleColumn
 from trainspect.rules.step_data import StepData
 from trainspect.rules.tensor_rule import TensorRule
@@ -21,6 +24,7 @@ from trainspect.rules.trial_view import TrialView, open_trial
 from trainspect.rules.verdict import Verdict
 from trainspect.rules.worker_tally import WorkerTally
 from trainspect.step import TensorRecord
+from trainspect.store.index import TrialIndex
 from trainspect.store.nogc import paused_gc
 
 __all__ = ["evaluate_tensor_rules", "with_mode"]
@@ -37,19 +41,29 @@ def evaluate_tensor_rules(
     end: int | None,
     finished: bool,
     columns: bool = True,
+    read_columns: bool | None = None,
 ) -> list[Verdict]:
     """Evaluate tensor rules in one pass over the trial's steps (each tensor fetched once per worker).
 
     ``columns``: hand chunks of scalar steps to the rules that judge whole columns
     (:meth:`~trainspect.rules.tensor_rule.TensorRule.check_columns`); False feeds every rule step by step (the
-    same verdicts, slower: what the tests compare the fast path with).
+    same verdicts, slower: what the tests compare the fast path with). ``read_columns`` (default: ``columns``):
+    read the one-element float tensors of a trainspect Trial straight from its index columns
+    (:mod:`~trainspect.rules.column_feed`) rather than through its Tensor API (the same records).
     """
     with paused_gc():  # a bounded batch of many small acyclic objects (see trainspect.store.nogc)
-        return _evaluate(trial, rules, start, end, finished, columns)
+        read = columns if read_columns is None else read_columns
+        return _evaluate(trial, rules, start, end, finished, columns, read)
 
 
 def _evaluate(
-    trial: TrialView, rules: Sequence[TensorRule], start: int | None, end: int | None, finished: bool, columns: bool
+    trial: TrialView,
+    rules: Sequence[TensorRule],
+    start: int | None,
+    end: int | None,
+    finished: bool,
+    columns: bool,
+    read_columns: bool,
 ) -> list[Verdict]:
     source = TrialFeed(trial)
     names = source.names()
@@ -59,7 +73,11 @@ def _evaluate(
     tallies = [WorkerTally(rule, several) for rule in rules]
     roles = [_roles(tally, names, membership) for tally in tallies]
     steps = source.steps(start, end, finished)
-    pass_ = _Pass(steps, source.step_infos(steps), _needs(rules, roles), tallies, roles, columns)
+    index = index_of(trial) if read_columns else None
+    known = index.step_columns(np.asarray(steps, dtype=np.int64)) if index is not None else None
+    arr = np.asarray(steps, dtype=np.int64)
+    table = StepTable(arr, *known) if known is not None else StepTable.of(steps, source.step_infos(steps))
+    pass_ = _Pass(steps, table, _needs(rules, roles), tallies, roles, columns, index)
     compared = [_compared(rule) for rule in rules]
     for worker in workers:
         feed = source.for_worker(worker) if several else source
@@ -67,7 +85,7 @@ def _evaluate(
     verdicts = []
     for tally in tallies:
         tally.end()
-        verdicts.append(with_mode(tally.verdict(finished), lambda step: source.step_info(step)[0].name))
+        verdicts.append(with_mode(tally.verdict(finished), lambda s: table.mode_name(s) or source.step_info(s)[0].name))
     return verdicts
 
 
@@ -84,32 +102,53 @@ class _Pass:
     def __init__(
         self,
         steps: list[int],
-        infos: list[tuple[ModeKeys, int, float]],
+        infos: StepTable,
         needs: dict[str, Needs],
         tallies: list[WorkerTally],
         roles: list[dict[str, str]],
         columns: bool = True,
+        index: TrialIndex | None = None,
     ) -> None:
         self.steps, self.infos, self.needs, self.tallies, self.roles = steps, infos, needs, tallies, roles
         self.wanted = set(steps)
         self.columns = columns
+        self.index = index
 
     def judge(self, feed: TrialFeed, worker: str, compared: list[list[TrialFeed | None]]) -> None:
         """Read one worker's data chunk by chunk of steps and feed it, step by step, to every rule."""
-        plans = feed.plan(self.needs, self.wanted)
+        read, needs = self._column_plans(feed)
+        plans = feed.plan(needs, self.wanted)
         others = [
             [_other_data(o, role, self.wanted, worker) for o in c] for role, c in zip(self.roles, compared, strict=True)
         ]
-        per_chunk = chunk_steps(sum(plan.step_bytes() for plan in plans))
+        per_chunk = chunk_steps(sum(p.step_bytes() for p in plans) + sum(p.step_bytes() for p in read))
         for i in range(0, len(self.steps), per_chunk):
             chunk = self.steps[i : i + per_chunk]
-            self._feed(feed.fetch_chunk(plans, chunk), chunk, self.infos[i : i + per_chunk], worker, others)
+            data: _Series = feed.fetch_chunk(plans, chunk)
+            for plan in read:
+                data[plan.name] = plan.chunk(chunk)  # type: ignore[assignment]
+            self._feed(data, chunk, self.infos[i : i + per_chunk], worker, others)
+
+    def _column_plans(self, feed: TrialFeed) -> tuple[list[ColumnPlan], dict[str, Needs]]:
+        """The tensors read from the index columns (one-element floats), and the needs of the others."""
+        if self.index is None:
+            return [], self.needs
+        membership = feed.membership()
+        wanted = self.infos.steps
+        read, rest = [], {}
+        for name, need in self.needs.items():
+            plan = ColumnPlan.make(self.index, name, feed.worker_name, need, membership.get(name, frozenset()), wanted)
+            if plan is None:
+                rest[name] = need
+            else:
+                read.append(plan)
+        return read, rest
 
     def _feed(
         self,
         data: _Series,
         chunk: list[int],
-        infos: list[tuple[ModeKeys, int, float]],
+        infos: StepTable,
         worker: str,
         others: list[list[_Series]],
     ) -> None:
@@ -128,6 +167,10 @@ class _Pass:
                 if chunk_cols is not None and tally.feed_columns(chunk_cols) is not None:
                     continue  # judged the whole chunk at once
             lanes.append((tally, tally.tally(worker), assembler, other))
+        self._step_by_step(lanes, chunk, infos, worker)
+
+    def _step_by_step(self, lanes: list[Any], chunk: list[int], infos: StepTable, worker: str) -> None:
+        """Feed the rules that judge step by step (the others judged the chunk as columns)."""
         for step, info in zip(chunk, infos, strict=True):
             shared: dict[int, StepData] = {}
             for tally, own, assembler, other in lanes:

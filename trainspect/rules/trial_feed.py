@@ -11,7 +11,7 @@ import bisect
 import logging
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -179,6 +179,11 @@ class TrialFeed:
             wall = info.wall_time
             out.append((ModeKeys(int(info.mode)), int(info.mode_step), float(wall) if wall is not None else math.nan))
         return out
+
+    @property
+    def worker_name(self) -> str | None:
+        """The worker this feed reads (None: the values the Trial gives without naming one)."""
+        return self._worker
 
     def worker(self) -> str:
         """The worker whose values are read (without one: the first, usually ``worker_0``)."""
@@ -447,7 +452,7 @@ class StepAssembler:
     def columns(
         self,
         chunk: list[int],
-        infos: list[tuple[ModeKeys, int, float]],
+        infos: Sequence[tuple[ModeKeys, int, float]],
         worker: str,
         made: dict[int, RoleColumn | None] | None = None,
     ) -> Columns | None:
@@ -470,6 +475,10 @@ class StepAssembler:
                 return None
             roles[role] = column
         n = len(chunk)
+        table = getattr(infos, "codes", None)
+        if table is not None:  # a StepTable (trainspect.rules.column_feed): its arrays as they are
+            return Columns(infos.steps, infos.modes(), infos.mode_steps, infos.walls, worker, roles,  # type: ignore[attr-defined]
+                           lambda i: self.at(chunk[i], infos[i], worker), _codes=table)  # fmt: skip
         return Columns(
             np.fromiter(chunk, dtype=np.int64, count=n),
             [info[0] for info in infos],

@@ -14,12 +14,14 @@ import numpy as np
 from trainspect.collections import BUILTIN_COLLECTIONS, Collection, CollectionManager
 from trainspect.exceptions import ConfigError, DamagedFile
 from trainspect.modes import ModeKeys
-from trainspect.store.framing import HEADER_SIZE, CorruptRecord, read_frame_at, scan_frames
+from trainspect.store.framing import HEADER_SIZE, CorruptRecord, FrameScan, read_frame_at, scan_frames
 from trainspect.store.index import Entry, TrialIndex
+from trainspect.store.index_batch import BatchBuilder, is_float_dtype
 from trainspect.store.jsonfile import DictOf, ListOf, Obj, load_json
 from trainspect.store.layout import RunLayout
 from trainspect.store.nogc import paused_gc
 from trainspect.store.pieces import parse_partials, parse_shard
+from trainspect.store.quick_scan import QuickScan, parse_layout, quick_scan
 from trainspect.store.run_writer import COLLECTIONS_FILE
 from trainspect.store.safe_files import MAX_DEPTH, loads_bounded, open_regular
 from trainspect.store.tensor_file import INDEX_PREFIX, KIND_INDEX
@@ -45,6 +47,8 @@ WRONG_SHAPE = Kind("index records of the wrong shape", per_file=False)
 MISSING_DATA = Kind("missing data files")
 MALFORMED = {"sh": Kind("malformed shard descriptions"), "pt": Kind("malformed partials descriptions")}
 DAMAGED_COLLECTIONS = Kind("damaged collections files")
+MISSING_TEXT = ("it is missing: the raw tensor values its index points to cannot be read (losses and saved reductions "
+                "stay readable)")  # fmt: skip
 
 
 RELEASE_BYTES = 256 << 20
@@ -106,7 +110,8 @@ class TrainspectSource:
         except OSError as exc:
             self._warn(path, f"cannot read it: {exc}")
             return 0
-        scan = scan_frames(buf, start)
+        quick = quick_scan(buf, start)
+        scan: QuickScan | FrameScan = quick or scan_frames(buf, start)
         self._offsets[path] = scan.resume_at
         if scan.corrupt:
             self.corrupt_records += scan.corrupt
@@ -116,37 +121,61 @@ class TrainspectSource:
             self._warn(path, f"skipped an incomplete last record at byte {scan.resume_at} (still being written, or "
                              "the job was killed while writing it); it is read once complete", INCOMPLETE)  # fmt: skip
         folder = path.parent
-        records = [rec.payload for rec in scan.records if rec.kind == KIND_INDEX]
-        for payload, doc in zip(records, _parse_records(records), strict=True):
-            self._add(index, worker, path, folder, payload, doc)
-        return len(scan.records)
+        records = quick.payloads if quick else [r.payload for r in getattr(scan, "records", ()) if r.kind == KIND_INDEX]
+        batch = BatchBuilder(worker)
+        self._add_records(batch, path, folder, records)
+        built = batch.build()
+        if built is not None:
+            index.add_batch(built)
+        return quick.count if quick else len(getattr(scan, "records", ()))
 
-    def _add(self, index: TrialIndex, worker: str, path: Path, folder: Path, payload: bytes, doc: Any) -> None:
+    def _add_records(self, batch: BatchBuilder, path: Path, folder: Path, records: list[bytes]) -> None:
+        """Add the index records of a read in order: those of the writer's own layout in bulk, any other one by one."""
+        if not records:
+            return
+        lay = parse_layout(records)
+        for lo, hi, bulk in lay.runs():
+            if not bulk:
+                part = records[lo:hi]
+                for payload, doc in zip(part, _parse_records(part), strict=True):
+                    self._add(batch, path, folder, payload, doc)
+                continue
+            used, first = np.unique(lay.file[lo:hi], return_index=True)
+            for code in used[np.argsort(first, kind="stable")].tolist():
+                data_file = self._data_path(folder, lay.files[code])
+                if not self._data_file_exists(data_file):
+                    self._warn(data_file, MISSING_TEXT, MISSING_DATA)
+            batch.layout(lay, lo, hi)
+
+    def _add(self, batch: BatchBuilder, path: Path, folder: Path, payload: bytes, doc: Any) -> None:
         try:
             if doc is None:  # not parsed with the others: one by one (the format is UTF-8: no encoding detection)
                 doc = loads_bounded(payload.decode())
-            gs, mode, mode_step, wall = int(doc["g"]), _MODES[int(doc["m"])], int(doc["ms"]), float(doc.get("t", 0))
+            gs, mode, mode_step, wall = int(doc["g"]), int(doc["m"]), int(doc["ms"]), float(doc.get("t", 0))
+            _MODES[mode]  # noqa: B018 - a KeyError for an unknown mode
             data_file = self._data_path(folder, doc["f"])
-            entries = [(str(e["n"]), _entry(e, data_file)) for e in doc.get("e", ())]
+            entries = [_parsed(e, data_file) for e in doc.get("e", ())]
         except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError):
             self.corrupt_records += 1
             self._warn(path, "skipped an index record of the wrong shape", WRONG_SHAPE)
             return
         if b'"sh":' in payload or b'"pt":' in payload:  # a sharded tensor's piece (a cheap test for every record)
             self._add_piece_fields(doc.get("e", ()), entries, folder, gs)
-        index.add_step(worker, gs, mode, mode_step, wall)
+        batch.record(gs, mode, mode_step, wall)
         if not self._data_file_exists(data_file):
-            self._warn(data_file, "it is missing: the raw tensor values its index points to cannot be read (losses "
-                                  "and saved reductions stay readable)", MISSING_DATA)  # fmt: skip
-        for name, entry in entries:
-            index.add_tensor(name, gs, worker, entry)
+            self._warn(data_file, MISSING_TEXT, MISSING_DATA)
+        for name, entry, scalar in entries:
+            if scalar is not None:
+                batch.scalar(name, *scalar)
+            elif entry is not None:
+                batch.entry(name, entry)
 
-    def _add_piece_fields(self, docs: list[dict[str, Any]], entries: list[tuple[str, Entry]], folder: Path,
+    def _add_piece_fields(self, docs: list[dict[str, Any]], entries: list[_Parsed], folder: Path,
                           step: int) -> None:  # fmt: skip
         """Give the entries their ``shard`` and ``partials``; a malformed one is dropped with one warning per worker."""
-        for doc, (name, entry) in zip(docs, entries, strict=True):
+        for doc, (name, entry, _) in zip(docs, entries, strict=True):
             for key, parse, field in (("sh", parse_shard, "shard"), ("pt", parse_partials, "partials")):
-                if key not in doc:
+                if key not in doc or entry is None:  # (an entry with either key is never a plain scalar)
                     continue
                 try:
                     setattr(entry, field, parse(doc[key], entry.shape))
@@ -289,6 +318,32 @@ def _parse_records(payloads: list[bytes]) -> list[Any]:
     except (ValueError, UnicodeDecodeError, RecursionError):
         return [None] * len(payloads)
     return docs if isinstance(docs, list) and len(docs) == len(payloads) else [None] * len(payloads)
+
+
+_Parsed = tuple[str, "Entry | None", "tuple[float, str, tuple[int, ...]] | None"]
+"""An entry of an index record: its name, and its Entry, or (value, dtype, shape) when it is a plain scalar."""
+
+
+def _parsed(e: dict[str, Any], data_file: str) -> _Parsed:
+    """One tensor's entry of an index record: a one-element float kept in the index as numbers, any other as an Entry.
+
+    Raises KeyError, TypeError or ValueError when malformed (as :func:`_entry`).
+
+    Example:
+        >>> _parsed({"n": "loss", "v": 0.5, "d": "<f4", "s": []}, "data-000000.bin")
+        ('loss', None, (0.5, '<f4', ()))
+    """
+    name = str(e["n"])
+    if "v" in e and "s" in e and "r" not in e and "sh" not in e and "pt" not in e:
+        value = e["v"]
+        if type(value) is str:
+            value = _NONFINITE.get(value, value)
+        dtype = str(e["d"])
+        if type(value) is float and is_float_dtype(dtype):
+            shape = tuple(map(int, e["s"]))
+            if all(size == 1 for size in shape):
+                return name, None, (value, dtype, shape)
+    return name, _entry(e, data_file), None
 
 
 def _entry(e: dict[str, Any], data_file: str) -> Entry:

@@ -266,10 +266,18 @@ class Trial:
         """
         self._maybe_refresh()
         expected = set(self.workers())
-        out = {}
-        for step in self._index.sorted_steps:
+        out: dict[int, list[str]] = {}
+        if len(expected) <= 1:
+            return out
+        counts = self._index.worker_counts()
+        if counts is not None:  # only the steps some worker did not write are looked at one by one
+            steps, written = counts
+            candidates = steps[written < len(expected)].tolist()
+        else:
+            candidates = self._index.sorted_steps
+        for step in candidates:
             missing = expected - self._index.steps[step].workers
-            if missing and len(expected) > 1:
+            if missing:
                 out[step] = sorted(missing)
         return out
 
@@ -311,7 +319,7 @@ class Trial:
         if regex is not None and collection is not None:
             raise ValueError("tensor_names: give regex or collection, not both")
         self._maybe_refresh()
-        names: Iterable[str] = self._index.tensors
+        names: Iterable[str] = self._index.tensor_names()
         if step is not None:
             gs = self.global_step(mode, step)
             names = [n for n in names if gs in self._index.tensors[n]]
@@ -325,9 +333,9 @@ class Trial:
 
     def has_tensor(self, name: str) -> bool:
         """Return whether a tensor was saved."""
-        if name not in self._index.tensors:
+        if not self._index.has_tensor(name):
             self._maybe_refresh()
-        return name in self._index.tensors
+        return self._index.has_tensor(name)
 
     def tensor(self, name: str) -> Tensor:
         """Return a tensor by name.
