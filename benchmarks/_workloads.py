@@ -3,7 +3,8 @@
 W1: MLP 784-512-256-10, batch 128, SGD. W2: CNN conv(1->16,5)+pool, conv(16->32,5)+pool, fc 512->128->10, batch 64.
 Synthetic data: 16 fixed batches with learnable labels. ``T<n>`` (T10, T100, T1000): :class:`Heads`, ``n`` parameter
 tensors (n/2 parallel Linear 64->64 heads, outputs averaged), batch 32, SGD with momentum, MSE to fixed targets (the
-parameter-count sweep: the per-tensor cost of a saving step).
+parameter-count sweep: the per-tensor cost of a saving step). TX: a 2-layer transformer encoder (d_model 64, 4 heads,
+feed-forward 128, sequences of 32, batch 16) with a linear head over the mean token, CrossEntropy over 10 classes.
 """
 
 from __future__ import annotations
@@ -54,9 +55,29 @@ def _make_heads(tensors: int) -> tuple[nn.Module, torch.optim.Optimizer, nn.Modu
     return model, torch.optim.SGD(model.parameters(), lr=0.001, momentum=0.9), nn.MSELoss(), batches
 
 
+class Transformer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        layer = nn.TransformerEncoderLayer(64, 4, dim_feedforward=128, batch_first=True, dropout=0.0)
+        self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        self.head = nn.Linear(64, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.encoder(x).mean(1))
+
+
+def _make_transformer() -> tuple[nn.Module, torch.optim.Optimizer, nn.Module, list[Any]]:
+    model = Transformer()
+    xs = [torch.randn(16, 32, 64) for _ in range(16)]
+    batches = [(x, x.sum((1, 2)).gt(0).long() + x[:, 0, :8].argmax(1) % 9) for x in xs]
+    return model, torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9), nn.CrossEntropyLoss(), batches
+
+
 def make(workload: str, seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer, nn.Module, list[Any]]:
     """Return model, optimizer, loss module and 16 fixed (x, y) batches."""
     torch.manual_seed(seed)
+    if workload == "TX":
+        return _make_transformer()
     if workload.startswith("T"):
         return _make_heads(int(workload[1:]))
     if workload == "W1":
@@ -73,7 +94,7 @@ def make(workload: str, seed: int = 0) -> tuple[nn.Module, torch.optim.Optimizer
 
 
 STEPS = {"W1": 400, "W2": 200}
-BLOCK_STEPS = {"W1": 100, "W2": 32, "T10": 400, "T100": 100, "T1000": 100}
+BLOCK_STEPS = {"W1": 100, "W2": 32, "T10": 400, "T100": 100, "T1000": 100, "TX": 64}
 """Steps per block of :func:`toggled_ratio`: ~0.6 s or more (W1, W2, T10), else 100 (T100, T1000: ~1 s, ~6 s)."""
 
 

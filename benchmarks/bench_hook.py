@@ -15,6 +15,10 @@ Single-threaded CPU, synthetic data (16 fixed batches), the workloads of spec/pe
   400, 100 and 100 steps); the table gives the ratio, the cost of one saving step (a block's extra time per saving
   step in it: the saving step, the writer's work for it, 99 loss-only steps) and the training thread's extra time in
   the saving step itself (median over the saving steps).
+* NaN origin (issue target: <= 1.03x over the default capture on W1 and W2; its cost on a transformer, TX, printed):
+  the default capture with live rules ``[ExplodingTensor()]`` (the NaN origin finder on: a forward hook per module,
+  one gradient norm pass per step) against ``[ExplodingTensor(origin=False)]``, each toggled against the plain loop
+  in the same way; the line gives both ratios and their quotient, with the finder's cost per step in microseconds.
 * save_all every step against smdebug 1.0.34 (target: less than half its overhead): whole fresh runs, plain and
   instrumented in pairs, order alternated, median of >= 3 pairs, on both sides; the smdebug side runs in its own
   venv (bench-env/smdebug) through benchmarks/_smdebug_side.py.
@@ -118,6 +122,34 @@ def _sweep(base: str, quick: bool) -> list[str]:
     return failed
 
 
+def _nan_origin(base: str, workloads: list[str], rounds: int) -> list[str]:
+    """The NaN origin finder's cost over the default capture; returns the targets missed."""
+    from trainspect.rules import ExplodingTensor
+
+    print("NaN origin: default capture + live ExplodingTensor, origin finder on vs off, each toggled against plain")
+    failed = []
+    for workload in workloads:
+        ratios = {}
+        for origin in (False, True):
+            out = os.path.join(base, f"nan-{workload}-{origin}")
+
+            def factory(out: str = out, origin: bool = origin) -> ts.torch.Hook:
+                return ts.torch.Hook(out, rules=[ExplodingTensor(origin=origin)])
+
+            ratios[origin], _, plain_ms = wl.toggled_ratio(workload, factory, rounds, BLOCK_STEPS[workload])
+        cost = ratios[True] / ratios[False]
+        target = workload in ("W1", "W2")
+        ok = cost <= 1.03
+        line = (f"  {workload:4s} origin off {ratios[False]:.3f}x, on {ratios[True]:.3f}x -> finder {cost:.3f}x "
+                f"({(ratios[True] - ratios[False]) * plain_ms * 1000:+.0f} us/step, plain {plain_ms:.2f} ms/step)")
+        if target:
+            line += f"  target <= 1.03x: {'ok' if ok else 'MISSED'}"
+            if not ok:
+                failed.append(f"{workload} NaN origin")
+        print(line, flush=True)
+    return failed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a quarter of the steps, 3 pairs")
@@ -126,6 +158,7 @@ def main() -> None:
     parser.add_argument("--no-smdebug", action="store_true")
     parser.add_argument("--workloads", default="W1,W2", help="'' (none): the sweep only")
     parser.add_argument("--no-sweep", action="store_true", help="skip the 10/100/1,000-parameter-tensor sweep")
+    parser.add_argument("--nan-origin", default="W1,W2,TX", help="workloads of the NaN origin cost ('': skip it)")
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="ts_bench_")
     failed = []
@@ -167,6 +200,9 @@ def main() -> None:
                     if not ok:
                         failed.append(f"{workload} {label} vs smdebug")
             print(line, flush=True)
+    nan_workloads = [w for w in args.nan_origin.split(",") if w]
+    if nan_workloads:
+        failed += _nan_origin(base, nan_workloads, max(10, rounds // 3))
     if not args.no_sweep:
         failed += _sweep(base, args.quick)
     shutil.rmtree(base, ignore_errors=True)

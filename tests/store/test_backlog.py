@@ -15,7 +15,7 @@ import torch
 
 import trainspect as ts
 from trainspect.cli import main
-from trainspect.mlflow_plugin.keys import gap_tags
+from trainspect.mlflow_plugin.keys import run_tags
 from trainspect.report.context import ReportContext
 from trainspect.store import run_writer, tensor_file
 from trainspect.store.gaps import read_gaps
@@ -80,7 +80,7 @@ def test_a_backlog_keeps_every_loss_and_scalar_and_lists_every_gap(tmp_path: Pat
     assert "problem: " in capsys.readouterr().out
     (partial,) = ts.rules.evaluate(trial, [ts.rules.VanishingGradient()], write=False)  # judged the steps it had
     assert any("writer backlog" in p for p in partial.details["damaged_files"])
-    assert gap_tags(out)["trainspect.gaps"].startswith("raw values of")
+    assert run_tags(out)["trainspect.gaps"].startswith("raw values of")
 
 
 def test_block_makes_training_wait_and_keeps_everything(tmp_path: Path, monkeypatch) -> None:

@@ -462,6 +462,11 @@ class Collector(Guarded):
             self._note_histogram(name, plan)
         self._submit(StepRecord(mode, mode_step, gs, wall, self.worker, records))
 
+    def note_line(self, filename: str, line: str) -> None:
+        """Append one line to a side file of this worker's tensor directory, through the writer thread."""
+        if self._writer is not None:
+            self._writer.append_line(filename, line)
+
     def add_scalars(self, scalars: list[Scalar]) -> None:
         """Add raw scalars ``(name, Python value, NumPy dtype, collections)`` to the open step (no reductions).
 

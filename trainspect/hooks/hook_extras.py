@@ -226,10 +226,10 @@ class HookExtras:
             self._mlflow.start()
             log.info("trainspect: logging to MLflow run %s", self._mlflow.run_id)
 
-    @property
-    def mlflow_session(self) -> Any:
-        """The MLflow session, when logging to MLflow."""
-        return self._mlflow
+    def note_origin(self, origin: dict[str, Any]) -> None:
+        """Where a NaN/Inf came from (the PyTorch hook's finding): the live rules' verdicts name it."""
+        if self._live is not None:
+            self._live.origins.append(origin)
 
     @property
     def framework_recorder(self) -> Any:

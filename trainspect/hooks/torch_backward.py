@@ -71,8 +71,8 @@ class _State:
 
     def __init__(self) -> None:
         self.listeners: tuple[Any, ...] = ()
-        """Hooks with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and ``_on_scaler_step()`` (a tuple,
-        replaced on change: the wrappers iterate it without copying)."""
+        """Hooks with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and
+        ``_on_scaler_step(scaler, optimizer)`` (a tuple, replaced on change: the wrappers iterate it, not a copy)."""
         self.originals: dict[tuple[Any, str], Any] = {}
         self.depth = 0
         self.functional_depth = 0
@@ -217,7 +217,7 @@ def _wrap_scaler_step(original: Any) -> Any:
         out = original(self, optimizer, *args, **kwargs)
         try:
             for listener in STATE.listeners:
-                listener._on_scaler_step()
+                listener._on_scaler_step(self, optimizer)
         except Exception as exc:
             _failed("GradScaler.step", exc)
         return out
@@ -266,7 +266,8 @@ class BackwardTap:
     """A hook's subscription to backward passes, functional losses and GradScaler steps; :meth:`remove` ends it.
 
     Args:
-        hook: an object with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and ``_on_scaler_step()``.
+        hook: an object with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and
+            ``_on_scaler_step(scaler, optimizer)``.
     """
 
     def __init__(self, hook: Any) -> None:

@@ -28,6 +28,7 @@ from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 from trainspect.hooks.torch_captures import StepHooks, decide_captures, stage_optimizer_variables
 from trainspect.hooks.torch_loss_series import OptimizerLosses
 from trainspect.hooks.torch_models import ModelRegistry, infer_mode, warn_unregistered
+from trainspect.hooks.torch_nan_origin import NanOrigin, nan_wanted, record_amp_skip
 from trainspect.hooks.torch_params import ParamView
 from trainspect.hooks.torch_staging import StepLosses, StepStaging, first_closure_losses
 from trainspect.modes import ModeKeys, parse_mode
@@ -115,6 +116,7 @@ class Hook(HookAPI):
         self._globals_installed = False
         self._mode_explicit = False
         self._timer_recorder: Any = None
+        self._nan = NanOrigin(self, self._extras.note_origin, active=nan_wanted(self._extras.rules))
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @guarded()
@@ -146,7 +148,7 @@ class Hook(HookAPI):
             )
 
     def _close_steps(self) -> list[Any]:
-        return [self._save_pending, lambda: self._end_step(final=True), self._remove_handles]
+        return [self._save_pending, lambda: self._end_step(final=True), self._nan.close, self._remove_handles]
 
     def _save_pending(self) -> None:
         """Tensors saved before any step, when no step ever came: they make a step of their own."""
@@ -161,9 +163,8 @@ class Hook(HookAPI):
         return super().flush(timeout)
 
     def _remove_handles(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
+        while self._handles:
+            self._handles.pop().remove()
         if self._timer_recorder is not None:
             from trainspect.hooks.torch_profiling import uninstall_dataloader_timer
 
@@ -187,6 +188,7 @@ class Hook(HookAPI):
             self._handles.append(driver.register_forward_hook(Callback(self._on_top_forward), always_call=True))
         if drivers is not None:
             self._refresh_params()
+            self._handles.append(self._nan.attach(self._registry))
         self.start()  # after the parameters are known: a sharded model is recorded by every rank from the start
 
     def _refresh_params(self) -> bool:
@@ -305,6 +307,7 @@ class Hook(HookAPI):
             if final and staging.late is not None:
                 staging.complete_late()
             return
+        self._nan.step_ended(self._losses.values)
         scalars, known = self._losses.flush(staging, quiet) if self._losses.values else (None, False)
         if staging.staged or staging.grads or staging.late is not None:
             staging.commit(defer=quiet and not final)
@@ -312,9 +315,7 @@ class Hook(HookAPI):
         if not quiet:
             self._extras.on_step_end(self.collector, record)
 
-    # --- torch callbacks -----------------------------------------------------------------------------------
-    # The callbacks below run at every step: they inline the guard (``Guarded._internal_error``) instead of
-    # taking ``@guarded``'s extra call.
+    # --- torch callbacks (run at every step: they inline the guard, ``Guarded._internal_error``) -------------
     def _on_top_forward_pre(self, module: nn.Module, args: Any) -> None:
         if self.disabled:
             return
@@ -447,12 +448,13 @@ class Hook(HookAPI):
         except Exception as exc:
             self._internal_error("_on_functional_loss", exc)
 
-    def _on_scaler_step(self) -> None:
-        """``GradScaler.step()`` returned: a step the scaler skipped (inf/NaN gradients) ends here too."""
+    def _on_scaler_step(self, scaler: Any, optimizer: Any) -> None:
+        """``GradScaler.step()`` returned: a step the scaler skipped (inf/NaN gradients) ends here too (recorded)."""
         if self.disabled:
             return
         try:
             if self._state.open and self.collector.mode in _TRAINING:
+                record_amp_skip(self, self._nan, scaler, optimizer, self._params, self._losses.values)
                 self._step.optimizer_seen = self._step.optimizer_stepped = True
                 self._step_hooks.read_gradients()  # a step the scaler skipped: its (unscaled, inf/NaN) gradients
                 self._end_step()
@@ -464,6 +466,7 @@ class Hook(HookAPI):
     @guarded()
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         self._step.optimizer_seen = True
+        self._nan.check_gradients(self._params, self._losses.values)
         if self._timer_recorder is not None:  # the profiler times the backward pass and the optimizer
             self._extras.on_optimizer_start()
         return first_closure_losses(self._losses, args, kwargs) if len(args) > 1 or kwargs else None

@@ -12,12 +12,14 @@ from trainspect.reductions import format_key
 from trainspect.step import StepRecord
 
 __all__ = ["system_key", "system_metrics", "step_metrics", "step_values", "loss_keys", "safe_key", "issues_tags",
-           "verdict_tags", "gap_tags", "MAX_KEY_LENGTH", "ISSUES_TAG", "COUNTS_TAG", "GAPS_TAG"]  # fmt: skip
+           "verdict_tags", "run_tags", "MAX_KEY_LENGTH", "ISSUES_TAG", "COUNTS_TAG", "GAPS_TAG",
+           "NAN_ORIGIN_TAG"]  # fmt: skip
 
 MAX_KEY_LENGTH = 250
 ISSUES_TAG = "trainspect.issues"
 COUNTS_TAG = "trainspect.rule_counts"
 GAPS_TAG = "trainspect.gaps"
+NAN_ORIGIN_TAG = "trainspect.nan_origin"
 """The run tag listing the rules whose current verdict is IssuesFound (empty when none)."""
 _UNSAFE = re.compile(r"[^A-Za-z0-9_\-. /:]")
 
@@ -152,12 +154,21 @@ def issues_tags(verdicts: Iterable[Any]) -> dict[str, str]:
     return {ISSUES_TAG: ", ".join(names)}
 
 
-def gap_tags(run_dir: Any) -> dict[str, str]:
-    """``trainspect.gaps``: what the writer did not write when it fell behind training ({} when nothing is missing).
+def run_tags(run_dir: Any) -> dict[str, str]:
+    """What the run directory says beside the verdicts, as tags ({} when there is nothing to say).
 
-    See :mod:`trainspect.store.gaps`: losses and scalars are always written; raw tensor values may not be.
+    ``trainspect.gaps``: what the writer did not write when it fell behind training (:mod:`trainspect.store.gaps`:
+    losses and scalars are always written; raw tensor values may not be). ``trainspect.nan_origin``: where the
+    first NaN/Inf came from (:mod:`trainspect.store.nan_origins`).
     """
     from trainspect.store.gaps import gaps_summary, read_gaps
+    from trainspect.store.nan_origins import describe, first_origins, read_origins
 
+    tags = {}
     text = gaps_summary(read_gaps(run_dir))
-    return {GAPS_TAG: text} if text else {}
+    if text:
+        tags[GAPS_TAG] = text
+    origins = first_origins(read_origins(run_dir))
+    if origins:
+        tags[NAN_ORIGIN_TAG] = "; ".join(describe(o) for o in origins)[:5000]
+    return tags

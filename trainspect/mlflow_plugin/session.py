@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trainspect import env
-from trainspect.mlflow_plugin.keys import gap_tags, verdict_tags
+from trainspect.mlflow_plugin.keys import run_tags, verdict_tags
 from trainspect.mlflow_plugin.logger import DEFAULT_EVERY_N_STEPS, DEFAULT_INTERVAL_S, MlflowLogger
 from trainspect.mlflow_plugin.params import hook_params, loader_params
 from trainspect.mlflow_plugin.sink import MlflowSink, run_id_of
@@ -282,7 +282,7 @@ class MlflowSession:
         artifacts = [(str(verdicts_file), "trainspect")]
         if report is not None and report.exists():
             artifacts.append((str(report), "trainspect"))
-        ok = self.logger.close(metrics, {**verdict_tags(ctx.verdicts), **gap_tags(self.run_dir)}, artifacts,
+        ok = self.logger.close(metrics, {**verdict_tags(ctx.verdicts), **run_tags(self.run_dir)}, artifacts,
                                self.log_run_dir)  # fmt: skip
         for f in tmp.iterdir():
             f.unlink()

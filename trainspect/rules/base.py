@@ -228,6 +228,13 @@ class Rule(abc.ABC):
     def validate(self) -> None:
         """Check combinations of parameters; override to add checks (raise :class:`ConfigError`)."""
 
+    def explain(self, verdict: Verdict, origins: list[dict[str, Any]]) -> Verdict:
+        """Add what the hook found about the run to a verdict (ExplodingTensor: where NaN/Inf came from).
+
+        ``origins``: the run's NaN/Inf findings (:func:`trainspect.store.nan_origins.read_origins`).
+        """
+        return verdict
+
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         return f"{self.name}({args})"

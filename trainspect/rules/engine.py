@@ -28,6 +28,7 @@ from trainspect.rules.trial_feed import note_damage, trial_problems
 from trainspect.rules.trial_view import TrialLike, TrialView, open_trial
 from trainspect.rules.verdict import Status, Verdict, read_verdicts
 from trainspect.store.layout import RunLayout
+from trainspect.store.nan_origins import read_origins
 
 __all__ = [
     "evaluate", "load_verdicts", "recorded_besides", "run_finished", "fire_actions", "open_trial",
@@ -105,6 +106,9 @@ def evaluate(
         if id(rule) not in results:
             results[id(rule)] = _evaluate_other(rule, trial, finished, loaded)
     verdicts = stamp(_note_missing_workers(trial, [results[id(r)] for r in rules]), "offline")
+    run_dir = getattr(trial, "path", None)
+    origins = read_origins(run_dir) if run_dir is not None else []
+    verdicts = [rule.explain(v, origins) for rule, v in zip(rules, verdicts, strict=True)]
     if actions:
         fire_actions(rules, verdicts)
     path = getattr(trial, "path", None)

@@ -1,8 +1,15 @@
-"""ExplodingTensor: a tensor holds NaN (or, unless ``only_nan``, infinite) values."""
+"""ExplodingTensor: a tensor holds NaN (or, unless ``only_nan``, infinite) values; the verdict names where it came from.
+
+The PyTorch hook finds the first module whose output became non-finite and the first non-finite gradient
+(:mod:`trainspect.hooks.torch_nan_origin`, written to ``nan_origins.jsonl``); :meth:`ExplodingTensor.explain` puts
+them in the verdict's message and ``details["origin"]``. Steps that ``torch.amp.GradScaler`` skipped for inf/NaN
+gradients (the hook records ``amp/skipped``) are normal, up to ``amp_skips_allowed`` in a row.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -12,9 +19,15 @@ from trainspect.rules.base import Param, Requirement
 from trainspect.rules.columns import Checks, ChecksBuilder, Columns
 from trainspect.rules.step_data import Check, StepData
 from trainspect.rules.tensor_rule import Select, TensorRule
+from trainspect.rules.verdict import Verdict
 from trainspect.step import TensorRecord
+from trainspect.store.nan_origins import describe, first_origins
 
-__all__ = ["ExplodingTensor"]
+__all__ = ["ExplodingTensor", "AMP_SKIPPED"]
+
+AMP_SKIPPED = "amp/skipped"
+"""The scalar the PyTorch hook records at each ``GradScaler.step``: 1 when the scaler skipped the step, else 0."""
+_SAVED = "nan_origin/"  # the producing module's tensors, saved by the hook at the origin's step
 
 
 class ExplodingTensor(TensorRule):
@@ -34,10 +47,17 @@ class ExplodingTensor(TensorRule):
         COLLECTION_NAMES,
         TENSOR_REGEX,
         Param("only_nan", bool, False, "True: look for NaN only; False: NaN and ±Inf"),
+        Param("origin", bool, True, "the PyTorch hook finds the module and gradient where NaN/Inf first appeared"),
+        Param(
+            "amp_skips_allowed", int, 10, "steps in a row GradScaler may skip for inf/NaN gradients before it is an "
+            "issue (0: every skipped step's non-finite tensors are one, as smdebug)", min=0,
+        ),
     )
     collection_names: list[str] | None
     tensor_regex: list[str] | None
     only_nan: bool
+    origin: bool
+    amp_skips_allowed: int
     recommendation: ClassVar[str] = (
         "Values became NaN/Inf: lower the learning rate, clip gradients, check the loss for log(0) or "
         "division by zero, and check the input data for NaN."
@@ -47,7 +67,8 @@ class ExplodingTensor(TensorRule):
     def selects(self) -> list[Select]:
         """Read ``collection_names`` ∪ ``tensor_regex``, or every recorded tensor."""
         sel = user_select(self.params, reductions=("min", "max"), raw=False)
-        return [sel] if sel else [Select(all_tensors=True, reductions=("min", "max"), raw=False)]
+        main = sel or Select(all_tensors=True, reductions=("min", "max"), raw=False)
+        return [Select("amp", regex=(AMP_SKIPPED + "$",)), main]  # the first matching selection takes a tensor
 
     def requirements(self) -> list[Requirement]:
         """Record losses and gradient min/max by default, or the selected tensors' min/max."""
@@ -59,10 +80,26 @@ class ExplodingTensor(TensorRule):
         """Any non-finite tensor triggers."""
         return 0.0
 
+    def init_state(self) -> list[int]:
+        """Steps in a row that GradScaler skipped."""
+        return [0]
+
     def check(self, state: Any, data: StepData) -> Check | None:
         """Count the tensors with non-finite values at this step."""
-        bad = [rec.name for rec in data.role() if self._bad(rec)]
+        bad = [rec.name for rec in data.role() if not rec.name.startswith(_SAVED) and self._bad(rec)]
         kind = "NaN" if self.only_nan else "NaN/Inf"
+        skipped = data.role("amp")
+        if skipped and skipped[0].value is not None and float(np.asarray(skipped[0].value).reshape(-1)[0]) > 0:
+            state[0] += 1
+            if state[0] <= self.amp_skips_allowed:
+                allowed = f"{state[0]} in a row, allowed: {self.amp_skips_allowed}"
+                return Check(0.0, False, (), f"GradScaler skipped the step ({allowed}): non-finite values are normal")
+            if not bad:
+                allowed = f"allowed: {self.amp_skips_allowed}"
+                text = f"GradScaler skipped {state[0]} steps in a row ({allowed}): the gradients stay non-finite"
+                return Check(1.0, True, (AMP_SKIPPED,), text)
+        elif skipped:
+            state[0] = 0
         if bad:
             more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
             return Check(
@@ -73,6 +110,8 @@ class ExplodingTensor(TensorRule):
     def check_columns(self, state: Any, cols: Columns) -> Checks | None:
         """Test a chunk's scalar values at once (``numpy.isnan``/``isfinite`` over the column)."""
         col = cols.role()
+        if cols.role("amp") is not None:
+            return None  # GradScaler's skipped steps: judged step by step
         if col is None:
             return ChecksBuilder().build()
         idx = np.flatnonzero(col.present)
@@ -87,6 +126,15 @@ class ExplodingTensor(TensorRule):
         return Checks(
             idx, bad.astype(np.float64), bad, lambda k: found if bad[k] else clean, lambda k: (name,) if bad[k] else ()
         )
+
+    def explain(self, verdict: Verdict, origins: list[dict[str, Any]]) -> Verdict:
+        """Name where the first NaN/Inf came from (the hook's findings) in the message and ``details["origin"]``."""
+        if not self.origin or not origins or not verdict.issues_found:
+            return verdict
+        found = first_origins(origins, verdict.first_trigger_step)
+        text = "; ".join(describe(o) for o in found)
+        details = {**verdict.details, "origin": found}
+        return replace(verdict, message=f"{verdict.message}. {text[0].upper()}{text[1:]}", details=details)
 
     def _bad(self, rec: TensorRecord) -> bool:
         only_nan = self.only_nan

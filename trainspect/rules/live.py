@@ -42,9 +42,9 @@ _log = logging.getLogger(__name__)
 _STOP = object()
 _MAX_QUEUE = 10_000
 _INLINE_SHARE = 0.03
+"""Records are evaluated on the training thread while they cost less than this share of the step interval."""
 _STOP_LAG = 2  # steps a rule with a StopTraining action may lag training ...
 _STOP_WAIT = 2.0  # ... for which training waits at most this long at a step boundary
-"""Records are evaluated on the training thread while they cost less than this share of the step interval."""
 _UNSET = object()
 
 
@@ -165,6 +165,8 @@ class LiveRuleRunner:
         self._final: list[Verdict] | None = None
         self._final_final = False
         self._record = VerdictRecord(RunLayout(self.run_dir).verdicts, "live")
+        self.origins: list[dict[str, Any]] = []
+        """Where NaN/Inf came from, as the PyTorch hook finds it (appended to by the hook; see :meth:`Rule.explain`)."""
 
     # --- training-thread side --------------------------------------------------------------------------
     def start(self) -> None:
@@ -339,6 +341,7 @@ class LiveRuleRunner:
         self._last_write = now
 
     def _fire(self, rule: Rule, verdict: Verdict) -> None:
+        verdict = rule.explain(verdict, self.origins)
         for action in rule.actions:
             if isinstance(action, StopTraining):
                 if self._stop is None:
@@ -358,7 +361,7 @@ class LiveRuleRunner:
         for rule in self.rules:
             live = self._live.get(id(rule))
             if live is not None:
-                out.extend(stamp([live.verdict(finished)], "live", now))
+                out.extend(stamp([rule.explain(live.verdict(finished), self.origins)], "live", now))
             else:
                 out.append(_pending(rule))
         return out

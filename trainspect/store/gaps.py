@@ -24,7 +24,7 @@ from trainspect.step import StepRecord, TensorRecord
 from trainspect.store.layout import RunLayout
 from trainspect.store.safe_files import read_capped
 
-__all__ = ["GAPS_FILE", "degrade", "gap_line", "read_gaps", "gaps_summary"]
+__all__ = ["GAPS_FILE", "degrade", "gap_line", "read_gaps", "gaps_summary", "read_worker_lines"]
 
 GAPS_FILE = "gaps.jsonl"
 _MAX_FILE = 64 << 20  # a gaps file larger than this is read only up to here
@@ -86,17 +86,21 @@ def _parse(line: str) -> dict[str, Any] | None:
         doc = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("step"), int) or not isinstance(doc.get("dropped"), list):
+    if not isinstance(doc, dict) or not isinstance(doc.get("step"), int):
         return None
     return doc
 
 
-def read_gaps(run_dir: str | Path) -> list[dict[str, Any]]:
-    """Every recorded gap of a run, each with its ``worker``, by step (malformed lines skipped, counted once)."""
+def read_worker_lines(run_dir: str | Path, filename: str, what: str) -> list[dict[str, Any]]:
+    """The JSON lines of every worker's ``tensors/<worker>/<filename>``, each with its ``worker``, by step.
+
+    A line that is not a JSON object with an integer ``step`` is skipped (counted in one warning naming ``what``);
+    a file that is not a regular file (a FIFO, a device) or cannot be read is skipped with a warning naming it.
+    """
     layout = RunLayout(Path(run_dir))
     out: list[dict[str, Any]] = []
     bad = 0
-    for path in sorted(layout.tensors_dir.glob(f"*/{GAPS_FILE}")) if layout.tensors_dir.is_dir() else []:
+    for path in sorted(layout.tensors_dir.glob(f"*/{filename}")) if layout.tensors_dir.is_dir() else []:
         try:
             text = read_capped(path, _MAX_FILE).decode("utf-8", errors="replace")
         except OSError as exc:  # a FIFO, a device, unreadable: skipped, named
@@ -109,8 +113,13 @@ def read_gaps(run_dir: str | Path) -> list[dict[str, Any]]:
                 continue
             out.append({**doc, "worker": path.parent.name})
     if bad:
-        _log.warning("trainspect: skipped %d malformed gap record(s) in %s", bad, layout.tensors_dir)
+        _log.warning("trainspect: skipped %d malformed %s record(s) in %s", bad, what, layout.tensors_dir)
     return sorted(out, key=lambda d: (d["step"], d["worker"]))
+
+
+def read_gaps(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every recorded gap of a run, each with its ``worker``, by step (malformed lines skipped, counted once)."""
+    return [g for g in read_worker_lines(run_dir, GAPS_FILE, "gap") if isinstance(g.get("dropped"), list)]
 
 
 def gaps_summary(gaps: list[dict[str, Any]]) -> str:

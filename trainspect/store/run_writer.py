@@ -120,8 +120,12 @@ class RunWriter:
         ok = self._bg.submit(("step", light, histograms), _nbytes(light), force=True)
         if dropped and ok:
             self.gap_steps += 1
-            self._bg.submit(("gap", gap_line(record, dropped, reason), None), 0, force=True)
+            self.append_line(GAPS_FILE, gap_line(record, dropped, reason))
         return ok
+
+    def append_line(self, filename: str, line: str) -> None:
+        """Queue one line for a small side file of this worker's tensor directory (gaps, NaN origins)."""
+        self._bg.submit(("line", line, filename), 0, force=True)
 
     def submit_scalars(self, key: StepKey, scalars: list[Scalar]) -> bool:
         """Queue a step that saved only scalars (most steps save only their loss) as Python values.
@@ -163,8 +167,8 @@ class RunWriter:
                 doc = {"schema_version": 1, "collections": payload}
                 write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, doc)
                 continue
-            if kind == "gap":
-                with open(self._tensor_dir / GAPS_FILE, "a", encoding="utf-8") as fh:
+            if kind == "line":
+                with open(self._tensor_dir / extra, "a", encoding="utf-8") as fh:
                     fh.write(payload)
                 continue
             if kind == "scalars":  # most steps save only scalars (their loss): no record is built for them
