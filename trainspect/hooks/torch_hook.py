@@ -23,12 +23,13 @@ from trainspect.hooks import torch_frameworks  # noqa: F401  (registers Lightnin
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.step_state import Captures, TrainingStep
+from trainspect.hooks.torch_amp import record_amp_skip
 from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 from trainspect.hooks.torch_captures import StepHooks, decide_captures, stage_optimizer_variables
 from trainspect.hooks.torch_loss_series import OptimizerLosses
 from trainspect.hooks.torch_models import ModelRegistry, infer_mode, warn_unregistered
-from trainspect.hooks.torch_nan_origin import NanOrigin, nan_wanted, record_amp_skip
+from trainspect.hooks.torch_nan_origin import NanOrigin, nan_wanted
 from trainspect.hooks.torch_params import ParamView
 from trainspect.hooks.torch_staging import StepLosses, StepStaging, first_closure_losses
 from trainspect.modes import ModeKeys, parse_mode
@@ -113,8 +114,7 @@ class Hook(HookAPI):
         self._step_hooks = StepHooks(self, local_gradients=self.local_gradients)
         self._loss_names: set[str] = set()
         self._pending: list[tuple[str, torch.Tensor, tuple[str, ...]]] = []
-        self._globals_installed = False
-        self._mode_explicit = False
+        self._globals_installed = self._mode_explicit = False
         self._timer_recorder: Any = None
         self._nan = NanOrigin(self, self._extras.note_origin, active=nan_wanted(self._extras.rules))
 
