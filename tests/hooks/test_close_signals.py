@@ -129,6 +129,7 @@ STUCK = textwrap.dedent(
     class StuckHook:
         out_dir = sys.argv[1]
         def flush(self, timeout):
+            print(f"flush {timeout}", flush=True)
             time.sleep(timeout)
             return False  # not everything is on disk
         def close(self):
@@ -151,12 +152,13 @@ def test_a_flush_past_its_bound_is_named_and_the_users_handler_still_runs(tmp_pa
     script.write_text(STUCK)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("TRAINSPECT_TESTING", None)
-    start = time.monotonic()
     done = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True,
-                          env=env, timeout=30)  # fmt: skip
-    assert time.monotonic() - start < 5, done.stderr
+                          env=env, timeout=120)  # fmt: skip
+    flushes = [float(x.split()[1]) for x in done.stdout.splitlines() if x.startswith("flush ")]
+    assert flushes and all(t <= 0.3 for t in flushes), done.stdout  # the flush was bounded, not waited for 30 s
     assert done.returncode == 3, done.stderr  # the process ends as the user's handler says
-    assert done.stdout.split("\n")[:2] == ["user's handler", "closed"]  # then the hook is closed at exit
+    others = [x for x in done.stdout.splitlines() if not x.startswith("flush ")]
+    assert others[:2] == ["user's handler", "closed"]  # then the hook is closed at exit
     (line,) = [x for x in done.stderr.splitlines() if "not flushed" in x]
     assert f"{tmp_path / 'run'} was not flushed within 0.3 s" in line
     assert "steps still queued" in line and "the end marker" in line

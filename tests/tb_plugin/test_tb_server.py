@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from _support.polling import wait_for
 from _support.tensorboard import PREFIX, TensorBoardProcess
 
 
@@ -19,15 +19,6 @@ def fetch(url: str) -> tuple[int, dict | list]:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
-
-
-def wait_for(check, timeout: float = 60.0):  # noqa: ANN001, ANN202
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > deadline:
-            return result
-        time.sleep(0.25)
 
 
 @pytest.fixture
@@ -65,7 +56,7 @@ def check_plugin(url: str) -> None:
 def test_python_loading_serves_the_plugin_and_scalars_keep_working(tensorboard: Callable[[str], str]) -> None:
     url = tensorboard("false")
     check_plugin(url)
-    runs = wait_for(lambda: {"torch_run", "tb_only"} <= scalar_runs(url) and scalar_runs(url))
+    runs = wait_for(lambda: {"torch_run", "tb_only"} <= scalar_runs(url) and scalar_runs(url), timeout=60.0)
     assert {"torch_run", "tb_only"} <= runs  # losses stay in TensorBoard's Scalars dashboard
     _status, tags = fetch(url + "data/plugin/scalars/tags")
     assert "CrossEntropyLoss_output_0" in tags["torch_run"] and "accuracy" in tags["tb_only"]
@@ -75,7 +66,7 @@ def test_python_loading_serves_the_plugin_and_scalars_keep_working(tensorboard: 
 def test_rust_data_server(tensorboard: Callable[[str], str]) -> None:
     url = tensorboard("true")  # --load_fast=true fails hard when the data server is missing
     check_plugin(url)
-    runs = wait_for(lambda: {"torch_run", "tb_only"} <= scalar_runs(url) and scalar_runs(url))
+    runs = wait_for(lambda: {"torch_run", "tb_only"} <= scalar_runs(url) and scalar_runs(url), timeout=60.0)
     assert {"torch_run", "tb_only"} <= runs
     _status, runs_listed = fetch(url + PREFIX.lstrip("/") + "/runs")
     assert any(r["name"] == "tb_only" and not r["has_data"] for r in runs_listed["runs"])  # via the data provider
