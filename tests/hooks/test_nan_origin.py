@@ -269,3 +269,19 @@ def test_a_healthy_run_finds_nothing_and_origin_off_looks_for_nothing(tmp_path: 
                   rules=[ExplodingTensor(origin=False)])  # fmt: skip
     assert read_origins(tmp_path / "off") == [] and not hook._nan.handles
     assert _exploding(tmp_path / "off")["status"] == "IssuesFound"
+
+
+class ArgMax(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.argmax(1)
+
+
+def test_a_model_whose_output_is_not_floating_point_holds_nothing_past_its_forward_pass(tmp_path: Path) -> None:
+    model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), ArgMax())
+    hook = ts.torch.Hook(str(tmp_path), rules="default")
+    hook.register_module(model)
+    with torch.no_grad():
+        for x in _positive(3, bad_step=0, zero=False):
+            model.eval()(x)
+            assert hook._nan._held == []  # released as the model's forward pass ended
+    hook.close()

@@ -202,7 +202,9 @@ class NanOrigin:
                 parts: Any = (("output_0", output),) if output.is_floating_point() else ()
             else:
                 parts = tuple(_parts(output, "output"))
-            if not parts:
+            if not parts:  # nothing to look at; a model's non-float output (an argmax) still ends its pass
+                if self._held and id(module) in self._tops:
+                    self._scan(force=False)
                 return
             on_host = self.immediate if self.immediate is not None else parts[0][1].device.type == "cpu"
             if not on_host:
