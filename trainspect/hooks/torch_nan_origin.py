@@ -138,8 +138,6 @@ class NanOrigin:
         self._late_grads: list[tuple[Any, ...]] = []  # gradient norms on their way to the host
         self._held: list[tuple[str, nn.Module, Any, Any, Any]] = []  # host outputs of the running forward pass
         self._held_scan: list[tuple[str, nn.Module, Any, Any, Any]] = []
-        self._views: list[Any] = []  # the parameters whose gradients are being checked, and whether the step was
-        self._skipped: bool | None = None  # skipped by GradScaler
         self._tops: set[int] = set()  # ids of the registered models and their drivers: a forward pass ends there
         self._all: set[str] = set()  # the hooked modules' names
         self._owner: dict[int, str] = {}  # parameter id -> the module that holds it
@@ -370,25 +368,25 @@ class NanOrigin:
         views = [v for v in params if v.param.grad is not None]
         if not views:
             return
-        self._views, self._skipped = views, skipped
-        grads = [_local(v.param.grad).detach() for v in views]
-        immediate = self.immediate if self.immediate is not None else grads[0].device.type == "cpu"
+        immediate = self.immediate if self.immediate is not None else views[0].param.grad.device.type == "cpu"
         sentinels = self._sentinels
-        few = [g for v, g in zip(views, grads, strict=True) if id(v.param) in sentinels] if immediate else grads
+        # on the CPU only the sentinels' gradients are read at a healthy step; all of them only when one is not finite
+        few = [_local(v.param.grad).detach() for v in views if not immediate or id(v.param) in sentinels]
         if immediate and len(few) <= FEW_GRADIENTS:  # a sum each (CPU's _foreach_norm is slower for few)
             total: float | None = float(sum(_flag(g).item() for g in few))
         else:
-            total = self._norms(few or grads, losses, immediate)
-        if total is None:
+            total = self._norms(few, losses, immediate, views, skipped)
+        if total is None or total - total == 0.0:
             return
-        if total - total == 0.0:
-            return
+        grads = [_local(v.param.grad).detach() for v in views]
         bad = [i for i, g in enumerate(grads) if not bool(torch.isfinite(g).all())]
         if bad:
             loss_finite = all(math.isfinite(v) for v in loss_floats(losses).values())
             self._name_gradient(self._at(), views, bad, loss_finite, skipped, grads)
 
-    def _norms(self, grads: list[torch.Tensor], losses: dict[str, Any], immediate: bool) -> float | None:
+    def _norms(
+        self, grads: list[torch.Tensor], losses: dict[str, Any], immediate: bool, views: list[Any], skipped: bool | None
+    ) -> float | None:
         """The sum of the gradients' norms (immediate), or None: they travel to the host (with the device losses)."""
         try:
             norms = list(torch._foreach_norm(grads))
@@ -399,7 +397,7 @@ class NanOrigin:
             on_device = [v.reshape(()).float().to(device) for v in losses.values() if isinstance(v, torch.Tensor)]
             stacked = torch.stack([n.to(device) for n in norms] + on_device)
             host, event = _to_host(stacked)
-            self._late_grads.append((self._at(), self._views, host, event, self._skipped, loss_floats(losses)))
+            self._late_grads.append((self._at(), views, host, event, skipped, loss_floats(losses)))
             return None
         return float(torch.stack([n.to(device) for n in norms]).sum().item())
 
