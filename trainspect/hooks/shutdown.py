@@ -18,6 +18,10 @@ queued for the background writer, the end marker and the final verdicts.
   SIGINT do not cut it: a second signal is held until the close ends (then handled as usual, unless the close
   was itself a signal's, whose process then dies of that first signal); a third ends the process at once, with
   one line saying what was not written.
+- A signal that lands inside trainspect's own code (a step being opened or ended, a record being queued) is handled
+  when that code returns to its caller (the framework or the script), so a close never sees a half-done step: the
+  interrupted frame gets a trace function for its return (as ``pdb.set_trace`` does), held at most
+  ``_DEFER_SECONDS``, after which the signal is handled where the code is.
 - A forked child (a DataLoader worker) inherits the handlers but never closes its parent's hooks; a hook whose run
   opens in a child (Lightning's ``ddp_fork``) is that child's, closed when it ends (``multiprocessing`` children end
   in ``os._exit``, after their finalizers, not ``atexit``).
@@ -34,6 +38,7 @@ import multiprocessing
 import multiprocessing.util
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -51,6 +56,9 @@ log = logging.getLogger(__name__)
 _SIGNALS = ("SIGTERM", "SIGHUP", "SIGINT")
 _FLUSH_SECONDS = 10.0  # bound on the flush before a chained handler runs
 _CUT_AT = 3  # the signal that ends a close under way (counting the one that started it)
+_DEFER_SECONDS = 2.0  # bound on holding a signal until trainspect's interrupted code returns
+# Whose code returns to the script only when the process ends: a signal there is handled at once.
+_ENTRY_MODULES = ("trainspect._bootstrap", "trainspect.cli", "trainspect._supervise", __name__)
 
 
 class Closable(Protocol):
@@ -72,6 +80,7 @@ class ShutdownCloser:
         self._signals = 0  # terminating signals received since the close began (the one that began it included)
         self._held: int | None = None  # the first signal held back until the close ends
         self._guarded: dict[int, Any] = {}  # handlers replaced while a close is under way
+        self._deferred: _Deferred | None = None  # a signal waiting for trainspect's interrupted code to return
 
     def track(self, obj: Closable) -> None:
         """Close ``obj`` when the process ends, unless it was closed before (see :meth:`untrack`)."""
@@ -207,6 +216,18 @@ class ShutdownCloser:
         if mine and self._closing:
             self._during_close(signum)
             return
+        deferred, self._deferred = self._deferred, None
+        if deferred is not None:  # another signal, or the bound: handle the first where the code is now
+            deferred.cancel()
+            signum = deferred.signum
+        elif mine:
+            inside = _trainspect_frame(frame)
+            if inside is not None:
+                self._deferred = _Deferred(self, signum, inside)
+                return
+        self._handle(signum, frame, mine)
+
+    def _handle(self, signum: int, frame: FrameType | None, mine: bool) -> None:
         previous = self._previous.get(signum, signal.SIG_DFL)
         if callable(previous):
             if mine:
@@ -220,6 +241,63 @@ class ShutdownCloser:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
+    def _run_deferred(self, deferred: _Deferred, frame: FrameType | None) -> None:
+        """The interrupted trainspect code returned to ``frame``: handle its signal now."""
+        if self._deferred is not deferred:
+            return
+        self._deferred = None
+        self._handle(deferred.signum, frame, self._pid == os.getpid())
+
+
+def _trainspect_frame(frame: FrameType | None) -> FrameType | None:
+    """The outermost of the trainspect frames on top of ``frame``'s stack (None: the signal is not inside them)."""
+    outer = None
+    while frame is not None and frame.f_back is not None:
+        name = frame.f_globals.get("__name__") or ""
+        if not name.startswith("trainspect.") or name.startswith(_ENTRY_MODULES):
+            break
+        outer, frame = frame, frame.f_back
+    return outer
+
+
+class _Deferred:
+    """A signal held until the trainspect frame it interrupted returns (or ``_DEFER_SECONDS`` passed).
+
+    The frame's return is seen by a trace function on it (``sys.settrace`` turns the thread's tracing on; new
+    frames are not traced); the previous trace function (a debugger, coverage) is restored first.
+    """
+
+    def __init__(self, closer: ShutdownCloser, signum: int, frame: FrameType) -> None:
+        self.closer, self.signum, self.frame = closer, signum, frame
+        self._trace = sys.gettrace()
+        frame.f_trace_lines = False
+        frame.f_trace = self._on_event
+        sys.settrace(_no_new_frames)
+        self._timer = threading.Timer(_DEFER_SECONDS, self._bound)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _on_event(self, frame: FrameType, event: str, arg: object) -> Any:
+        if event != "return":
+            return self._on_event
+        self.cancel()
+        self.closer._run_deferred(self, frame.f_back)
+        return None
+
+    def cancel(self) -> None:
+        """Stop waiting: untrace the frame, restore the thread's trace function, stop the bound's timer."""
+        self._timer.cancel()
+        self.frame.f_trace = None
+        sys.settrace(self._trace)
+
+    def _bound(self) -> None:
+        if self.closer._deferred is self:  # still held: deliver it again, handled at once
+            signal.pthread_kill(threading.main_thread().ident or 0, self.signum)
+
+
+def _no_new_frames(frame: FrameType, event: str, arg: object) -> None:
+    """The thread's trace function while a signal is held: no frame but the held one's is traced."""
+    return None
 
 def _note_signals_for_the_wrapper() -> None:
     """Under ``trainspect run``, have the interpreter note each signal it gets on the wrapper's pipe.
