@@ -29,11 +29,31 @@ from torch import nn
 
 import trainspect as ts
 
-_COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "reduce_scatter_tensor", "reduce_scatter",
-                "broadcast", "barrier", "gather", "scatter", "all_to_all", "all_to_all_single", "reduce",
-                "all_gather_object", "broadcast_object_list", "all_gather_single", "reduce_scatter_single",
-                "all_reduce_coalesced", "all_gather_coalesced", "send", "recv", "isend", "irecv",
-                "batch_isend_irecv")  # fmt: skip
+_COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "reduce_scatter",
+    "broadcast",
+    "barrier",
+    "gather",
+    "scatter",
+    "all_to_all",
+    "all_to_all_single",
+    "reduce",
+    "all_gather_object",
+    "broadcast_object_list",
+    "all_gather_single",
+    "reduce_scatter_single",
+    "all_reduce_coalesced",
+    "all_gather_coalesced",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "batch_isend_irecv",
+)
 COUNTS: Counter[str] = Counter()
 
 
@@ -55,7 +75,9 @@ def _count_collectives() -> None:
 
 def _model(engine: str, hidden: int) -> nn.Module:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(256, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+    model = nn.Sequential(
+        nn.Linear(256, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10)
+    )
     if engine == "ddp":
         return nn.parallel.DistributedDataParallel(model)
     from torch.distributed.device_mesh import init_device_mesh
@@ -72,9 +94,12 @@ def _model(engine: str, hidden: int) -> nn.Module:
 _KINDS: dict[str, dict[str, Any] | None] = {
     "plain": None,
     "default": {},
-    "wg": {"include_collections": ["weights", "biases", "gradients", "losses"],
-           "save_config": ts.SaveConfig(save_interval=100), "include_workers": "all"},
-}  # fmt: skip
+    "wg": {
+        "include_collections": ["weights", "biases", "gradients", "losses"],
+        "save_config": ts.SaveConfig(save_interval=100),
+        "include_workers": "all",
+    },
+}
 
 
 def main() -> None:
@@ -136,8 +161,12 @@ def main() -> None:
         for kind in ratios:
             ratios[kind].append(times[kind] / times["plain"])
     per_step = {kind: sum(c.values()) / (2 * args.rounds * args.steps) for kind, c in calls.items()}
-    mine = {"rank": rank, "plain_ms": statistics.median(plain_ms), "per_step_collectives": per_step,
-            **{kind: statistics.median(values) for kind, values in ratios.items()}}  # fmt: skip
+    mine = {
+        "rank": rank,
+        "plain_ms": statistics.median(plain_ms),
+        "per_step_collectives": per_step,
+        **{kind: statistics.median(values) for kind, values in ratios.items()},
+    }
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, mine, group=end_of_job)
     if rank == 0:

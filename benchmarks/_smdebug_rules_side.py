@@ -149,8 +149,14 @@ def _rule_classes() -> dict[str, Any]:  # noqa: C901 - one small class per rule,
             return self.judged(bad)
 
     class PoorWeightInitialization(_Counting):
-        def __init__(self, base_trial: Any, threshold: float = 10.0, distribution_range: float = 0.001,
-                     patience: int = 5, steps: int = 10) -> None:  # fmt: skip
+        def __init__(
+            self,
+            base_trial: Any,
+            threshold: float = 10.0,
+            distribution_range: float = 0.001,
+            patience: int = 5,
+            steps: int = 10,
+        ) -> None:
             super().__init__(base_trial)
             self.threshold, self.distribution_range = threshold, distribution_range
             self.patience, self.steps = patience, steps
@@ -186,16 +192,24 @@ def _rule_classes() -> dict[str, Any]:  # noqa: C901 - one small class per rule,
             return 100.0 * float(np.mean(active < inactivity))
 
     class SaturatedActivation(_PerUnit):
-        def __init__(self, base_trial: Any, threshold_tanh_min: float = -9.4999, threshold_tanh_max: float = 9.4999,
-                     threshold_inactivity: float = 1.0, threshold_layer: float = 50.0) -> None:  # fmt: skip
+        def __init__(
+            self,
+            base_trial: Any,
+            threshold_tanh_min: float = -9.4999,
+            threshold_tanh_max: float = 9.4999,
+            threshold_inactivity: float = 1.0,
+            threshold_layer: float = 50.0,
+        ) -> None:
             super().__init__(base_trial)
             self.lo, self.hi = threshold_tanh_min, threshold_tanh_max
             self.inactivity, self.layer = threshold_inactivity, threshold_layer
             self.tnames = self.names(regex=[".*tanh_input"])
 
         def invoke_at_step(self, step: int) -> bool:
-            pct = [self.share(self.base_trial.tensor(n).value(step), self.lo, self.hi, self.inactivity)
-                   for n in self.tnames]  # fmt: skip
+            pct = [
+                self.share(self.base_trial.tensor(n).value(step), self.lo, self.hi, self.inactivity)
+                for n in self.tnames
+            ]
             return self.judged(max(pct) > self.layer if pct else None)
 
     class DeadRelu(_PerUnit):
@@ -205,13 +219,15 @@ def _rule_classes() -> dict[str, Any]:  # noqa: C901 - one small class per rule,
             self.tnames = self.names(regex=[".*relu_output"])
 
         def invoke_at_step(self, step: int) -> bool:
-            pct = [self.share(self.base_trial.tensor(n).value(step), 0.0, math.inf, self.inactivity)
-                   for n in self.tnames]  # fmt: skip
+            pct = [
+                self.share(self.base_trial.tensor(n).value(step), 0.0, math.inf, self.inactivity) for n in self.tnames
+            ]
             return self.judged(max(pct) > self.layer if pct else None)
 
     class WeightUpdateRatio(_Counting):
-        def __init__(self, base_trial: Any, large_threshold: float = 10.0, small_threshold: float = 1e-8,
-                     epsilon: float = 1e-9) -> None:  # fmt: skip
+        def __init__(
+            self, base_trial: Any, large_threshold: float = 10.0, small_threshold: float = 1e-8, epsilon: float = 1e-9
+        ) -> None:
             super().__init__(base_trial)
             self.large, self.small, self.epsilon = large_threshold, small_threshold, epsilon
             self.tnames = self.names(collection="weights")
@@ -244,8 +260,13 @@ def _rule_classes() -> dict[str, Any]:  # noqa: C901 - one small class per rule,
             return self.judged(max(pct) >= self.threshold if pct else None)
 
     class LossNotDecreasing(_Counting):
-        def __init__(self, base_trial: Any, num_steps: int = 10, diff_percent: float = 0.1,
-                     increase_threshold_percent: float = 5.0) -> None:  # fmt: skip
+        def __init__(
+            self,
+            base_trial: Any,
+            num_steps: int = 10,
+            diff_percent: float = 0.1,
+            increase_threshold_percent: float = 5.0,
+        ) -> None:
             super().__init__(base_trial)
             self.num_steps, self.diff, self.rise = num_steps, diff_percent, increase_threshold_percent
             self.tnames = self.names(collection="losses")
@@ -307,8 +328,18 @@ def _rule_classes() -> dict[str, Any]:  # noqa: C901 - one small class per rule,
                 same += all(np.allclose(v, hist[-1], rtol=self.rtol, atol=self.atol) for v in list(hist)[:-1])
             return self.judged(same > 0 if judged else None)
 
-    classes = [VanishingGradient, ExplodingTensor, PoorWeightInitialization, SaturatedActivation, DeadRelu,
-               WeightUpdateRatio, AllZero, LossNotDecreasing, TensorVariance, UnchangedTensor]  # fmt: skip
+    classes = [
+        VanishingGradient,
+        ExplodingTensor,
+        PoorWeightInitialization,
+        SaturatedActivation,
+        DeadRelu,
+        WeightUpdateRatio,
+        AllZero,
+        LossNotDecreasing,
+        TensorVariance,
+        UnchangedTensor,
+    ]
     return {c.__name__: c for c in classes}
 
 

@@ -149,9 +149,15 @@ def train_timed(
 
 
 def _hooked_block(
-    hook: Any, model: nn.Module, opt: torch.optim.Optimizer, loss_fn: nn.Module, batches: list[Any], steps: int,
-    every: int | None, saves: list[float],
-) -> None:  # fmt: skip
+    hook: Any,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    loss_fn: nn.Module,
+    batches: list[Any],
+    steps: int,
+    every: int | None,
+    saves: list[float],
+) -> None:
     """One instrumented block; with ``every``, the extra seconds of its saving steps (over the block's median step)
     are appended to ``saves`` (the training thread's cost of those steps; trainspect's step counter, benchmark-only)."""
     if every is None:
@@ -164,9 +170,13 @@ def _hooked_block(
 
 
 def toggled_ratio(
-    workload: str, hook_factory: Callable[[], Any], rounds: int, block_steps: int, every: int | None = None,
+    workload: str,
+    hook_factory: Callable[[], Any],
+    rounds: int,
+    block_steps: int,
+    every: int | None = None,
     saves: list[float] | None = None,
-) -> tuple[float, list[float], float]:  # fmt: skip
+) -> tuple[float, list[float], float]:
     """Instrumented/plain step-time ratio of ONE model, the hook attached and detached in turn.
 
     A 2-core VM drifts by ±10-25 % over seconds and two model instances (or processes) differ by 1-5 % in speed

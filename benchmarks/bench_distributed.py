@@ -28,10 +28,29 @@ LABELS = {"default": "default capture", "wg": "weights+gradients/100"}
 
 
 def _job(engine: str, ranks: int, hidden: int, rounds: int, steps: int) -> list[dict]:
-    cmd = [TORCHRUN, "--standalone", "--nproc_per_node", str(ranks), str(HERE / "_dist_blocks.py"), "--engine", engine,
-           "--hidden", str(hidden), "--rounds", str(rounds), "--steps", str(steps)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600,
-                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    cmd = [
+        TORCHRUN,
+        "--standalone",
+        "--nproc_per_node",
+        str(ranks),
+        str(HERE / "_dist_blocks.py"),
+        "--engine",
+        engine,
+        "--hidden",
+        str(hidden),
+        "--rounds",
+        str(rounds),
+        "--steps",
+        str(steps),
+    ]
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=3600,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
     match = re.search(r"RANKS (\[.*\])", proc.stdout)
     if proc.returncode != 0 or not match:
         raise SystemExit(f"{engine} job failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
@@ -46,13 +65,17 @@ def _report(engine: str, hidden: int, ranks: list[dict]) -> list[str]:
         median, worst = statistics.median(values), max(values)
         ok = median <= TARGETS[kind]
         missed += [] if ok else [f"{engine} h={hidden} {label}"]
-        print(f"  {engine:5s} hidden {hidden:5d} ({plain:7.2f} ms/step plain): {label:22s} {median:.3f}x median, "
-              f"{worst:.3f}x worst rank, per rank {' '.join(f'{v:.3f}' for v in values)} "
-              f"(target <= {TARGETS[kind]}) {'OK' if ok else 'MISSED'}")  # fmt: skip
+        print(
+            f"  {engine:5s} hidden {hidden:5d} ({plain:7.2f} ms/step plain): {label:22s} {median:.3f}x median, "
+            f"{worst:.3f}x worst rank, per rank {' '.join(f'{v:.3f}' for v in values)} "
+            f"(target <= {TARGETS[kind]}) {'OK' if ok else 'MISSED'}"
+        )
     calls = ranks[0]["per_step_collectives"]
     same = len({round(v, 6) for v in calls.values()}) == 1
-    print(f"  {engine:5s} hidden {hidden:5d}: collectives per step through torch.distributed: "
-          f"{', '.join(f'{k} {v:.2f}' for k, v in calls.items())} -> {'none added' if same else 'ADDED'}")
+    print(
+        f"  {engine:5s} hidden {hidden:5d}: collectives per step through torch.distributed: "
+        f"{', '.join(f'{k} {v:.2f}' for k, v in calls.items())} -> {'none added' if same else 'ADDED'}"
+    )
     return missed + ([] if same else [f"{engine} h={hidden} collectives"])
 
 

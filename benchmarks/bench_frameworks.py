@@ -93,8 +93,11 @@ class _Toggle:
             ratios.append(on / off)
             plain.append(off)
             extra.append(on - off)
-        return {"ratio": statistics.median(ratios), "plain_us": statistics.median(plain) * 1e6,
-                "extra_us": statistics.median(extra) * 1e6}  # fmt: skip
+        return {
+            "ratio": statistics.median(ratios),
+            "plain_us": statistics.median(plain) * 1e6,
+            "extra_us": statistics.median(extra) * 1e6,
+        }
 
 
 def run_lightning(steps: int, rounds: int) -> dict[str, Any]:
@@ -125,8 +128,15 @@ def run_lightning(steps: int, rounds: int) -> dict[str, Any]:
     gen = torch.Generator().manual_seed(0)
     batches = [(torch.randn(64, 784, generator=gen), torch.randint(0, 10, (64,), generator=gen)) for _ in range(16)]
     data = torch.utils.data.DataLoader(batches * (toggle.total // 16 + 1), batch_size=None)  # fixed batches
-    trainer = L.Trainer(accelerator="cpu", max_steps=toggle.total, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False, callbacks=[Blocks()])  # fmt: skip
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_steps=toggle.total,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Blocks()],
+    )
     trainer.fit(Mlp(), data)
     return toggle.result()
 
@@ -155,11 +165,26 @@ def run_hf(steps: int, rounds: int) -> dict[str, Any]:
         def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             toggle.batch_end(state.global_step - 1)
 
-    config = BertConfig(vocab_size=500, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=128, max_position_embeddings=32, num_labels=2)  # fmt: skip
-    args = TrainingArguments(output_dir=tempfile.mkdtemp(), per_device_train_batch_size=16, max_steps=toggle.total,
-                             report_to=[], save_strategy="no", use_cpu=True, disable_tqdm=True,
-                             logging_strategy="no", dataloader_drop_last=True)  # fmt: skip
+    config = BertConfig(
+        vocab_size=500,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=128,
+        max_position_embeddings=32,
+        num_labels=2,
+    )
+    args = TrainingArguments(
+        output_dir=tempfile.mkdtemp(),
+        per_device_train_batch_size=16,
+        max_steps=toggle.total,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        logging_strategy="no",
+        dataloader_drop_last=True,
+    )
     Trainer(model=BertForSequenceClassification(config), args=args, train_dataset=Data(), callbacks=[Blocks()]).train()
     return toggle.result()
 
@@ -187,8 +212,11 @@ def compat_cost(rounds: int) -> tuple[float, float]:
 def _child(framework: str, steps: int, rounds: int) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, __file__, "--child", framework, "--steps", str(steps), "--rounds", str(rounds)],
-        capture_output=True, text=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     if proc.returncode != 0 or not lines:
         raise SystemExit(f"{framework} run failed:\n{proc.stderr[-3000:]}")

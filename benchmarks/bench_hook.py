@@ -100,8 +100,10 @@ def _sweep(base: str, quick: bool) -> list[str]:
     """The parameter-tensor sweep's table; returns the targets missed."""
     kwargs, _ = TOGGLED["weights+gradients+losses every 100"]
     print(f"parameter-tensor sweep: weights+gradients+losses every {SAVE_EVERY}, hook attached/detached in turn")
-    print(f"  {'tensors':>8s} {'plain ms/step':>14s} {'ratio':>7s} {'ms per saving step':>19s} "
-          f"{'of it on the training thread':>29s}  rounds")  # fmt: skip
+    print(
+        f"  {'tensors':>8s} {'plain ms/step':>14s} {'ratio':>7s} {'ms per saving step':>19s} "
+        f"{'of it on the training thread':>29s}  rounds"
+    )
     failed = []
     for workload, rounds in SWEEP.items():
         rounds = max(2, rounds // 2) if quick else rounds
@@ -111,8 +113,10 @@ def _sweep(base: str, quick: bool) -> list[str]:
             workload, lambda out=out: ts.torch.Hook(out, **kwargs), rounds, BLOCK_STEPS[workload], SAVE_EVERY, saves
         )
         per_save = (ratio - 1) * plain_ms * SAVE_EVERY
-        line = (f"  {workload[1:]:>8s} {plain_ms:14.2f} {ratio:6.3f}x {per_save:19.1f} "
-                f"{statistics.median(saves) * 1000:29.1f}  {rounds}")  # fmt: skip
+        line = (
+            f"  {workload[1:]:>8s} {plain_ms:14.2f} {ratio:6.3f}x {per_save:19.1f} "
+            f"{statistics.median(saves) * 1000:29.1f}  {rounds}"
+        )
         if workload == SWEEP_TARGET[0]:
             ok = ratio <= SWEEP_TARGET[1]
             line += f"  target <= {SWEEP_TARGET[1]:.2f}x: {'ok' if ok else 'MISSED'}"
@@ -140,8 +144,10 @@ def _nan_origin(base: str, workloads: list[str], rounds: int) -> list[str]:
         cost = ratios[True] / ratios[False]
         target = workload in ("W1", "W2")
         ok = cost <= 1.03
-        line = (f"  {workload:4s} origin off {ratios[False]:.3f}x, on {ratios[True]:.3f}x -> finder {cost:.3f}x "
-                f"({(ratios[True] - ratios[False]) * plain_ms * 1000:+.0f} us/step, plain {plain_ms:.2f} ms/step)")
+        line = (
+            f"  {workload:4s} origin off {ratios[False]:.3f}x, on {ratios[True]:.3f}x -> finder {cost:.3f}x "
+            f"({(ratios[True] - ratios[False]) * plain_ms * 1000:+.0f} us/step, plain {plain_ms:.2f} ms/step)"
+        )
         if target:
             line += f"  target <= 1.03x: {'ok' if ok else 'MISSED'}"
             if not ok:
@@ -176,8 +182,11 @@ def main() -> None:
             ok = ratio <= target
             q1, q3 = sorted(ratios)[len(ratios) // 4], sorted(ratios)[3 * len(ratios) // 4]
             per_step = f"; {(ratio - 1) * plain_ms * 1000:+.0f} us/step" if "losses every step" in label else ""
-            print(f"  {label:40s} {ratio:.3f}x  (plain {plain_ms:.2f} ms/step{per_step}; rounds' quartiles "
-                  f"{q1:.3f}..{q3:.3f})  target <= {target:.2f}x: {'ok' if ok else 'MISSED'}", flush=True)  # fmt: skip
+            print(
+                f"  {label:40s} {ratio:.3f}x  (plain {plain_ms:.2f} ms/step{per_step}; rounds' quartiles "
+                f"{q1:.3f}..{q3:.3f})  target <= {target:.2f}x: {'ok' if ok else 'MISSED'}",
+                flush=True,
+            )
             if not ok:
                 failed.append(f"{workload} {label}")
         steps = wl.STEPS[workload] // (4 if args.quick else 1)

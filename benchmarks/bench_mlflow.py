@@ -44,9 +44,24 @@ def start_server(tmp: Path) -> tuple[subprocess.Popen[bytes], str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     exe = Path(sys.executable).parent / "mlflow"
-    proc = subprocess.Popen([str(exe), "server", "--backend-store-uri", f"sqlite:///{tmp}/db.sqlite",
-                             "--default-artifact-root", str(tmp / "art"), "--host", "127.0.0.1", "--port", str(port),
-                             "--workers", "1"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [
+            str(exe),
+            "server",
+            "--backend-store-uri",
+            f"sqlite:///{tmp}/db.sqlite",
+            "--default-artifact-root",
+            str(tmp / "art"),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     uri = f"http://127.0.0.1:{port}"
     for _ in range(400):
         try:
@@ -109,9 +124,12 @@ def run_once(kind: str, steps: int, uri: str, tmp: Path, server_pid: int, rules:
         client = MlflowClient(tracking_uri=uri)
         mlflow_run = {"run": client.create_run("0").info.run_id, "tracking_uri": uri}
     out = tmp / f"{kind}-{time.time_ns()}"
-    hook = ts.torch.Hook(str(out), profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100),
-                         mlflow_run=mlflow_run,
-                         rules=[ts.rules.ExplodingTensor(), ts.rules.LossNotDecreasing()] if rules else None)  # fmt: skip
+    hook = ts.torch.Hook(
+        str(out),
+        profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100),
+        mlflow_run=mlflow_run,
+        rules=[ts.rules.ExplodingTensor(), ts.rules.LossNotDecreasing()] if rules else None,
+    )
     hook.register_module(model)
     hook.register_loss(loss_fn)
     logger0, server0 = _thread_cpu("trainspect-mlflow"), _tree_cpu(server_pid)
@@ -122,8 +140,13 @@ def run_once(kind: str, steps: int, uri: str, tmp: Path, server_pid: int, rules:
     hook.close()
     closing = time.perf_counter() - t
     shutil.rmtree(out, ignore_errors=True)
-    return {"step_s": took / steps, "train_s": took, "logger_cpu": logger_cpu, "server_cpu": server_cpu,
-            "closing_s": closing}  # fmt: skip
+    return {
+        "step_s": took / steps,
+        "train_s": took,
+        "logger_cpu": logger_cpu,
+        "server_cpu": server_cpu,
+        "closing_s": closing,
+    }
 
 
 def main() -> None:
@@ -150,20 +173,30 @@ def main() -> None:
     logger_share = sum(m["logger_cpu"] for m in runs["mlflow"]) / train_s
     server_share = max(0.0, sum(m["server_cpu"] for m in runs["mlflow"]) / train_s - idle_server)
     bound = logger_share + server_share
-    print(json.dumps({
-        "workload": f"W1 (MLP 784-512-256-10, batch 128), {steps} steps x {rounds} rounds per side, 1 thread"
-                    + ("" if args.no_rules else ", live rules ExplodingTensor + LossNotDecreasing"),
-        "step_ms_median": {k: round(statistics.median(x["step_s"] for x in v) * 1000, 3) for k, v in runs.items()},
-        "mlflow_logging_cpu_per_training_second_percent": {
-            "logger_thread": round(100 * logger_share, 3), "server": round(100 * server_share, 3),
-            "total (upper bound of the added step time)": round(100 * bound, 3)},
-        "wall_ratio_mlflow_over_hook (median of paired rounds)": round(statistics.median(ratios), 4),
-        "wall_ratio_per_round": [round(x, 3) for x in ratios],
-        "closing_s_median (summary, verdicts, report upload)": round(
-            statistics.median(m["closing_s"] for m in runs["mlflow"]), 2),
-        "target": "MLflow logging adds <= 1 % of the step time",
-        "ok": bound <= 0.01,
-    }, indent=1))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "workload": f"W1 (MLP 784-512-256-10, batch 128), {steps} steps x {rounds} rounds per side, 1 thread"
+                + ("" if args.no_rules else ", live rules ExplodingTensor + LossNotDecreasing"),
+                "step_ms_median": {
+                    k: round(statistics.median(x["step_s"] for x in v) * 1000, 3) for k, v in runs.items()
+                },
+                "mlflow_logging_cpu_per_training_second_percent": {
+                    "logger_thread": round(100 * logger_share, 3),
+                    "server": round(100 * server_share, 3),
+                    "total (upper bound of the added step time)": round(100 * bound, 3),
+                },
+                "wall_ratio_mlflow_over_hook (median of paired rounds)": round(statistics.median(ratios), 4),
+                "wall_ratio_per_round": [round(x, 3) for x in ratios],
+                "closing_s_median (summary, verdicts, report upload)": round(
+                    statistics.median(m["closing_s"] for m in runs["mlflow"]), 2
+                ),
+                "target": "MLflow logging adds <= 1 % of the step time",
+                "ok": bound <= 0.01,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,12 @@ BLOCK_STEPS = 100
 def _server(tmp: Path) -> S3Server:
     server = S3Server(tmp)
     server.start()
-    os.environ.update(AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-                      AWS_ENDPOINT_URL=server.endpoint)  # fmt: skip
+    os.environ.update(
+        AWS_ACCESS_KEY_ID="bench",
+        AWS_SECRET_ACCESS_KEY="bench",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_ENDPOINT_URL=server.endpoint,
+    )
     make_fs().mkdir("bench")
     return server
 
@@ -49,8 +53,10 @@ def overhead(rounds: int) -> list[str]:
     failed = []
     counter = iter(range(10_000))
     local = tempfile.mkdtemp()
-    print(f"W1: one model, hook attached/detached in turn, {rounds} rounds x 4 x {BLOCK_STEPS} steps "
-          "(a local run directory alongside, for the VM's noise)")  # fmt: skip
+    print(
+        f"W1: one model, hook attached/detached in turn, {rounds} rounds x 4 x {BLOCK_STEPS} steps "
+        "(a local run directory alongside, for the VM's noise)"
+    )
     for label, (kwargs, target) in TOGGLED.items():
         for where in ("s3://bench", local):
 

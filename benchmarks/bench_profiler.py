@@ -85,8 +85,9 @@ def framework_overhead(root: Path) -> float:
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256),
-                                torch.nn.ReLU(), torch.nn.Linear(256, 10))  # fmt: skip
+    model = torch.nn.Sequential(
+        torch.nn.Linear(784, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     data = TensorDataset(torch.randn(16 * 128, 784), torch.randint(0, 10, (16 * 128,)))
     loader = DataLoader(data, batch_size=128)
@@ -157,17 +158,21 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
             cost, bps = ours(interval, Path(a))
             theirs = mlflow_cost(interval, Path(b))
-        print(f"monitor @{interval} ms: trainspect {100 * cost:.3f}% of a core (target <= {100 * target:.1f}%), "
-              f"MLflow SystemMetricsMonitor {100 * theirs:.3f}%, ratio ours/theirs {cost / theirs:.3f}; "
-              f"{bps:.2f} bytes/metric sample on disk")  # fmt: skip
+        print(
+            f"monitor @{interval} ms: trainspect {100 * cost:.3f}% of a core (target <= {100 * target:.1f}%), "
+            f"MLflow SystemMetricsMonitor {100 * theirs:.3f}%, ratio ours/theirs {cost / theirs:.3f}; "
+            f"{bps:.2f} bytes/metric sample on disk"
+        )
     with tempfile.TemporaryDirectory() as d:
         seconds, bps = bulk_read(Path(d))
     print(f"bulk read 1 h x 100 ms x 72 metrics: {seconds:.3f} s (target < 1 s); {bps:.2f} bytes/metric sample")
     with tempfile.TemporaryDirectory() as d:
         ratio = framework_overhead(Path(d))
         hot = hot_path_cost(Path(d))
-    print(f"framework timers (steps, forward span, dataloader timer; windows off), MLP 784-512-256-10: "
-          f"{ratio:.3f}x step time (target <= 1.02x); recorder hot path {hot:.1f} us per step")  # fmt: skip
+    print(
+        f"framework timers (steps, forward span, dataloader timer; windows off), MLP 784-512-256-10: "
+        f"{ratio:.3f}x step time (target <= 1.02x); recorder hot path {hot:.1f} us per step"
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,15 @@ import synth_run  # noqa: E402
 from trainspect.report import write_report  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 
 
 def open_time(html: Path, tries: int = 3) -> tuple[float, int, list[str]]:
@@ -44,8 +51,13 @@ def open_time(html: Path, tries: int = 3) -> tuple[float, int, list[str]]:
 
     times, errors, drawn = [], [], 0
     with sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(tempfile.mkdtemp(), executable_path=CHROMIUM, headless=True,
-                                                   args=ARGS, viewport={"width": 1280, "height": 900})  # fmt: skip
+        ctx = p.chromium.launch_persistent_context(
+            tempfile.mkdtemp(),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=ARGS,
+            viewport={"width": 1280, "height": 900},
+        )
         for _ in range(tries):
             page = ctx.new_page()
             page.on("pageerror", lambda e: errors.append(str(e)))
@@ -95,25 +107,41 @@ def scaling(quick: bool) -> None:
         run = tmp / f"run-{h:g}h"
         t = time.perf_counter()
         seconds = int(h * 3600)
-        synth_run.write_run(run, seconds=seconds, interval_s=0.1, cores=4, gpus=2, steps=int(seconds / 0.3),
-                            step_s=0.29)  # fmt: skip
+        synth_run.write_run(
+            run, seconds=seconds, interval_s=0.1, cores=4, gpus=2, steps=int(seconds / 0.3), step_s=0.29
+        )
         written = time.perf_counter() - t
         wall, rss = _report_once(run)
         rows.append((h, seconds * 10, wall, rss, written))
-        print(f"{h:6g} h  {seconds * 10:>10,} samples  report {wall:7.2f} s  peak RSS {rss:7.0f} MB  "
-              f"(synthetic run written in {written:.0f} s)", flush=True)  # fmt: skip
+        print(
+            f"{h:6g} h  {seconds * 10:>10,} samples  report {wall:7.2f} s  peak RSS {rss:7.0f} MB  "
+            f"(synthetic run written in {written:.0f} s)",
+            flush=True,
+        )
     time_exp = _exponent([r[0] for r in rows], [r[2] for r in rows])
     rss_exp = _exponent([r[0] for r in rows], [r[3] for r in rows])
     last = rows[-1]
     tail_exp = _exponent([r[0] for r in rows[-2:]], [r[2] for r in rows[-2:]])  # start-up cost flattens the fit
-    print(f"log-log exponent: time {time_exp:.2f} (two longest runs {tail_exp:.2f}), peak RSS {rss_exp:.2f}   "
-          "(target: time exponent <= 1.1)")  # fmt: skip
+    print(
+        f"log-log exponent: time {time_exp:.2f} (two longest runs {tail_exp:.2f}), peak RSS {rss_exp:.2f}   "
+        "(target: time exponent <= 1.1)"
+    )
     if not quick:
         print(f"at {last[0]:g} h: {last[2]:.1f} s (target <= 30 s), {last[3]:.0f} MB (target <= 1024 MB)")
     ok = max(time_exp, tail_exp) <= 1.1 and (quick or (last[2] <= 30 and last[3] <= 1024))
-    print(json.dumps({"hours": hours, "report_s": [round(r[2], 2) for r in rows],
-                      "peak_rss_mb": [round(r[3]) for r in rows], "time_exponent": round(time_exp, 3), "tail_exponent": round(tail_exp, 3),
-                      "rss_exponent": round(rss_exp, 3), "ok": ok}))  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "hours": hours,
+                "report_s": [round(r[2], 2) for r in rows],
+                "peak_rss_mb": [round(r[3]) for r in rows],
+                "time_exponent": round(time_exp, 3),
+                "tail_exponent": round(tail_exp, 3),
+                "rss_exponent": round(rss_exp, 3),
+                "ok": ok,
+            }
+        )
+    )
 
 
 def main() -> None:
@@ -128,8 +156,17 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-report-"))
     run = tmp / "run"
     t = time.perf_counter()
-    synth_run.write_run(run, seconds=seconds, interval_s=0.1, cores=64, gpus=8, steps=steps, step_s=0.09,
-                        gpu=45.0, verdicts=synth_run.sample_verdicts())  # fmt: skip
+    synth_run.write_run(
+        run,
+        seconds=seconds,
+        interval_s=0.1,
+        cores=64,
+        gpus=8,
+        steps=steps,
+        step_s=0.09,
+        gpu=45.0,
+        verdicts=synth_run.sample_verdicts(),
+    )
     written = time.perf_counter() - t
     t = time.perf_counter()
     out = write_report(run, tmp / "report.html", price_per_hour=24.48)

@@ -137,8 +137,10 @@ def offline(base: Path, steps: int, smd_steps: int, use_smdebug: bool, repeats: 
     out = base / "ts_run"
     write_s = write_trainspect(out, steps)
     names = ts.create_trial(out).tensor_names()
-    print(f"Offline: {steps} steps x {len(names)} tensors, every step (trainspect's hook wrote it in {write_s:.1f} s)",
-          flush=True)  # fmt: skip
+    print(
+        f"Offline: {steps} steps x {len(names)} tensors, every step (trainspect's hook wrote it in {write_s:.1f} s)",
+        flush=True,
+    )
     total, alone, verdicts = time_trainspect(out, repeats)
     smd: dict[str, Any] = {}
     if use_smdebug and SMD_PY.exists():
@@ -152,8 +154,10 @@ def offline(base: Path, steps: int, smd_steps: int, use_smdebug: bool, repeats: 
             smd = (_smd("rules", str(smd_out), str(smd_steps)) or {}).get("rules", {})
     scale = steps / smd_steps
     if smd and scale != 1:
-        print(f"  smdebug: invoke_rule timed over steps 0-{smd_steps - 1} of its run and scaled x{scale:g} to {steps} "
-              "steps (opening the trial counted once)")  # fmt: skip
+        print(
+            f"  smdebug: invoke_rule timed over steps 0-{smd_steps - 1} of its run and scaled x{scale:g} to {steps} "
+            "steps (opening the trial counted once)"
+        )
     agree = _agreement(out, smd, smd_steps) if smd else {}
     print(f"  {'rule':26s} {'trainspect':>11s} {'smdebug':>10s} {'ratio':>8s}   verdict; triggers/datapoints")
     smd_total = 0.0
@@ -172,13 +176,18 @@ def offline(base: Path, steps: int, smd_steps: int, use_smdebug: bool, repeats: 
     if smd:
         ratio = smd_total / total
         ok = ratio >= 10
-        print(f"  {'all rules':26s} {total:9.3f} s {smd_total:8.2f} s {ratio:7.1f}x   target >= 10x: "
-              f"{'ok' if ok else 'MISSED'}", flush=True)  # fmt: skip
+        print(
+            f"  {'all rules':26s} {total:9.3f} s {smd_total:8.2f} s {ratio:7.1f}x   target >= 10x: "
+            f"{'ok' if ok else 'MISSED'}",
+            flush=True,
+        )
         if not ok:
             missed.append("offline vs smdebug")
         alone_total = sum(alone.values())
-        print(f"  {'each rule on its own, sum':26s} {alone_total:9.3f} s {smd_total:8.2f} s "
-              f"{smd_total / alone_total:7.1f}x   (one evaluate() per rule, like smdebug's job per rule)")  # fmt: skip
+        print(
+            f"  {'each rule on its own, sum':26s} {alone_total:9.3f} s {smd_total:8.2f} s "
+            f"{smd_total / alone_total:7.1f}x   (one evaluate() per rule, like smdebug's job per rule)"
+        )
     return missed
 
 
@@ -239,8 +248,10 @@ def _live_run(kind: str, out: Path, steps: int, pad: float) -> tuple[float, floa
 
 def live(base: Path, steps: int, rounds: int) -> list[str]:
     pad = _calibrate_pad()
-    print(f"Live: {steps} steps per run at ~{1 / _STEP_S:.0f} steps/s (MLP 256-256-256-10, batch 64, padded with a "
-          f"{pad * 1e3:.1f} ms sleep), median of {rounds} rounds, order rotated")  # fmt: skip
+    print(
+        f"Live: {steps} steps per run at ~{1 / _STEP_S:.0f} steps/s (MLP 256-256-256-10, batch 64, padded with a "
+        f"{pad * 1e3:.1f} ms sleep), median of {rounds} rounds, order rotated"
+    )
     kinds = ("plain", "hook", "rules")
     per: dict[str, list[float]] = {k: [] for k in kinds}
     cpu: dict[str, list[float]] = {k: [] for k in kinds}
@@ -262,21 +273,27 @@ def live(base: Path, steps: int, rounds: int) -> list[str]:
     med = {k: statistics.median(v) for k, v in per.items()}
     for kind, label in (("plain", "plain loop"), ("hook", "Hook(out)"), ("rules", 'Hook(out, rules="default")')):
         cpu_ms, close_ms = statistics.median(cpu[kind]) * 1e3, statistics.median(close[kind]) * 1e3
-        print(f"  {label:28s} {med[kind] * 1e3:7.3f} ms/step  ({1 / med[kind]:5.1f} steps/s), "
-              f"CPU {cpu_ms:6.3f} ms/step, close {close_ms:5.1f} ms")  # fmt: skip
+        print(
+            f"  {label:28s} {med[kind] * 1e3:7.3f} ms/step  ({1 / med[kind]:5.1f} steps/s), "
+            f"CPU {cpu_ms:6.3f} ms/step, close {close_ms:5.1f} ms"
+        )
     ratio = statistics.median(ratios)
     missed = []
     ok = ratio <= 1.03
-    print(f"  rules / hook step time       {ratio:7.3f}x  (rounds {', '.join(f'{r:.3f}' for r in ratios)})  "
-          f"target <= 1.03x: {'ok' if ok else 'MISSED'}")  # fmt: skip
+    print(
+        f"  rules / hook step time       {ratio:7.3f}x  (rounds {', '.join(f'{r:.3f}' for r in ratios)})  "
+        f"target <= 1.03x: {'ok' if ok else 'MISSED'}"
+    )
     if not ok:
         missed.append("live step time")
     lags.sort()
     p95 = lags[int(0.95 * (len(lags) - 1))] if lags else 0
     worst = lags[-1] if lags else 0
     ok = worst <= 2
-    print(f"  lag of live rules (steps)    max {worst}, p95 {p95}, over {len(lags)} samples  "
-          f"target max <= 2: {'ok' if ok else 'MISSED'}")  # fmt: skip
+    print(
+        f"  lag of live rules (steps)    max {worst}, p95 {p95}, over {len(lags)} samples  "
+        f"target max <= 2: {'ok' if ok else 'MISSED'}"
+    )
     if not ok:
         missed.append("live lag")
     return missed

@@ -184,17 +184,21 @@ def report_cli(lengths: list[int], before: str | None, repeat: int) -> None:
         sizes = sorted(res)
         for n in sizes:
             took, rss = res[n]
-            print(f"{label} trainspect rules (whole command): {n:>7} steps in {took:6.2f} s, {took / n * 1e6:7.1f} "
-                  f"us/step, peak RSS {rss / 2**20:6.1f} MiB")  # fmt: skip
+            print(
+                f"{label} trainspect rules (whole command): {n:>7} steps in {took:6.2f} s, {took / n * 1e6:7.1f} "
+                f"us/step, peak RSS {rss / 2**20:6.1f} MiB"
+            )
         if len(sizes) < 2:
             continue
         (n1, (t1, _)), (n2, (t2, _)) = (sizes[-2], res[sizes[-2]]), (sizes[-1], res[sizes[-1]])
         slope = (t2 - t1) / (n2 - n1) * 1e6
         exp = exponent([(n, res[n][0]) for n in sizes])
         verdict = "met" if slope <= 20 else "NOT met"
-        print(f"{label} whole command: {slope:.1f} us per step between {n1} and {n2} steps (target <= 20: {verdict}),"
-              f" fixed {(t1 - slope * n1 / 1e6):.2f} s, peak RSS {max(r for _, r in res.values()) / 2**20:.1f} MiB,"
-              f" exponent {exp:.2f}")  # fmt: skip
+        print(
+            f"{label} whole command: {slope:.1f} us per step between {n1} and {n2} steps (target <= 20: {verdict}),"
+            f" fixed {(t1 - slope * n1 / 1e6):.2f} s, peak RSS {max(r for _, r in res.values()) / 2**20:.1f} MiB,"
+            f" exponent {exp:.2f}"
+        )
 
 
 def line_fit(points: list[tuple[float, float]]) -> tuple[float, float]:

@@ -41,8 +41,11 @@ KEYS += ["cpu_memory_used_percent", "disk_read_bytes_per_second", "network_sent_
 def write_run(run: Path) -> np.ndarray:
     rows = SECONDS * 10
     rng = np.random.default_rng(0)
-    values = np.clip(50 + 40 * np.sin(np.arange(rows)[:, None] / 300 + np.arange(len(KEYS))) +
-                     rng.normal(0, 5, (rows, len(KEYS))), 0, 100).round(1)  # fmt: skip
+    values = np.clip(
+        50 + 40 * np.sin(np.arange(rows)[:, None] / 300 + np.arange(len(KEYS))) + rng.normal(0, 5, (rows, len(KEYS))),
+        0,
+        100,
+    ).round(1)
     RunLayout(run).root.mkdir(parents=True)
     (run / "trainspect.json").write_text(json.dumps({"format_version": 1, "job_id": "b", "created": T0}))
     writer = SystemChunkWriter(RunLayout(run).system_dir("node-a"), "node-a", 100)
@@ -54,11 +57,31 @@ def write_run(run: Path) -> np.ndarray:
     steps = SECONDS * 5
     starts = T0 + 1 + np.arange(steps) * 0.2
     frames = FrameFile(RunLayout(run).framework_dir("worker_0") / f"{int(T0 * 1000):013d}{schema.FRAMEWORK_SUFFIX}")
-    frames.write_json(schema.KIND_EVENT, {"event": "start", "time": T0, "process_start": T0, "worker": "worker_0",
-                                          "node": "node-a", "host": "node-a", "pid": 1})  # fmt: skip
-    frames.write(schema.KIND_TABLE, schema.encode_table("steps", {
-        "mode": np.ones(steps, np.uint8), "mode_step": np.arange(steps), "global_step": np.arange(steps),
-        "start": starts, "end": starts + 0.19}))  # fmt: skip
+    frames.write_json(
+        schema.KIND_EVENT,
+        {
+            "event": "start",
+            "time": T0,
+            "process_start": T0,
+            "worker": "worker_0",
+            "node": "node-a",
+            "host": "node-a",
+            "pid": 1,
+        },
+    )
+    frames.write(
+        schema.KIND_TABLE,
+        schema.encode_table(
+            "steps",
+            {
+                "mode": np.ones(steps, np.uint8),
+                "mode_step": np.arange(steps),
+                "global_step": np.arange(steps),
+                "start": starts,
+                "end": starts + 0.19,
+            },
+        ),
+    )
     frames.close()
     return values
 
@@ -78,8 +101,10 @@ def bench_heatmap(logdir: Path) -> None:
     c, _plugin = client_for(logdir)
     start = time.perf_counter()
     c.get("/data/plugin/trainspect/profiler?run=big")
-    print(f"first load of the 1 h run (reads 36,000 x {len(KEYS)} samples + 18,000 steps): "
-          f"{(time.perf_counter() - start) * 1000:.0f} ms")  # fmt: skip
+    print(
+        f"first load of the 1 h run (reads 36,000 x {len(KEYS)} samples + 18,000 steps): "
+        f"{(time.perf_counter() - start) * 1000:.0f} ms"
+    )
     print("heatmap route, 1 h at 100 ms on 72 rows (median of 5; max):")
     for label, lo, hi in (("full hour", None, None), ("10 min", 600, 1200), ("1 min", 600, 660), ("10 s", 600, 610)):
         for columns in (400, 1000):
@@ -92,10 +117,11 @@ def bench_heatmap(logdir: Path) -> None:
                 r = c.get("/data/plugin/trainspect/heatmap", query_string=q)
                 times.append((time.perf_counter() - t) * 1000)
                 size = len(r.data)
-            gz = len(c.get("/data/plugin/trainspect/heatmap", query_string=q,
-                           headers={"Accept-Encoding": "gzip"}).data)  # fmt: skip
-            print(f"  {label:9s} columns={columns:4d}: {statistics.median(times):6.0f} ms (max {max(times):4.0f}), "
-                  f"{size / 1e3:6.0f} kB JSON, {gz / 1e3:5.0f} kB gzip")  # fmt: skip
+            gz = len(c.get("/data/plugin/trainspect/heatmap", query_string=q, headers={"Accept-Encoding": "gzip"}).data)
+            print(
+                f"  {label:9s} columns={columns:4d}: {statistics.median(times):6.0f} ms (max {max(times):4.0f}), "
+                f"{size / 1e3:6.0f} kB JSON, {gz / 1e3:5.0f} kB gzip"
+            )
     t = time.perf_counter()
     r = c.get("/data/plugin/trainspect/timeseries", query_string={"run": "big", "points": "600"})
     print(
@@ -135,8 +161,10 @@ def bench_is_active(root: Path) -> None:
         t = time.perf_counter()
         plugin._index.runs(force=True)
         rescan = (time.perf_counter() - t) * 1000
-        print(f"is_active, {label}: {first}; first call {cold:.2f} ms, cached median {statistics.median(warm):.4f} ms, "
-              f"full rescan {rescan:.2f} ms (done at most every 2 s while nothing is found)")  # fmt: skip
+        print(
+            f"is_active, {label}: {first}; first call {cold:.2f} ms, cached median {statistics.median(warm):.4f} ms, "
+            f"full rescan {rescan:.2f} ms (done at most every 2 s while nothing is found)"
+        )
 
 
 def bench_provider(root: Path, values: np.ndarray) -> None:
@@ -154,8 +182,10 @@ def bench_provider(root: Path, values: np.ndarray) -> None:
     write_s = time.perf_counter() - t
     size = sum(p.stat().st_size for p in run.iterdir())
     direct = sum(p.stat().st_size for p in (root / "logdir" / "big" / "profiler" / "system").rglob("*.tsys"))
-    print(f"as TB tensor summaries: {size / 1e6:.1f} MB event file (direct format: {direct / 1e6:.1f} MB), "
-          f"written in {write_s:.1f} s")  # fmt: skip
+    print(
+        f"as TB tensor summaries: {size / 1e6:.1f} MB event file (direct format: {direct / 1e6:.1f} MB), "
+        f"written in {write_s:.1f} s"
+    )
     for label, guidance in (("default reservoir", None), ("--samples_per_plugin trainspect=all", {"trainspect": 0})):
         mux = plugin_event_multiplexer.EventMultiplexer(tensor_size_guidance=guidance)
         mux.AddRunsFromDirectory(str(run))
@@ -167,8 +197,10 @@ def bench_provider(root: Path, values: np.ndarray) -> None:
         got = provider.read_tensors(RequestContext(), experiment_id="", plugin_name="trainspect", downsample=10**6)
         read = time.perf_counter() - t
         kept = sum(len(d) for tags in got.values() for d in tags.values())
-        print(f"  data provider, {label}: ingest {load:.1f} s, read_tensors {read * 1000:.0f} ms, "
-              f"{kept} of {SECONDS} chunks kept")  # fmt: skip
+        print(
+            f"  data provider, {label}: ingest {load:.1f} s, read_tensors {read * 1000:.0f} ms, "
+            f"{kept} of {SECONDS} chunks kept"
+        )
     t = time.perf_counter()
     SystemMetricsReader(root / "logdir" / "big").read_arrays()
     print(f"  direct read (SystemMetricsReader.read_arrays): {(time.perf_counter() - t) * 1000:.0f} ms, all chunks")
@@ -181,11 +213,23 @@ def bench_render(logdir: Path) -> None:
     board = program.TensorBoard(plugins=default.get_plugins())
     board.configure(logdir=str(logdir), host="127.0.0.1", port=0, load_fast="false", reload_interval=5)
     url = board.launch()
-    args = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+    args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--no-first-run",
+        "--disable-sync",
+    ]
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
-        ctx = pw.chromium.launch_persistent_context(profile, executable_path="/usr/bin/chromium", headless=True,
-                                                    args=args, viewport={"width": 1400, "height": 1000})  # fmt: skip
+        ctx = pw.chromium.launch_persistent_context(
+            profile,
+            executable_path="/usr/bin/chromium",
+            headless=True,
+            args=args,
+            viewport={"width": 1400, "height": 1000},
+        )
         page = ctx.new_page()
         warm = []
         for i in range(4):
@@ -198,12 +242,16 @@ def bench_render(logdir: Path) -> None:
                 .map((e) => `${e.name.split('/').pop().split('?')[0]} ${Math.round(e.responseEnd - e.startTime)} ms`)""")
             if i == 0:
                 drawn = page.get_attribute("canvas.heatmap-canvas", "data-drawn")
-                print(f"Profiler view in headless Chromium, cold server (first read of the run): {ms:.0f} ms to heatmap "
-                      f"+ time series drawn ({drawn} cells); requests: {', '.join(spans)}")  # fmt: skip
+                print(
+                    f"Profiler view in headless Chromium, cold server (first read of the run): {ms:.0f} ms to heatmap "
+                    f"+ time series drawn ({drawn} cells); requests: {', '.join(spans)}"
+                )
             else:
                 warm.append(ms)
-        print(f"Profiler view, warm server: median {statistics.median(warm):.0f} ms, min {min(warm):.0f} ms "
-              f"(last requests: {', '.join(spans)}); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
+        print(
+            f"Profiler view, warm server: median {statistics.median(warm):.0f} ms, min {min(warm):.0f} ms "
+            f"(last requests: {', '.join(spans)}); load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+        )
         ctx.close()
 
 

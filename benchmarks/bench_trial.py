@@ -166,10 +166,14 @@ def frame_vs_loop(base: Path, steps: int, reductions: list[str] | None) -> tuple
     out = base / f"frames_{steps}_{'red' if reductions else 'loss'}"
     losses = frozenset({"losses"})
     if reductions is None:
-        _write_records(out, steps, lambda s: {
-            "loss": TensorRecord("loss", np.array(1.0 / (s + 1), np.float32), collections=losses),
-            "aux_loss": TensorRecord("aux_loss", np.array(s % 7, np.float32), collections=losses),
-        })  # fmt: skip
+        _write_records(
+            out,
+            steps,
+            lambda s: {
+                "loss": TensorRecord("loss", np.array(1.0 / (s + 1), np.float32), collections=losses),
+                "aux_loss": TensorRecord("aux_loss", np.array(s % 7, np.float32), collections=losses),
+            },
+        )
     else:
         reds = {Reduction.parse(r): float(np.sin(i + 1)) for i, r in enumerate(reductions)}
         _write_records(out, steps, lambda s: {"gradient/w": TensorRecord("gradient/w", None, reds, shape=(256,))})
@@ -186,9 +190,15 @@ def frame_vs_loop(base: Path, steps: int, reductions: list[str] | None) -> tuple
 
 
 SYSTEM_KEYS = [f"cpu{i}_utilization_percent" for i in range(8)] + [
-    "gpu0_utilization_percent", "gpu0_memory_used_percent", "cpu_memory_used_percent", "cpu_iowait_percent",
-    "disk_read_bytes", "disk_write_bytes", "net_rx_bytes", "net_tx_bytes",
-]  # fmt: skip
+    "gpu0_utilization_percent",
+    "gpu0_memory_used_percent",
+    "cpu_memory_used_percent",
+    "cpu_iowait_percent",
+    "disk_read_bytes",
+    "disk_write_bytes",
+    "net_rx_bytes",
+    "net_tx_bytes",
+]
 
 
 def system_window(base: Path, hours: int, every_s: float = 1.0) -> tuple[float, int, int, float]:
@@ -226,20 +236,28 @@ def frames_benchmarks(base: Path, quick: bool) -> list[str]:
     """Part 3 (issue 31); returns the targets missed."""
     missed = []
     steps = 10_000 if quick else 100_000
-    if not _print_ratio(f"trial.dataframe(), every loss of a {steps:,}-step run (2 losses):", "value() per step",
-                        *frame_vs_loop(base, steps, None)):  # fmt: skip
+    if not _print_ratio(
+        f"trial.dataframe(), every loss of a {steps:,}-step run (2 losses):",
+        "value() per step",
+        *frame_vs_loop(base, steps, None),
+    ):
         missed.append("dataframe of losses")
     reds = ["mean", "std", "min", "max", "l2", "abs_mean"]
     steps = 2_000 if quick else 10_000
-    if not _print_ratio(f"trial.dataframe(reductions=...), one tensor, {len(reds)} reductions x {steps:,} steps:",
-                        "reduction_value()", *frame_vs_loop(base, steps, reds)):  # fmt: skip
+    if not _print_ratio(
+        f"trial.dataframe(reductions=...), one tensor, {len(reds)} reductions x {steps:,} steps:",
+        "reduction_value()",
+        *frame_vs_loop(base, steps, reds),
+    ):
         missed.append("dataframe of reductions")
     print(f"window(run, t, t + 1 h) of a system run ({len(SYSTEM_KEYS)} metrics, 1 s samples), fresh readers:")
     for hours in (2, 4, 6) if quick else (6, 12, 24):
         seconds, read, files, full_s = system_window(base, hours)
         ok = seconds < 1.0
-        print(f"  {hours:2d} h run: {seconds * 1e3:7.1f} ms, {read} of {files} files read "
-              f"(whole run read: {full_s * 1e3:7.1f} ms)   target < 1 s: {'ok' if ok else 'MISSED'}")  # fmt: skip
+        print(
+            f"  {hours:2d} h run: {seconds * 1e3:7.1f} ms, {read} of {files} files read "
+            f"(whole run read: {full_s * 1e3:7.1f} ms)   target < 1 s: {'ok' if ok else 'MISSED'}"
+        )
         if not ok:
             missed.append(f"window of {hours} h")
     return missed

@@ -59,7 +59,7 @@ def train(out_dir: Path, lr: float, steps: int) -> tuple[int, str | None]:
             ts.rules.ExplodingTensor(actions=["StopTraining"]),
             ts.rules.VanishingGradient(),
             ts.rules.LossNotDecreasing(),
-        ],  # fmt: skip
+        ],
         profiler_config=ts.ProfilerConfig(
             system_monitor_interval_millis=100, framework_profile_params=ts.profiler.FrameworkProfile()
         ),

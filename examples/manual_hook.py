@@ -1,7 +1,7 @@
 """Record a PyTorch training run with the manual hook (one line per object to register).
 
-    python examples/manual_hook.py --out runs/manual --steps 300
-    tensorboard --logdir runs
+python examples/manual_hook.py --out runs/manual --steps 300
+tensorboard --logdir runs
 """
 
 from __future__ import annotations

@@ -35,14 +35,23 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "trainspect"
 
 # module (relative to trainspect/) -> the test files that exercise it
-_STORE = ["tests/store/test_tensor_file_roundtrip.py", "tests/store/test_framing.py",
-          "tests/store/test_crash_and_corruption.py", "tests/store/test_trial_api.py", "-knot sigkill"]
+_STORE = [
+    "tests/store/test_tensor_file_roundtrip.py",
+    "tests/store/test_framing.py",
+    "tests/store/test_crash_and_corruption.py",
+    "tests/store/test_trial_api.py",
+    "-knot sigkill",
+]
 _PROFILER_RULES = ["tests/profiler/test_profiler_rule_edges.py", "tests/profiler/test_profiler_rules.py"]
 # module (relative to trainspect/) -> the pytest arguments (test files, options) of the tests that exercise it
 TESTS: dict[str, list[str]] = {
-    "store/framing.py": ["tests/store/test_framing.py", "tests/store/test_tensor_file_roundtrip.py",
-                         "tests/store/test_crash_and_corruption.py", "tests/profiler/test_profiler_storage.py",
-                         "-knot sigkill"],
+    "store/framing.py": [
+        "tests/store/test_framing.py",
+        "tests/store/test_tensor_file_roundtrip.py",
+        "tests/store/test_crash_and_corruption.py",
+        "tests/profiler/test_profiler_storage.py",
+        "-knot sigkill",
+    ],
     "store/index.py": _STORE,
     "store/tensor_file.py": _STORE,
     "rules/profiler/low_gpu_utilization.py": _PROFILER_RULES,
@@ -55,15 +64,40 @@ TESTS: dict[str, list[str]] = {
 DEFAULT_MODULES = list(TESTS)
 
 _SWAPS: dict[type[Any], type[Any]] = {
-    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq, ast.NotEq: ast.Eq,
-    ast.Is: ast.IsNot, ast.IsNot: ast.Is, ast.In: ast.NotIn, ast.NotIn: ast.In,
-    ast.And: ast.Or, ast.Or: ast.And, ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div,
+    ast.Lt: ast.LtE,
+    ast.LtE: ast.Lt,
+    ast.Gt: ast.GtE,
+    ast.GtE: ast.Gt,
+    ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq,
+    ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is,
+    ast.In: ast.NotIn,
+    ast.NotIn: ast.In,
+    ast.And: ast.Or,
+    ast.Or: ast.And,
+    ast.Add: ast.Sub,
+    ast.Sub: ast.Add,
+    ast.Mult: ast.Div,
 }
 _SYMBOL: dict[type[Any], str] = {
-    ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=", ast.Is: "is",
-    ast.IsNot: "is not", ast.In: "in", ast.NotIn: "not in", ast.And: "and", ast.Or: "or", ast.Add: "+",
-    ast.Sub: "-", ast.Mult: "*", ast.Div: "/",
-}  # fmt: skip
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Is: "is",
+    ast.IsNot: "is not",
+    ast.In: "in",
+    ast.NotIn: "not in",
+    ast.And: "and",
+    ast.Or: "or",
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+}
 _QUIET_CALLS = {"debug"}  # removing a debug log line changes nothing a test can see
 
 
@@ -82,8 +116,7 @@ def _mutable_nodes(tree: ast.AST) -> Iterator[ast.AST]:
     for node in _walk(tree):
         if isinstance(node, ast.Compare) and type(node.ops[0]) in _SWAPS:
             yield node
-        elif isinstance(node, ast.BoolOp) or (isinstance(node, (ast.BinOp, ast.AugAssign))
-                                              and type(node.op) in _SWAPS):  # fmt: skip
+        elif isinstance(node, ast.BoolOp) or (isinstance(node, (ast.BinOp, ast.AugAssign)) and type(node.op) in _SWAPS):
             yield node
         elif isinstance(node, ast.Constant) and isinstance(node.value, (bool, int, float)):
             yield node
@@ -188,8 +221,13 @@ def mutated_source(m: Mutant) -> str:
 
 def _run_tests(copy_root: Path, tests: list[str], timeout: float, show: bool = False) -> str:
     tests = [t for t in tests if t.startswith("-") or (ROOT / t.split("::")[0]).exists()]  # an older checkout
-    env = {**os.environ, "PYTHONPATH": str(copy_root), "PYTHONDONTWRITEBYTECODE": "1", "TRAINSPECT_TESTING": "1",
-           "OMP_NUM_THREADS": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(copy_root),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TRAINSPECT_TESTING": "1",
+        "OMP_NUM_THREADS": "1",
+    }
     cmd = [sys.executable, "-P", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
     try:
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=timeout, check=False)
@@ -238,8 +276,14 @@ def main() -> int:
 
 def _check_imports_the_copy(copy_root: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(copy_root), "PYTHONDONTWRITEBYTECODE": "1"}
-    where = subprocess.run([sys.executable, "-P", "-c", "import trainspect; print(trainspect.__file__)"], cwd=ROOT,
-                           env=env, capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    where = subprocess.run(
+        [sys.executable, "-P", "-c", "import trainspect; print(trainspect.__file__)"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     if not where.startswith(str(copy_root)):
         raise SystemExit(f"the tests would import {where}, not the mutated copy under {copy_root}")
 
@@ -256,8 +300,10 @@ def _run_all(chosen: list[Mutant], copy_root: Path, timeout: float) -> list[tupl
         finally:
             target.write_text(original)
         results.append((m, outcome))
-        print(f"[{n}/{len(chosen)}] {outcome:8s} {m.module}:{m.line}  {m.what}  ({time.monotonic() - start:.0f}s)",
-              flush=True)  # fmt: skip
+        print(
+            f"[{n}/{len(chosen)}] {outcome:8s} {m.module}:{m.line}  {m.what}  ({time.monotonic() - start:.0f}s)",
+            flush=True,
+        )
     return results
 
 

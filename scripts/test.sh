@@ -9,6 +9,7 @@ if ! command -v chromium >/dev/null 2>&1; then
   else sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; fi
 fi
 export TRAINSPECT_TESTING=1 OMP_NUM_THREADS=1
-.venv/bin/ruff check trainspect tests benchmarks examples
+.venv/bin/ruff check trainspect tests benchmarks examples scripts
+.venv/bin/ruff format --check trainspect tests benchmarks examples scripts
 .venv/bin/mypy
 .venv/bin/python -m pytest -q -p no:cacheprovider --durations=15 tests --doctest-modules trainspect --ignore=trainspect/_bootstrap

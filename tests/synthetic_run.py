@@ -59,8 +59,19 @@ def write_steps(
     frames = FrameFile(
         RunLayout(run).framework_dir(worker) / f"{int(process_start * 1000):013d}{schema.FRAMEWORK_SUFFIX}"
     )
-    frames.write_json(schema.KIND_EVENT, {"event": "start", "time": when, "process_start": process_start,
-                                          "worker": worker, "node": node, "host": node, "pid": 1, "config": {}})  # fmt: skip
+    frames.write_json(
+        schema.KIND_EVENT,
+        {
+            "event": "start",
+            "time": when,
+            "process_start": process_start,
+            "worker": worker,
+            "node": node,
+            "host": node,
+            "pid": 1,
+            "config": {},
+        },
+    )
     for steps, spans in tables:
         frames.write(schema.KIND_TABLE, schema.encode_table("steps", dict(steps)))
         frames.write(schema.KIND_TABLE, schema.encode_table("spans", dict(spans)))

@@ -90,9 +90,15 @@ def test_report_on_a_full_disk_is_one_line_and_leaves_no_temporary_file(run_dir:
 
     out = tmp_path / "out"
     out.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "trainspect.cli", "report", str(run_dir), "-o", str(out)],
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                          timeout=120, check=False, preexec_fn=small_files)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainspect.cli", "report", str(run_dir), "-o", str(out)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        preexec_fn=small_files,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trainspect report: cannot write the report of"), proc.stderr

@@ -80,9 +80,26 @@ def _run(tmp_path: Path, *args: str, code: int = 0) -> subprocess.CompletedProce
     script = tmp_path / "train.py"
     script.write_text(NAN_SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "trainspect.cli", "run", "--out", str(tmp_path / "run"), *args,
-                           "--", sys.executable, str(script), str(code)],
-                          env=env, capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainspect.cli",
+            "run",
+            "--out",
+            str(tmp_path / "run"),
+            *args,
+            "--",
+            sys.executable,
+            str(script),
+            str(code),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_run_with_rules_prints_the_rules_with_issues_the_report_and_the_failure(tmp_path: Path) -> None:

@@ -61,8 +61,13 @@ def _wrapper(tmp_path: Path, *args: str, disable: bool = True) -> subprocess.Pop
     def interactive_signals() -> None:  # as from a terminal: a background job of a script starts with SIGINT ignored
         signal.signal(signal.SIGINT, signal.SIG_DFL)
 
-    return subprocess.Popen([sys.executable, "-m", "trainspect.cli", "run", "--out", str(tmp_path / "run"), *args],
-                            env=env, stderr=subprocess.PIPE, text=True, preexec_fn=interactive_signals)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-m", "trainspect.cli", "run", "--out", str(tmp_path / "run"), *args],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=interactive_signals,
+    )
 
 
 def _started(proc: subprocess.Popen[str], pids: Path) -> list[int]:
@@ -178,8 +183,14 @@ def test_a_missing_command_or_unusable_out_dir_is_one_line_and_exit_2(tmp_path: 
     blocker.write_text("")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for out in (blocker, blocker / "run"):
-        proc2 = subprocess.run([sys.executable, "-m", "trainspect.cli", "run", "--out", str(out), "--", "true"],
-                               env=env, capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        proc2 = subprocess.run(
+            [sys.executable, "-m", "trainspect.cli", "run", "--out", str(out), "--", "true"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         assert proc2.returncode == 2
         lines = proc2.stderr.strip().splitlines()
         assert len(lines) == 1 and "--out" in lines[0] and "not a directory" in lines[0], proc2.stderr
@@ -195,8 +206,18 @@ def test_in_a_terminal_the_training_owns_it_and_gets_ctrl_c(tmp_path: Path) -> N
         "try:\n    print('read', repr(line), flush=True)\n    time.sleep(60)\n"
         "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n    sys.exit(130)\n"
     )
-    argv = [sys.executable, "-m", "trainspect.cli", "run", "--out", str(tmp_path / "run"), "--", sys.executable, "-c",
-            code]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "trainspect.cli",
+        "run",
+        "--out",
+        str(tmp_path / "run"),
+        "--",
+        sys.executable,
+        "-c",
+        code,
+    ]
     environ = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSPECT_DISABLE": "1"}
     pid, fd = pty.fork()
     if pid == 0:  # the wrapper, on a new terminal as from an interactive shell

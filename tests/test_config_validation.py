@@ -107,8 +107,9 @@ BAD: list[tuple[str, Callable[[Path], Any], str]] = [
 
 
 @pytest.mark.parametrize(("build", "key"), [(b, k) for _, b, k in BAD], ids=[n for n, _, _ in BAD])
-def test_a_bad_value_fails_at_construction_naming_the_key(tmp_path: Path, build: Callable[[Path], Any],
-                                                          key: str) -> None:  # fmt: skip
+def test_a_bad_value_fails_at_construction_naming_the_key(
+    tmp_path: Path, build: Callable[[Path], Any], key: str
+) -> None:
     with pytest.raises(ConfigError) as info:
         build(tmp_path)
     message = str(info.value)
@@ -131,14 +132,30 @@ def test_good_values_are_still_accepted(tmp_path: Path) -> None:
     assert run == "a" * 32 and opts == {"price_per_hour": 2.0, "interval_s": 0.5}
     assert HookExtras(mlflow_run="false")._mlflow_options() == (False, {})
     assert HookExtras(mlflow_run={"Enabled": "false"})._mlflow_options()[0] is False
-    hook = _hook(tmp_path, include_workers="ALL", include_regex=(r for r in ["fc.*"]), dry_run=True,
-                 save_config=ts.SaveConfig(save_interval=5), mlflow_run=False)  # fmt: skip
+    hook = _hook(
+        tmp_path,
+        include_workers="ALL",
+        include_regex=(r for r in ["fc.*"]),
+        dry_run=True,
+        save_config=ts.SaveConfig(save_interval=5),
+        mlflow_run=False,
+    )
     assert hook.collector.include_workers == "all"
     hook.close()
-    kwargs = hook_kwargs_from_dict({"LocalPath": str(tmp_path / "j"), "HookParameters": {
-        "save_interval": "5", "include_workers": "all", "reductions": ["mean"], "include_regex": ["a", "b"]},
-        "Rules": [{"Name": "VanishingGradient", "Parameters": {"threshold": "0.001"}}], "MLflow": {"Enabled": False},
-        "ProfilerConfig": {"SystemMonitorIntervalMillis": "100"}})  # fmt: skip
+    kwargs = hook_kwargs_from_dict(
+        {
+            "LocalPath": str(tmp_path / "j"),
+            "HookParameters": {
+                "save_interval": "5",
+                "include_workers": "all",
+                "reductions": ["mean"],
+                "include_regex": ["a", "b"],
+            },
+            "Rules": [{"Name": "VanishingGradient", "Parameters": {"threshold": "0.001"}}],
+            "MLflow": {"Enabled": False},
+            "ProfilerConfig": {"SystemMonitorIntervalMillis": "100"},
+        }
+    )
     assert kwargs["rules"][0].threshold == 0.001 and kwargs["profiler_config"].system_monitor_interval_millis == 100
 
 
@@ -150,8 +167,9 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.parametrize("rule", [[], ["--rule", "VanishingGradient"]], ids=["all-rules", "one-rule"])
-def test_an_infinite_rule_param_exits_2_in_one_line(run_dir: Path, capsys: pytest.CaptureFixture[str],
-                                                     rule: list[str]) -> None:  # fmt: skip
+def test_an_infinite_rule_param_exits_2_in_one_line(
+    run_dir: Path, capsys: pytest.CaptureFixture[str], rule: list[str]
+) -> None:
     assert main(["rules", str(run_dir), *rule, "--param", "VanishingGradient.threshold=1e999"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["trainspect rules: --param VanishingGradient.threshold='1e999': expected a finite number >= 0"]
@@ -163,9 +181,23 @@ def test_mlflow_sync_to_a_dead_port_fails_fast_in_one_line(tmp_path: Path) -> No
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # nothing listens there once closed
-    proc = subprocess.run([sys.executable, "-m", "trainspect.cli", "mlflow-sync", str(tmp_path), "--run-id", "0" * 32,
-                           "--tracking-uri", f"http://127.0.0.1:{port}"],
-                          capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip  (it took 250 s once)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainspect.cli",
+            "mlflow-sync",
+            str(tmp_path),
+            "--run-id",
+            "0" * 32,
+            "--tracking-uri",
+            f"http://127.0.0.1:{port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )  # (it took 250 s once)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert f"127.0.0.1:{port} does not answer" in lines[0]

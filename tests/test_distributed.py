@@ -23,9 +23,14 @@ def _torchrun(
 ) -> subprocess.CompletedProcess[str]:
     base = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
-        [str(BIN / "torchrun"), *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False,
+        [str(BIN / "torchrun"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
         env={**base, **(env or {})},
-    )  # fmt: skip
+    )
 
 
 def _free_port() -> int:
@@ -36,8 +41,19 @@ def _free_port() -> int:
 
 def test_two_ranks_write_one_run_directory(tmp_path: Path) -> None:
     out = tmp_path / "ddp2"
-    proc = _torchrun(["--standalone", "--nproc_per_node", "2", "examples/ddp_train.py", "--out", str(out),
-                      "--steps", "12", "--profile"])  # fmt: skip
+    proc = _torchrun(
+        [
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "examples/ddp_train.py",
+            "--out",
+            str(out),
+            "--steps",
+            "12",
+            "--profile",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     trial = ts.create_trial(out)
     assert trial.workers() == ["worker_0", "worker_1"]
@@ -55,8 +71,20 @@ def test_two_ranks_write_one_run_directory(tmp_path: Path) -> None:
 
 def test_four_ranks_with_include_workers_one(tmp_path: Path) -> None:
     out = tmp_path / "ddp4"
-    proc = _torchrun(["--standalone", "--nproc_per_node", "4", "examples/ddp_train.py", "--out", str(out),
-                      "--steps", "6", "--include-workers", "one"])  # fmt: skip
+    proc = _torchrun(
+        [
+            "--standalone",
+            "--nproc_per_node",
+            "4",
+            "examples/ddp_train.py",
+            "--out",
+            str(out),
+            "--steps",
+            "6",
+            "--include-workers",
+            "one",
+        ]
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     trial = ts.create_trial(out)
     assert trial.workers() == ["worker_0"]
@@ -69,8 +97,18 @@ def test_four_ranks_with_include_workers_one(tmp_path: Path) -> None:
 def test_two_simulated_nodes_share_one_directory(tmp_path: Path) -> None:
     out = tmp_path / "nodes"
     port = _free_port()
-    common = ["--nnodes", "2", "--nproc_per_node", "1", "--rdzv-backend", "c10d",
-              "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "twonodes"]  # fmt: skip
+    common = [
+        "--nnodes",
+        "2",
+        "--nproc_per_node",
+        "1",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        f"127.0.0.1:{port}",
+        "--rdzv-id",
+        "twonodes",
+    ]
     script = ["examples/ddp_train.py", "--out", str(out), "--steps", "8", "--profile"]
     base = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1", "PYTHONPATH": str(ROOT)}
     procs = [
@@ -81,7 +119,7 @@ def test_two_simulated_nodes_share_one_directory(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for i in range(2)
     ]
     for p in procs:
@@ -115,8 +153,13 @@ def test_a_killed_rank_leaves_a_readable_run_that_names_the_missing_worker(tmp_p
     script = tmp_path / "rank.py"
     script.write_text(_RANK_SCRIPT)
     out = tmp_path / "killed"
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "WORLD_SIZE": "2", "TRAINSPECT_JOB_ID": "killed-job",
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "WORLD_SIZE": "2",
+        "TRAINSPECT_JOB_ID": "killed-job",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+    }
     procs = [
         subprocess.Popen(
             [sys.executable, str(script), str(out), "30"],
@@ -124,7 +167,7 @@ def test_a_killed_rank_leaves_a_readable_run_that_names_the_missing_worker(tmp_p
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for r in range(2)
     ]
     codes = [p.wait(timeout=240) for p in procs]

@@ -67,8 +67,12 @@ def test_unmodified_script_under_trainspect_run(tmp_path: Path) -> None:
     cli = [str(Path(sys.executable).parent / "trainspect"), "run", "--out", str(out), "--"]
     proc = subprocess.run(
         [*cli, sys.executable, "examples/unmodified_train.py", "--steps", "40"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert str(out) in proc.stderr
     trial = ts.create_trial(out)

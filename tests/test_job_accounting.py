@@ -29,15 +29,17 @@ _BIN = Path(sys.executable).parent
 def _python(script: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     path = cwd / "script.py"
     path.write_text(textwrap.dedent(script))
-    return subprocess.run([sys.executable, str(path)], cwd=cwd, env=env or _ENV, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(path)], cwd=cwd, env=env or _ENV, capture_output=True, text=True, timeout=300
+    )
 
 
 def _trainspect(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     environ = {**(env or _ENV), "PATH": f"{_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     environ.pop("TRAINSPECT_TESTING", None)  # the user's view: warnings, not re-raised internals
-    return subprocess.run([str(_BIN / "trainspect"), *args], cwd=cwd, env=environ, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run(
+        [str(_BIN / "trainspect"), *args], cwd=cwd, env=environ, capture_output=True, text=True, timeout=300
+    )
 
 
 _TRAIN = """
@@ -80,7 +82,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     where = tmp_path_factory.mktemp("runs")
     script = _TRAIN.replace("rules=None):", "rules=None, mid=None):").replace(
         "            opt.zero_grad(); loss.backward(); opt.step()\n",
-        "            opt.zero_grad(); loss.backward(); opt.step()\n" + _MID) + textwrap.dedent("""
+        "            opt.zero_grad(); loss.backward(); opt.step()\n" + _MID,
+    ) + textwrap.dedent("""
         from trainspect.rules import ExplodingTensor
         from trainspect.rules.profiler import InputBottleneck
         train('first', steps=30)
@@ -98,7 +101,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
         before = time.time()
         train('nb', steps=5)
         print('BEFORE', before)
-        """)  # fmt: skip
+        """)
     done = _python(script, where)
     assert done.returncode == 0, done.stderr
     (where / "stdout.txt").write_text(done.stdout)
@@ -116,8 +119,9 @@ def test_a_second_run_in_one_process_starts_at_its_hook_not_at_the_process_start
     stats = job_statistics(second)
     assert stats["start"] >= first.end_time()
     assert stats["before_job_s"] >= job_statistics(first)["duration_s"]  # kept as its own figure
-    init = [v for v in read_verdicts(tmp_path / "second" / "rules" / "verdicts.json")
-            if v.rule == "MaxInitializationTime"][0]  # fmt: skip
+    init = [
+        v for v in read_verdicts(tmp_path / "second" / "rules" / "verdicts.json") if v.rule == "MaxInitializationTime"
+    ][0]
     assert init.details["job_start"] >= first.end_time()
 
 
@@ -141,7 +145,8 @@ def test_the_training_loader_is_the_one_the_train_steps_drew_from(runs: Path) ->
 
 
 def test_the_closing_line_counts_tensor_and_profiler_rules_as_trainspect_rules_does(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text(textwrap.dedent("""
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent("""
         import torch
         torch.manual_seed(0)
         x, y = torch.randn(64, 8), torch.randint(0, 2, (64,))
@@ -150,7 +155,8 @@ def test_the_closing_line_counts_tensor_and_profiler_rules_as_trainspect_rules_d
         for step in range(80):
             loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad(); loss.backward(); opt.step()
-        """))  # fmt: skip
+        """)
+    )
     done = _trainspect("run", "--profile", "--out", "run", "--", "python", "train.py", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     verdicts = read_verdicts(tmp_path / "run" / "rules" / "verdicts.json")
@@ -209,8 +215,10 @@ hook.close()
 
 
 def test_trainspect_run_refuses_a_directory_that_holds_another_run(tmp_path: Path) -> None:
-    (tmp_path / "train.py").write_text("import pathlib, torch\npathlib.Path('ran').touch()\n"
-                                       "m = torch.nn.Linear(2, 1)\nm(torch.randn(3, 2)).sum().backward()\n")  # fmt: skip
+    (tmp_path / "train.py").write_text(
+        "import pathlib, torch\npathlib.Path('ran').touch()\n"
+        "m = torch.nn.Linear(2, 1)\nm(torch.randn(3, 2)).sum().backward()\n"
+    )
     first = _trainspect("run", "--profile", "--out", "run", "--", "python", "train.py", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     (tmp_path / "ran").unlink()
@@ -237,7 +245,8 @@ def test_a_stop_by_a_rule_is_recorded(runs: Path) -> None:
     assert "STOPPED" in (runs / "stdout.txt").read_text()
     stops = read_stops(runs / "stopped")
     assert [s["rule"] for s in stops] == ["ExplodingTensor"]
-    exploding = [v for v in read_verdicts(runs / "stopped" / "rules" / "verdicts.json")
-                 if v.rule == "ExplodingTensor"][0]  # fmt: skip
+    exploding = [v for v in read_verdicts(runs / "stopped" / "rules" / "verdicts.json") if v.rule == "ExplodingTensor"][
+        0
+    ]
     assert stops[0]["step"] is not None and stops[0]["step"] >= exploding.first_trigger_step
     assert json.loads((runs / "stopped" / "rules" / "stopped.json").read_text())["stops"][0]["worker"] == "worker_0"

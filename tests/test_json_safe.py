@@ -28,10 +28,30 @@ def test_non_finite_floats_become_null_or_the_verdict_files_strings() -> None:
 
 def test_numpy_enums_bytes_keys_and_unknown_objects() -> None:
     marker = object()
-    got = json_safe({1: np.int64(3), "b": np.bool_(True), "c": np.float32(0.5), "d": np.arange(3),
-                     "e": _Colour.RED, "f": Status.ISSUES_FOUND, "g": b"ok\xff", "h": (1, [2]), "i": marker})
-    assert got == {"1": 3, "b": True, "c": 0.5, "d": [0, 1, 2], "e": "red", "f": "IssuesFound", "g": "ok\ufffd",
-                   "h": [1, [2]], "i": marker}
+    got = json_safe(
+        {
+            1: np.int64(3),
+            "b": np.bool_(True),
+            "c": np.float32(0.5),
+            "d": np.arange(3),
+            "e": _Colour.RED,
+            "f": Status.ISSUES_FOUND,
+            "g": b"ok\xff",
+            "h": (1, [2]),
+            "i": marker,
+        }
+    )
+    assert got == {
+        "1": 3,
+        "b": True,
+        "c": 0.5,
+        "d": [0, 1, 2],
+        "e": "red",
+        "f": "IssuesFound",
+        "g": "ok\ufffd",
+        "h": [1, [2]],
+        "i": marker,
+    }
     assert type(got["1"]) is int and type(got["b"]) is bool and type(got["c"]) is float
     with pytest.raises(TypeError):
         json.dumps(got, allow_nan=False)  # an unknown object is the caller's: json.dumps' default decides
@@ -48,8 +68,12 @@ def test_a_long_series_of_plain_numbers_is_copied_and_a_non_finite_one_is_cleane
 
 
 def test_verdicts_round_trip_their_non_finite_values() -> None:
-    v = Verdict(rule="R", status=Status.ISSUES_FOUND, details={"x": np.float32("inf"), "n": np.int32(2)},
-                series=(Series("s", (1.0, 2.0), (math.nan, 3.0)),))  # fmt: skip
+    v = Verdict(
+        rule="R",
+        status=Status.ISSUES_FOUND,
+        details={"x": np.float32("inf"), "n": np.int32(2)},
+        series=(Series("s", (1.0, 2.0), (math.nan, 3.0)),),
+    )
     d = v.to_dict()
     assert d["details"] == {"x": "Infinity", "n": 2} and d["series"][0]["y"] == ["NaN", 3.0]
     back = Verdict.from_dict(json.loads(json.dumps(d)))

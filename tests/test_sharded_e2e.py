@@ -24,13 +24,32 @@ SAVED = (0, 2)
 
 
 def _run(job: str, out: Path, option: str = "", ranks: int = 2, timeout: int = 240) -> ts.Trial:
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1", "PYTHONPATH": str(ROOT),
-           "DS_ACCELERATOR": "cpu"}  # fmt: skip
+    env = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+        "TRAINSPECT_TESTING": "1",
+        "PYTHONPATH": str(ROOT),
+        "DS_ACCELERATOR": "cpu",
+    }
     proc = subprocess.run(
-        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", str(ranks), str(JOBS / f"{job}.py"),
-         "--out", str(out), "--option", option],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False, env=env,
-    )  # fmt: skip
+        [
+            str(BIN / "torchrun"),
+            "--standalone",
+            "--nproc_per_node",
+            str(ranks),
+            str(JOBS / f"{job}.py"),
+            "--out",
+            str(out),
+            "--option",
+            option,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return ts.create_trial(out)
 
@@ -88,9 +107,15 @@ def test_fsdp2_reductions_of_the_full_tensor_from_partials(tmp_path: Path) -> No
     for key in ("w/0/a.weight", "g/2/b.weight", "w/2/c.bias"):
         kind, step, param = key.split("/", 2)
         tensor, full = trial.tensor(_name("Net", kind, param)), exp[key].astype(np.float64)
-        want = {("mean", False): full.mean(), ("max", False): full.max(), ("min", False): full.min(),
-                ("variance", False): full.var(), ("l2", False): math.sqrt((full**2).sum()),
-                ("mean", True): np.abs(full).mean(), ("max", True): np.abs(full).max()}  # fmt: skip
+        want = {
+            ("mean", False): full.mean(),
+            ("max", False): full.max(),
+            ("min", False): full.min(),
+            ("variance", False): full.var(),
+            ("l2", False): math.sqrt((full**2).sum()),
+            ("mean", True): np.abs(full).mean(),
+            ("max", True): np.abs(full).max(),
+        }
         for (name, absolute), value in want.items():
             got = tensor.reduction_value(int(step), name, abs=absolute)
             assert got == pytest.approx(value, rel=1e-6, abs=1e-9), (key, name, absolute)

@@ -56,8 +56,9 @@ def test_autolog_records_functional_and_module_losses_once(tmp_path: Path, modul
 
 
 def test_autolog_records_weights_when_configured(tmp_path: Path) -> None:
-    logger = ts.autolog(out_dir=tmp_path / "run", include_collections=["weights", "losses"],
-                        save_config=ts.SaveConfig(save_interval=5))  # fmt: skip
+    logger = ts.autolog(
+        out_dir=tmp_path / "run", include_collections=["weights", "losses"], save_config=ts.SaveConfig(save_interval=5)
+    )
     assert logger is not None
     try:
         _train(11, module_loss=False)
@@ -78,8 +79,9 @@ class _Vae(nn.Module):
 
 def test_a_submodule_called_on_its_own_is_not_a_second_model(tmp_path: Path) -> None:
     # pytorch/examples' VAE samples with model.decode(z) after each epoch: no new model, no extra step
-    logger = ts.autolog(out_dir=tmp_path / "run", include_collections=["weights", "losses"],
-                        save_config=ts.SaveConfig(save_interval=1))  # fmt: skip
+    logger = ts.autolog(
+        out_dir=tmp_path / "run", include_collections=["weights", "losses"], save_config=ts.SaveConfig(save_interval=1)
+    )
     assert logger is not None
     model = _Vae()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -168,12 +170,18 @@ def test_trainspect_run_with_config_and_disable(tmp_path: Path) -> None:
     """)
     )
     config = tmp_path / "cfg.json"
-    config.write_text('{"HookParameters": {"SAVE_INTERVAL": "3"}, '
-                      '"CollectionConfigurations": [{"CollectionName": "weights"}]}')  # fmt: skip
+    config.write_text(
+        '{"HookParameters": {"SAVE_INTERVAL": "3"}, "CollectionConfigurations": [{"CollectionName": "weights"}]}'
+    )
     exe = str(Path(sys.executable).parent / "trainspect")
     out = tmp_path / "run"
-    proc = subprocess.run([exe, "run", "--out", str(out), "--config", str(config), "--", sys.executable, str(script)],
-                          capture_output=True, text=True, timeout=240, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [exe, "run", "--out", str(out), "--config", str(config), "--", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     trial = ts.create_trial(out)
     assert trial.tensor("Linear_weight").steps(ts.modes.TRAIN) == [0, 3, 6, 9]
@@ -181,8 +189,14 @@ def test_trainspect_run_with_config_and_disable(tmp_path: Path) -> None:
 
     off = tmp_path / "off"
     env = {"TRAINSPECT_DISABLE": "1", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([exe, "run", "--out", str(off), "--", sys.executable, str(script)],
-                          capture_output=True, text=True, timeout=240, check=False, env=env)  # fmt: skip
+    proc = subprocess.run(
+        [exe, "run", "--out", str(off), "--", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert not off.exists()
 
@@ -191,8 +205,13 @@ def test_trainspect_run_passes_the_exit_code_through(tmp_path: Path) -> None:
     script = tmp_path / "fail.py"
     script.write_text("raise SystemExit(3)\n")
     exe = str(Path(sys.executable).parent / "trainspect")
-    proc = subprocess.run([exe, "run", "--out", str(tmp_path / "r"), "--", sys.executable, str(script)],
-                          capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [exe, "run", "--out", str(tmp_path / "r"), "--", sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 3
 
 

@@ -34,8 +34,11 @@ def load_entry_points(group: str, register: Callable[[Any], object], what: str) 
     try:
         found = list(metadata.entry_points(group=group))
     except Exception as exc:  # a broken distribution's metadata: no plugin of the group
-        warnings.warn(f"trainspect: could not list the {what} plugins of {group}: {type(exc).__name__}: {exc}",
-                      RuntimeWarning, stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"trainspect: could not list the {what} plugins of {group}: {type(exc).__name__}: {exc}",
+            RuntimeWarning,
+            stacklevel=2,
+        )
         return []
     loaded = []
     for ep in found:
@@ -43,8 +46,12 @@ def load_entry_points(group: str, register: Callable[[Any], object], what: str) 
         try:
             register(ep.load())
         except Exception as exc:  # a broken plugin is skipped, never a crash
-            warnings.warn(f"trainspect: {what} plugin {name!r} ({group}) failed to load and was skipped: "
-                          f"{type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"trainspect: {what} plugin {name!r} ({group}) failed to load and was skipped: "
+                f"{type(exc).__name__}: {exc}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             continue
         loaded.append(name)
     return loaded

@@ -61,8 +61,16 @@ class Progress:
         except ImportError:
             return self
         fmt = "{desc}: {elapsed}" if self.total is None else None
-        self._bar = tqdm(total=self.total, desc=self.desc, unit=self.unit, file=self.stream, leave=False,
-                         dynamic_ncols=True, bar_format=fmt, mininterval=0.25)  # fmt: skip
+        self._bar = tqdm(
+            total=self.total,
+            desc=self.desc,
+            unit=self.unit,
+            file=self.stream,
+            leave=False,
+            dynamic_ncols=True,
+            bar_format=fmt,
+            mininterval=0.25,
+        )
         if self.total is None:
             self._thread = threading.Thread(target=self._tick, name="trainspect-progress", daemon=True)
             self._thread.start()

@@ -25,9 +25,12 @@ __all__ = ["main", "build_parser", "commands_text", "quiet_broken_pipe"]
 
 # Subcommands contributed by other modules: each exposes add_parser(subparsers) and run(args) -> int.
 _PLUGINS = (
-    "trainspect.rules.cli", "trainspect.tb_plugin.cli", "trainspect.report.cli", "trainspect.mlflow_plugin.cli",
+    "trainspect.rules.cli",
+    "trainspect.tb_plugin.cli",
+    "trainspect.report.cli",
+    "trainspect.mlflow_plugin.cli",
     "trainspect.store.remote.cli",
-)  # fmt: skip
+)
 
 _RUN_EXAMPLES = """examples:
   trainspect run -- python train.py --epochs 3
@@ -50,8 +53,12 @@ def _add_run(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p.add_argument("--config", help="JSON hook config (smdebug format, see README)")
     p.add_argument("--profile", action="store_true", help="also record system and framework metrics")
     p.add_argument("--profiler-interval", type=int, default=None, metavar="MS", help="system sampling interval in ms")
-    p.add_argument("--rules", metavar="NAME[,NAME]", default=None,
-                   help="rules to evaluate live, comma-separated ('default': the default set)")  # fmt: skip
+    p.add_argument(
+        "--rules",
+        metavar="NAME[,NAME]",
+        default=None,
+        help="rules to evaluate live, comma-separated ('default': the default set)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- followed by the command to run")
     p.set_defaults(func=_run)
 
@@ -258,14 +265,20 @@ def _reused_problem(out: Path) -> str:
     if manifest is None and not any(p.exists() for p in (layout.tensors_dir, layout.profiler_dir, layout.workers_dir)):
         return ""
     when = f", created {time.ctime(float(manifest.get('created') or 0))}" if manifest else ""
-    return (f"--out {str(out)!r} already holds another run{when}: trainspect never merges or overwrites runs; "
-            "choose a new --out (or leave it out: runs/<script>-<time>)")  # fmt: skip
+    return (
+        f"--out {str(out)!r} already holds another run{when}: trainspect never merges or overwrites runs; "
+        "choose a new --out (or leave it out: runs/<script>-<time>)"
+    )
 
 
 def _add_info(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("info", help="summarise a run directory (steps, tensors, workers)",
-                       description="Summarise a run directory: steps, modes, workers, tensors, collections.",
-                       epilog=_INFO_EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "info",
+        help="summarise a run directory (steps, tensors, workers)",
+        description="Summarise a run directory: steps, modes, workers, tensors, collections.",
+        epilog=_INFO_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("dir", help="the run directory (trainspect's or smdebug's)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(func=_info)
@@ -325,8 +338,11 @@ def build_parser() -> argparse.ArgumentParser:
     """Return the argument parser of the ``trainspect`` command."""
     from trainspect import __version__
 
-    parser = argparse.ArgumentParser(prog="trainspect", description="Local debugger and profiler for training jobs.",
-                                     epilog="'trainspect COMMAND --help': options and examples.")  # fmt: skip
+    parser = argparse.ArgumentParser(
+        prog="trainspect",
+        description="Local debugger and profiler for training jobs.",
+        epilog="'trainspect COMMAND --help': options and examples.",
+    )
     parser.add_argument("--version", action="version", version=f"trainspect {__version__}")
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND", title="commands")
     _add_run(sub)
@@ -350,8 +366,7 @@ def commands_text(parser: argparse.ArgumentParser) -> str:
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     helps = [(c.dest, c.help or "") for c in sub._choices_actions]
     width = max(len(name) for name, _ in helps)
-    lines = ["usage: trainspect COMMAND [options]   (trainspect COMMAND --help: options and examples)", "",
-             "commands:"]  # fmt: skip
+    lines = ["usage: trainspect COMMAND [options]   (trainspect COMMAND --help: options and examples)", "", "commands:"]
     lines += [f"  {name:<{width}}  {text}" for name, text in helps]
     lines += ["", "  --version  print trainspect's version"]
     return "\n".join(lines)

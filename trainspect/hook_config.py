@@ -28,9 +28,15 @@ __all__ = ["hook_kwargs_from_json", "hook_kwargs_from_dict", "load_json_config",
 _SAVE_KEYS = ("save_interval", "save_steps", "start_step", "end_step")
 _REDUCTION_KEYS = ("reductions", "save_raw_tensor", "save_shape")
 _HOOK_KEYS = (
-    "export_tensorboard", "tensorboard_dir", "save_all", "include_regex", "include_workers", "dry_run",
-    "local_gradients", "on_backlog",
-)  # fmt: skip
+    "export_tensorboard",
+    "tensorboard_dir",
+    "save_all",
+    "include_regex",
+    "include_workers",
+    "dry_run",
+    "local_gradients",
+    "on_backlog",
+)
 _COLLECTION_KEYS = ("include_regex", "save_histogram")
 _TOP_KEYS = ("localpath", "hookparameters", "collectionconfigurations", "rules", "profilerconfig", "mlflow")
 _SAGEMAKER_KEYS = ("s3outputpath", "s3path", "ruleconfigurations", "debugruleconfigurations")  # see sagemaker_notes
@@ -120,9 +126,11 @@ def hook_kwargs_from_dict(doc: Mapping[str, Any]) -> dict[str, Any]:
     top = {_ALIASES.get(k, k): v for k, v in _lower(doc, "config").items()}
     unknown = sorted(set(top) - set(_TOP_KEYS) - set(_SAGEMAKER_KEYS))
     if unknown:
-        raise ConfigError(f"config: unknown key(s) {', '.join(unknown)}; allowed: LocalPath, HookParameters, "
-                          "CollectionConfigurations, Rules, ProfilerConfig, MLflow (and SageMaker's S3OutputPath, "
-                          "RuleConfigurations)")  # fmt: skip
+        raise ConfigError(
+            f"config: unknown key(s) {', '.join(unknown)}; allowed: LocalPath, HookParameters, "
+            "CollectionConfigurations, Rules, ProfilerConfig, MLflow (and SageMaker's S3OutputPath, "
+            "RuleConfigurations)"
+        )
     hook = _lower(top.get("hookparameters") or {}, "HookParameters")
     _check_keys(hook, _HOOK_KEYS + _SAVE_KEYS + _REDUCTION_KEYS, "HookParameters")
     local = top.get("localpath")
@@ -236,8 +244,9 @@ def load_json_config(path: str | os.PathLike[str] | None = None) -> dict[str, An
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ConfigError(f"config file {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno} "
-                          f"column {exc.colno}") from None  # fmt: skip
+        raise ConfigError(
+            f"config file {str(path)!r} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     if not isinstance(doc, dict):
         raise ConfigError(f"config file {str(path)!r}: expected a JSON object at the top level")
     return doc

@@ -29,8 +29,18 @@ __all__ = ["Shard", "PARTIAL_KEYS", "LAYOUTS"]
 LAYOUTS = ("block", "flat", "partial_sum")
 
 PARTIAL_KEYS = (
-    "count", "sum", "sum_sq", "m2", "min", "max", "abs_sum", "abs_m2", "abs_min", "abs_max", "prod",
-)  # fmt: skip
+    "count",
+    "sum",
+    "sum_sq",
+    "m2",
+    "min",
+    "max",
+    "abs_sum",
+    "abs_m2",
+    "abs_min",
+    "abs_max",
+    "prod",
+)
 """The statistics each piece carries so that every reduction of the full tensor can be combined without a gather.
 
 ``count`` elements; ``sum``, ``sum_sq`` (of squares); ``m2``: the sum of squared deviations from the piece's own

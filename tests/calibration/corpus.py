@@ -53,8 +53,9 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def teacher_task(dim: int = 16, classes: int = 4, n: int = 2048, noise: float = 0.2, seed: int = 0,
-                 scale: float = 1.0) -> Task:  # fmt: skip
+def teacher_task(
+    dim: int = 16, classes: int = 4, n: int = 2048, noise: float = 0.2, seed: int = 0, scale: float = 1.0
+) -> Task:
     """Gaussian inputs labelled by a random linear teacher; a share ``noise`` of the labels is random."""
     g = _gen(seed)
     w = torch.randn(dim, classes, generator=g)
@@ -119,9 +120,17 @@ def mlp(sizes: list[int], act: Callable[[], nn.Module] = nn.ReLU) -> nn.Sequenti
     return nn.Sequential(*layers)
 
 
-def train(out: Path, model: nn.Module, opt: torch.optim.Optimizer, task: Task, steps: int = STEPS,
-          save_all: bool = False, batch: int = BATCH, per_step: Callable[..., None] | None = None,
-          rules: list[Any] | None = None) -> None:  # fmt: skip
+def train(
+    out: Path,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    task: Task,
+    steps: int = STEPS,
+    save_all: bool = False,
+    batch: int = BATCH,
+    per_step: Callable[..., None] | None = None,
+    rules: list[Any] | None = None,
+) -> None:
     """Train and evaluate as a careful user records it."""
     kwargs: dict[str, Any] = {"save_all": True} if save_all else {"include_collections": list(COLLECTIONS)}
     kwargs["rules"] = rules
@@ -156,9 +165,15 @@ class SmallCNN(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(8, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.AdaptiveAvgPool2d(2),
-        )  # fmt: skip
+            nn.Conv2d(1, 8, 3, padding=1),
+            nn.BatchNorm2d(8),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(8, 16, 3, padding=1),
+            nn.BatchNorm2d(16),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(2),
+        )
         self.head = nn.Linear(64, 4)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -30,18 +30,29 @@ def healthy_keras_fit(out: Path) -> None:
     keras.backend.clear_session()
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
-        [keras.Input((16,)), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(64, activation="relu"),
-         keras.layers.Dense(4)]
-    )  # fmt: skip
+        [
+            keras.Input((16,)),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(64, activation="relu"),
+            keras.layers.Dense(4),
+        ]
+    )
     model.compile(
         optimizer=keras.optimizers.Adam(3e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     )
     hook = ts.keras.Hook(
-        out, export_tensorboard=False, save_config=SaveConfig(save_interval=SAVE_EVERY),
+        out,
+        export_tensorboard=False,
+        save_config=SaveConfig(save_interval=SAVE_EVERY),
         include_collections=list(COLLECTIONS),
-    )  # fmt: skip
+    )
     with hook:
         model.fit(
-            x[:1024], y[:1024], batch_size=32, epochs=8, verbose=0, validation_data=(x[1024:], y[1024:]),
+            x[:1024],
+            y[:1024],
+            batch_size=32,
+            epochs=8,
+            verbose=0,
+            validation_data=(x[1024:], y[1024:]),
             callbacks=[hook],
-        )  # fmt: skip
+        )

@@ -31,8 +31,13 @@ def _hook(out: Path, every: int = 10, profiler: bool = False) -> Any:
     kwargs: dict[str, Any] = {}
     if profiler:
         kwargs["profiler_config"] = ts.ProfilerConfig(system_monitor_interval_millis=100)
-    return ts.torch.Hook(out, export_tensorboard=False, save_config=SaveConfig(save_interval=every),
-                         include_collections=COLLECTIONS, **kwargs)  # fmt: skip
+    return ts.torch.Hook(
+        out,
+        export_tensorboard=False,
+        save_config=SaveConfig(save_interval=every),
+        include_collections=COLLECTIONS,
+        **kwargs,
+    )
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -44,9 +49,12 @@ class Generator(nn.Module):
     def __init__(self, nz: int = 8, ngf: int = 16) -> None:
         super().__init__()
         self.main = nn.Sequential(
-            nn.ConvTranspose2d(nz, ngf * 2, 4, 1, 0, bias=False), nn.BatchNorm2d(ngf * 2), nn.ReLU(True),
-            nn.ConvTranspose2d(ngf * 2, 1, 4, 2, 1, bias=False), nn.Tanh(),
-        )  # fmt: skip
+            nn.ConvTranspose2d(nz, ngf * 2, 4, 1, 0, bias=False),
+            nn.BatchNorm2d(ngf * 2),
+            nn.ReLU(True),
+            nn.ConvTranspose2d(ngf * 2, 1, 4, 2, 1, bias=False),
+            nn.Tanh(),
+        )
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         return self.main(z)
@@ -56,9 +64,11 @@ class Discriminator(nn.Module):
     def __init__(self, ndf: int = 16) -> None:
         super().__init__()
         self.main = nn.Sequential(
-            nn.Conv2d(1, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, inplace=True),
-            nn.Conv2d(ndf, 1, 4, 1, 0, bias=False), nn.Sigmoid(),
-        )  # fmt: skip
+            nn.Conv2d(1, ndf, 4, 2, 1, bias=False),
+            nn.LeakyReLU(0.2, inplace=True),
+            nn.Conv2d(ndf, 1, 4, 1, 0, bias=False),
+            nn.Sigmoid(),
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.main(x).view(-1, 1).squeeze(1)
@@ -306,8 +316,16 @@ def _binary_task(seed: int, n: int = 2048) -> tuple[torch.Tensor, ...]:
     return x[:n], y[:n], x[n:], y[n:]
 
 
-def _sgd_mlp(out: Path, seed: int, lr: float, batch: int, eval_batch: int, profiler: bool = False, steps: int = 280,
-             eval_every: int = 20) -> None:  # fmt: skip
+def _sgd_mlp(
+    out: Path,
+    seed: int,
+    lr: float,
+    batch: int,
+    eval_batch: int,
+    profiler: bool = False,
+    steps: int = 280,
+    eval_every: int = 20,
+) -> None:
     torch.manual_seed(seed)
     x, y, x_val, y_val = _binary_task(seed)
     loader = DataLoader(_Samples(x, y), batch_size=batch, shuffle=True, generator=_gen(seed))

@@ -27,8 +27,11 @@ def cli(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(ts.__file__).parents[1]), *sys.path])}
     return subprocess.run(
         [sys.executable, "-m", "trainspect.cli", "rules", str(run), "--json", *args],
-        capture_output=True, text=True, env=env, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def _judge_all(runs: dict[str, Path]) -> dict[str, tuple[int, list[dict]]]:
@@ -44,7 +47,7 @@ def _judge_all(runs: dict[str, Path]) -> dict[str, tuple[int, list[dict]]]:
                 stderr=subprocess.PIPE,
                 text=True,
                 env=env,
-            )  # fmt: skip
+            )
             for n in names[i : i + 2]
         }
         for n, proc in procs.items():

@@ -42,10 +42,15 @@ def judge_all(runs: dict[str, Path]) -> dict[str, tuple[int, list[dict]]]:
     names = list(runs)
     for i in range(0, len(names), 2):
         procs = {
-            n: subprocess.Popen([sys.executable, "-m", "trainspect.cli", "rules", str(runs[n]), "--json"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+            n: subprocess.Popen(
+                [sys.executable, "-m", "trainspect.cli", "rules", str(runs[n]), "--json"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
             for n in names[i : i + 2]
-        }  # fmt: skip
+        }
         for n, proc in procs.items():
             out, err = proc.communicate(timeout=300)
             found = json.loads(out) if out.strip() else [{"rule": "cli", "status": "Error", "message": err[-2000:]}]

@@ -90,8 +90,12 @@ def test_a_sagemaker_script_runs_unchanged_under_trainspect_run(tmp_path):
     env = {**os.environ, "SMDEBUG_CONFIG_FILE_PATH": str(_sagemaker_config(tmp_path))}
     proc = subprocess.run(
         [sys.executable, "-m", "trainspect.cli", "run", "--out", str(out), "--", sys.executable, "train.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "trained" in proc.stdout
     assert not (tmp_path / "opt_ml_output_tensors").exists()  # one run directory: trainspect run's
@@ -127,8 +131,11 @@ def test_a_script_that_builds_its_own_hook_under_trainspect_run_gets_one_run(tmp
     out = tmp_path / "run"
     proc = subprocess.run(
         [sys.executable, "-m", "trainspect.cli", "run", "--out", str(out), "--", sys.executable, "train.py"],
-        cwd=tmp_path, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "RunDirectoryInUse" not in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "my_own_dir").exists()
@@ -154,8 +161,11 @@ def test_explicit_opt_in_and_the_trial_api(tmp_path, smdebug_modules):
     from smdebug.trials import create_trial
 
     model = torch.nn.Linear(4, 2)
-    hook = smd.Hook(out_dir=str(tmp_path / "run"), include_collections=["weights", "losses"],
-                    save_config=smd.SaveConfig(save_interval=1))  # fmt: skip
+    hook = smd.Hook(
+        out_dir=str(tmp_path / "run"),
+        include_collections=["weights", "losses"],
+        save_config=smd.SaveConfig(save_interval=1),
+    )
     hook.register_module(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for _ in range(3):
@@ -174,8 +184,13 @@ def test_explicit_opt_in_and_the_trial_api(tmp_path, smdebug_modules):
 
     class WeightsChange(Rule):
         def invoke_at_step(self, step):
-            return step > 0 and not (self.base_trial.tensor("Linear_weight").value(step) ==
-                                     self.base_trial.tensor("Linear_weight").value(step - 1)).all()
+            return (
+                step > 0
+                and not (
+                    self.base_trial.tensor("Linear_weight").value(step)
+                    == self.base_trial.tensor("Linear_weight").value(step - 1)
+                ).all()
+            )
 
     assert invoke_rule(WeightsChange(trial), start_step=0) == 2
 
@@ -204,9 +219,13 @@ def test_a_sagemaker_config_key_is_accepted_and_an_unknown_one_refused(tmp_path)
     from trainspect.exceptions import ConfigError
     from trainspect.hook_config import hook_kwargs_from_dict
 
-    kwargs = hook_kwargs_from_dict({"LocalPath": str(tmp_path), "S3OutputPath": "s3://b/p",
-                                    "RuleConfigurations": [{"RuleParameters": {"rule_to_invoke": "ExplodingTensor",
-                                                                               "only_nan": "True"}}]})  # fmt: skip
+    kwargs = hook_kwargs_from_dict(
+        {
+            "LocalPath": str(tmp_path),
+            "S3OutputPath": "s3://b/p",
+            "RuleConfigurations": [{"RuleParameters": {"rule_to_invoke": "ExplodingTensor", "only_nan": "True"}}],
+        }
+    )
     assert [type(r).__name__ for r in kwargs["rules"]] == ["ExplodingTensor"]
     with pytest.raises(ConfigError, match="(?i)s3outputpathh"):
         hook_kwargs_from_dict({"LocalPath": str(tmp_path), "S3OutputPathh": "s3://b/p"})
@@ -227,8 +246,13 @@ def test_a_subclassed_smdebug_hook_records_module_outputs_and_their_gradients(tm
             self.last_saved_step = self.step
 
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(1, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
-                                torch.nn.Flatten(), torch.nn.Linear(4 * 6 * 6, 2))  # fmt: skip
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 4, 3),
+        torch.nn.BatchNorm2d(4),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(4 * 6 * 6, 2),
+    )
     hook = OutputsAndGradients(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=2))
     hook.register_hook(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -255,8 +279,11 @@ def test_a_custom_rule_written_for_smdebug_runs_unchanged(tmp_path, smdebug_modu
     from smdebug.trials import create_trial
 
     model = torch.nn.Linear(4, 2)
-    hook = smd.Hook(out_dir=str(tmp_path / "run"), include_collections=["weights", "losses"],
-                    save_config=smd.SaveConfig(save_interval=1))  # fmt: skip
+    hook = smd.Hook(
+        out_dir=str(tmp_path / "run"),
+        include_collections=["weights", "losses"],
+        save_config=smd.SaveConfig(save_interval=1),
+    )
     hook.register_module(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for step in range(6):

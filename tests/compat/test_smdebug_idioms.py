@@ -89,8 +89,12 @@ def test_a_collection_defined_after_the_hook_and_a_read_before_close(tmp_path):
     from smdebug.trials import create_trial
 
     out = str(tmp_path / "run")
-    hook = Hook(out_dir=out, save_config=SaveConfig(save_steps=[0, 1, 2]), include_collections=["weights", "ReluIn"],
-                reduction_config=ReductionConfig(reductions=["max", "mean"]))  # fmt: skip
+    hook = Hook(
+        out_dir=out,
+        save_config=SaveConfig(save_steps=[0, 1, 2]),
+        include_collections=["weights", "ReluIn"],
+        reduction_config=ReductionConfig(reductions=["max", "mean"]),
+    )
     hook.get_collection("ReluIn").include(["relu0_input"])
     hook.get_collection("ReluIn").save_config = SaveConfig(save_steps=[3, 4])
     hook.get_collection("ReluIn").reduction_config = ReductionConfig(reductions=["min"], abs_reductions=["max"])
@@ -129,9 +133,11 @@ def test_the_module_paths_of_smdebugs_tests_and_its_older_config_spelling(tmp_pa
         "S3Path": "s3://bucket/prefix",
         "LocalPath": str(tmp_path / "run"),
         "HookParameters": {"save_all": False, "save_steps": "0, 1"},
-        "CollectionConfiguration": [{"CollectionName": CollectionKeys.WEIGHTS},
-                                    {"CollectionName": "fc", "CollectionParameters": {"include_regex": "fc_*"}}],
-    }  # fmt: skip
+        "CollectionConfiguration": [
+            {"CollectionName": CollectionKeys.WEIGHTS},
+            {"CollectionName": "fc", "CollectionParameters": {"include_regex": "fc_*"}},
+        ],
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     monkeypatch.setenv(CONFIG_FILE_PATH_ENV_STR, str(path))

@@ -35,10 +35,22 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run(cmd: list[str], cwd: Path, under_trainspect: Path | None = None, extra: dict[str, str] | None = None,
-         timeout: int = 420) -> subprocess.CompletedProcess[str]:  # fmt: skip
-    env = {**os.environ, "PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1",
-           "PYTHONPATH": str(ROOT), "PWD": str(cwd), **(extra or {})}  # fmt: skip
+def _run(
+    cmd: list[str],
+    cwd: Path,
+    under_trainspect: Path | None = None,
+    extra: dict[str, str] | None = None,
+    timeout: int = 420,
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+        "TRAINSPECT_TESTING": "1",
+        "PYTHONPATH": str(ROOT),
+        "PWD": str(cwd),
+        **(extra or {}),
+    }
     env.pop("TRAINSPECT_JOB_ID", None)
     if under_trainspect is not None:
         config = cwd / "config.json"
@@ -82,8 +94,16 @@ def _check_every_rank(out: Path, expected: Path, world: int = 2, loss: str = "lo
 def test_mp_spawn_records_every_rank(tmp_path: Path, hook: str) -> None:
     out, expected = tmp_path / "run", tmp_path / "expected"
     expected.mkdir()
-    cmd = [sys.executable, str(SCRIPTS / "spawn_ddp.py"), str(out), str(expected), "--port", str(_free_port()),
-           "--hook", "none" if hook == "trainspect run" else hook]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "spawn_ddp.py"),
+        str(out),
+        str(expected),
+        "--port",
+        str(_free_port()),
+        "--hook",
+        "none" if hook == "trainspect run" else hook,
+    ]
     _run(cmd, tmp_path, under_trainspect=out if hook == "trainspect run" else None)
     trial = _check_every_rank(out, expected)
     assert trial.steps() == list(range(8))
@@ -95,23 +115,43 @@ def test_a_rank_killed_after_its_process_group_ended_still_ends_the_run(tmp_path
     """Ray Train destroys the process group, then kills its workers (no exit handler runs): the run still ends."""
     out, expected = tmp_path / "run", tmp_path / "expected"
     expected.mkdir()
-    cmd = [sys.executable, str(SCRIPTS / "spawn_ddp.py"), str(out), str(expected), "--port", str(_free_port()),
-           "--end", "killed"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "spawn_ddp.py"),
+        str(out),
+        str(expected),
+        "--port",
+        str(_free_port()),
+        "--end",
+        "killed",
+    ]
     _run(cmd, tmp_path)
     _check_every_rank(out, expected)
 
 
 # a hook built before the Trainer, in Callback.setup (on the spawned strategy, the harder case), or none
-_LIGHTNING = [("ddp", "before-trainer"), ("ddp", "trainspect run"), ("ddp_spawn", "callback"),
-              ("ddp_spawn", "trainspect run")]  # fmt: skip
+_LIGHTNING = [
+    ("ddp", "before-trainer"),
+    ("ddp", "trainspect run"),
+    ("ddp_spawn", "callback"),
+    ("ddp_spawn", "trainspect run"),
+]
 
 
 @pytest.mark.parametrize(("strategy", "hook"), [*_LIGHTNING, ("ddp_fork", "before-trainer")])
 def test_lightning_ddp_records_every_rank(tmp_path: Path, strategy: str, hook: str) -> None:
     out, expected = tmp_path / "run", tmp_path / "expected"
     expected.mkdir()
-    cmd = [sys.executable, str(SCRIPTS / "lightning_ddp.py"), str(out), str(expected), "--strategy", strategy,
-           "--hook", "none" if hook == "trainspect run" else hook]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(SCRIPTS / "lightning_ddp.py"),
+        str(out),
+        str(expected),
+        "--strategy",
+        strategy,
+        "--hook",
+        "none" if hook == "trainspect run" else hook,
+    ]
     _run(cmd, tmp_path, under_trainspect=out if hook == "trainspect run" else None)
     trial = _check_every_rank(out, expected)
     assert len(trial.steps(mode=ts.modes.TRAIN)) == 6  # 96 samples, batches of 8, split over 2 ranks
@@ -121,11 +161,25 @@ def test_lightning_ddp_records_every_rank(tmp_path: Path, strategy: str, hook: s
 def test_accelerate_launch_records_every_process(tmp_path: Path, hook: str) -> None:
     out, expected = tmp_path / "run", tmp_path / "expected"
     expected.mkdir()
-    cmd = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-           "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-           str(SCRIPTS / "accelerate_train.py"), str(out), str(expected)] + (["--hook"] if hook == "manual" else [])
-    _run(cmd, tmp_path, under_trainspect=out if hook == "trainspect run" else None,
-         extra={"ACCELERATE_USE_CPU": "1"})  # fmt: skip
+    cmd = [
+        str(BIN / "accelerate"),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        str(SCRIPTS / "accelerate_train.py"),
+        str(out),
+        str(expected),
+    ] + (["--hook"] if hook == "manual" else [])
+    _run(cmd, tmp_path, under_trainspect=out if hook == "trainspect run" else None, extra={"ACCELERATE_USE_CPU": "1"})
     _check_every_rank(out, expected)
 
 

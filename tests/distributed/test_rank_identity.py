@@ -15,10 +15,24 @@ import trainspect as ts
 from trainspect.exceptions import RunDirectoryInUse
 from trainspect.hooks.distributed import RankConflict, settle
 
-_LAUNCH_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
-                "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_JOB_ID", "TRAINSPECT_JOB_ID",
-                "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_GLOO_RENDEZVOUS_ADDR",
-                "HOROVOD_GLOO_RENDEZVOUS_PORT")  # fmt: skip
+_LAUNCH_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "SLURM_LOCALID",
+    "SLURM_JOB_ID",
+    "TRAINSPECT_JOB_ID",
+    "HOROVOD_RANK",
+    "HOROVOD_SIZE",
+    "HOROVOD_LOCAL_RANK",
+    "HOROVOD_GLOO_RENDEZVOUS_ADDR",
+    "HOROVOD_GLOO_RENDEZVOUS_PORT",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -84,8 +98,13 @@ def test_slurm_srun_variables_give_the_rank(monkeypatch: pytest.MonkeyPatch) -> 
 
 def test_horovodrun_variables_give_the_rank_and_a_job_id_per_rendezvous(monkeypatch: pytest.MonkeyPatch) -> None:
     # what horovodrun -np 2 --gloo set for rank 1 on this machine (horovod 0.28.1)
-    for name, value in (("HOROVOD_RANK", "1"), ("HOROVOD_SIZE", "2"), ("HOROVOD_LOCAL_RANK", "1"),
-                        ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1"), ("HOROVOD_GLOO_RENDEZVOUS_PORT", "13347")):
+    for name, value in (
+        ("HOROVOD_RANK", "1"),
+        ("HOROVOD_SIZE", "2"),
+        ("HOROVOD_LOCAL_RANK", "1"),
+        ("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1"),
+        ("HOROVOD_GLOO_RENDEZVOUS_PORT", "13347"),
+    ):
         monkeypatch.setenv(name, value)
     assert settle(final=False) is None  # no job id from the launcher: settled at the first step
     ident = settle(final=True)
@@ -127,8 +146,9 @@ def test_two_processes_never_write_one_workers_files(
         first = ts.torch.Hook(out)
         _train(first, 1)  # worker_0 of job one-job, as a single process
         doc = (out / "workers" / "worker_0.json").read_text()
-        (out / "workers" / "worker_0.json").write_text(doc.replace(f'"pid": {__import__("os").getpid()}',
-                                                                   f'"pid": {holder.pid}'))  # fmt: skip
+        (out / "workers" / "worker_0.json").write_text(
+            doc.replace(f'"pid": {__import__("os").getpid()}', f'"pid": {holder.pid}')
+        )
         second = ts.torch.Hook(out)  # the same job, the same worker, another (live) process
         with caplog.at_level(logging.WARNING, logger="trainspect"):
             _train(second, 2)
@@ -190,8 +210,9 @@ def test_a_run_trained_in_a_thread_ends_when_the_thread_ends(tmp_path: Path) -> 
     """Ray Train runs the training function in a thread of its worker, then kills the worker (one worker: no
     process group is destroyed first)."""
     out = tmp_path / "run"
-    proc = subprocess.run([sys.executable, "-c", _THREAD_SCRIPT, str(out)], capture_output=True, text=True,
-                          timeout=120, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", _THREAD_SCRIPT, str(out)], capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     trial = ts.create_trial(out)
     assert trial.job_ended and trial.steps() == list(range(5))

@@ -20,10 +20,22 @@ def trainspect_run(tmp_path: Path, script: str, config: dict[str, Any] | None = 
         cfg = tmp_path / "config.json"
         cfg.write_text(json.dumps(config))
         cmd += ["--config", str(cfg)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": os.pathsep.join(
-        p for p in (str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")) if p)}  # fmt: skip
-    proc = subprocess.run([*cmd, "--", sys.executable, str(SCRIPTS / script), str(result)], env=env,
-                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join(
+            p for p in (str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")) if p
+        ),
+    }
+    proc = subprocess.run(
+        [*cmd, "--", sys.executable, str(SCRIPTS / script), str(result)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return out, json.loads(result.read_text())
 
@@ -35,8 +47,9 @@ def with_manual_hook(tmp_path: Path, script_module: str) -> tuple[Path, dict[str
     import trainspect as ts
 
     out = tmp_path / "run"
-    hook = ts.torch.Hook(out, include_collections=["losses", "gradients", "biases"],
-                         save_config=ts.SaveConfig(save_interval=1))  # fmt: skip
+    hook = ts.torch.Hook(
+        out, include_collections=["losses", "gradients", "biases"], save_config=ts.SaveConfig(save_interval=1)
+    )
     try:
         saw = importlib.import_module(script_module).main(tmp_path / "result.json", on_model=hook.register_module)
     finally:

@@ -25,8 +25,9 @@ def _check(out: Path, saw: dict[str, Any]) -> None:
     loss = trial.tensor("loss")  # training_step's loss, not Lightning's loss / accumulate_grad_batches
     assert loss.steps(mode=ModeKeys.TRAIN) == list(range(6))
     for step in range(6):
-        np.testing.assert_allclose(trial.tensor("loss_micro_batches").value(step, mode=ModeKeys.TRAIN), micro[step],
-                                   rtol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(
+            trial.tensor("loss_micro_batches").value(step, mode=ModeKeys.TRAIN), micro[step], rtol=1e-6
+        )
         assert float(loss.value(step, mode=ModeKeys.TRAIN)) == pytest.approx(micro[step].mean(), rel=1e-6)
         grad = trial.tensor("gradient/Regressor_net.2.bias").value(step, mode=ModeKeys.TRAIN)
         np.testing.assert_allclose(grad, saw["grads"][step], rtol=1e-6)

@@ -92,13 +92,24 @@ def test_sagemaker_script_with_its_own_hook(tmp_path: Path) -> None:
     config, out = tmp_path / "debughookconfig.json", tmp_path / "run"
     config.write_text(json.dumps({**SAGEMAKER_CONFIG, "LocalPath": str(out)}))
     # as on SageMaker: the script's own smdebug hook, from the config SageMaker writes; no trainspect run
-    code = ("import sys, runpy, trainspect.smdebug_compat as c; c.install(); "
-            "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")  # fmt: skip
-    env = {**os.environ, "SMDEBUG_CONFIG_FILE_PATH": str(config),
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+    code = (
+        "import sys, runpy, trainspect.smdebug_compat as c; c.install(); "
+        "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    )
+    env = {
+        **os.environ,
+        "SMDEBUG_CONFIG_FILE_PATH": str(config),
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")]),
+    }
     result = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, "-c", code, str(SCRIPTS / "sagemaker_train.py"), str(result)], env=env,
-                          capture_output=True, text=True, timeout=240, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(SCRIPTS / "sagemaker_train.py"), str(result)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     _check_sagemaker(out, json.loads(result.read_text()), job_hook=False)
 

@@ -54,9 +54,11 @@ def _train(out: str, log_path: str, width: int, on_backlog: str) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     loss_fn = torch.nn.MSELoss()
     hook = ts.torch.Hook(
-        out, include_collections=["weights", "gradients", "losses"], save_config=ts.SaveConfig(save_interval=1),
+        out,
+        include_collections=["weights", "gradients", "losses"],
+        save_config=ts.SaveConfig(save_interval=1),
         on_backlog=on_backlog,
-    )  # fmt: skip
+    )
     hook.register_module(model)
     hook.register_loss(loss_fn)
     x, y = torch.randn(16, width), torch.randn(16, 1)
@@ -125,13 +127,22 @@ def _one(out: str, rng: random.Random, budget: int, on_backlog: str) -> dict[str
     bad_values = [s for s in checked if float(trial.tensor(WEIGHT).value(s).reshape(-1)[-1]) != lasts[s]]
     return {
         "seconds": [round(t1 - t0, 2), round(t2 - t1, 2), round(time.monotonic() - t2, 2)],  # start, run, read back
-        "width": width, "on_backlog": on_backlog, "completed": len(done), "must": len(must), "readable": len(steps),
-        "missing": sorted(set(must) - set(steps)), "lost_tensors": lost[:5], "wrong": wrong, "bad_values": bad_values,
-        "contiguous": steps == list(range(len(steps))), "names": len(names),
-        "unlogged": sum(1 for d in done if d["bytes"] is None), "degraded": sum(1 for d in done if d["bytes"] == 0),
+        "width": width,
+        "on_backlog": on_backlog,
+        "completed": len(done),
+        "must": len(must),
+        "readable": len(steps),
+        "missing": sorted(set(must) - set(steps)),
+        "lost_tensors": lost[:5],
+        "wrong": wrong,
+        "bad_values": bad_values,
+        "contiguous": steps == list(range(len(steps))),
+        "names": len(names),
+        "unlogged": sum(1 for d in done if d["bytes"] is None),
+        "degraded": sum(1 for d in done if d["bytes"] == 0),
         "gap_steps": len({s for s, _ in gaps}),
         "unreadable_tail_bytes": sum(d["bytes"] or 0 for d in done if d["step"] not in set(steps)),
-    }  # fmt: skip
+    }
 
 
 _HOG = "import os\np = os.getppid()\nwhile os.getppid() == p:\n    for _ in range(100000): pass\n"

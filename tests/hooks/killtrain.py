@@ -67,8 +67,15 @@ def _one(out: str, rng: random.Random) -> dict[str, object]:
     trial = ts.create_trial(out)
     steps = trial.steps()
     wrong = [s for s in steps if s in losses and float(trial.tensor("MSELoss_output_0").value(s)) != losses[s]]
-    return {"size": size, "completed": len(done), "must": len(must), "readable": len(steps),
-            "missing": sorted(set(must) - set(steps)), "wrong": wrong, "contiguous": steps == list(range(len(steps)))}
+    return {
+        "size": size,
+        "completed": len(done),
+        "must": len(must),
+        "readable": len(steps),
+        "missing": sorted(set(must) - set(steps)),
+        "wrong": wrong,
+        "contiguous": steps == list(range(len(steps))),
+    }
 
 
 def main() -> None:

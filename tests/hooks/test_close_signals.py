@@ -152,8 +152,9 @@ def test_a_flush_past_its_bound_is_named_and_the_users_handler_still_runs(tmp_pa
     script.write_text(STUCK)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("TRAINSPECT_TESTING", None)
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True,
-                          env=env, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=120
+    )
     flushes = [float(x.split()[1]) for x in done.stdout.splitlines() if x.startswith("flush ")]
     assert flushes and all(t <= 0.3 for t in flushes), done.stdout  # the flush was bounded, not waited for 30 s
     assert done.returncode == 3, done.stderr  # the process ends as the user's handler says

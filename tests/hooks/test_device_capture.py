@@ -99,8 +99,9 @@ def test_a_cuda_loss_is_read_one_step_later_with_no_device_sync(tmp_path, fake_c
 
 
 def test_saved_weights_and_losses_share_one_wait_per_step(tmp_path, fake_cuda: _FakeCuda) -> None:
-    hook = ts.torch.Hook(tmp_path, include_collections=["weights", "gradients", "losses"],
-                         save_config=ts.SaveConfig(save_interval=2))  # fmt: skip
+    hook = ts.torch.Hook(
+        tmp_path, include_collections=["weights", "gradients", "losses"], save_config=ts.SaveConfig(save_interval=2)
+    )
     fake_cuda.hook = hook
     model, opt, batches = _setup()
     hook.register_module(model)
@@ -180,8 +181,10 @@ def test_one_event_per_stream_in_flight(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(torch.cuda, "Event", Event)
     plan = TensorPlan(True, (), False, frozenset())
-    staged = [torch_tensors.Staged(n, plan, None, None, (), stream) for n, stream in
-              (("a", "cuda:0"), ("b", "cuda:1"), ("c", "cuda:0"), ("d", None))]  # fmt: skip
+    staged = [
+        torch_tensors.Staged(n, plan, None, None, (), stream)
+        for n, stream in (("a", "cuda:0"), ("b", "cuda:1"), ("c", "cuda:0"), ("d", None))
+    ]
     assert len(torch_tensors.record_fence(staged)) == 2
     assert recorded == ["cuda:0", "cuda:1"]
     assert torch_tensors.record_fence([staged[3]]) == []

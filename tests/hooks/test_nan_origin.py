@@ -23,8 +23,15 @@ from trainspect.store.nan_origins import read_origins
 from trainspect.tb_plugin.rules_view import verdict_detail
 
 
-def _train(out: Path, model: nn.Module, batches: list[torch.Tensor], lr: float = 0.01, rules: object = "default",
-           loss_fn: object = None, immediate: bool | None = None) -> ts.torch.Hook:  # fmt: skip
+def _train(
+    out: Path,
+    model: nn.Module,
+    batches: list[torch.Tensor],
+    lr: float = 0.01,
+    rules: object = "default",
+    loss_fn: object = None,
+    immediate: bool | None = None,
+) -> ts.torch.Hook:
     hook = ts.torch.Hook(str(out), rules=rules)
     hook.register_module(model)
     hook._nan.immediate = immediate
@@ -82,7 +89,12 @@ def test_a_log_that_reaches_zero_is_named_with_its_step(tmp_path: Path, immediat
     model = nn.Sequential(LogFeatures(), nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
     _train(tmp_path, model, _positive(6, bad_step=3), immediate=immediate)
     found = _forward(tmp_path)
-    assert (found["module"], found["module_type"], found["step"], found["inputs_finite"]) == ("0", "LogFeatures", 3, True)
+    assert (found["module"], found["module_type"], found["step"], found["inputs_finite"]) == (
+        "0",
+        "LogFeatures",
+        3,
+        True,
+    )
     assert found["propagated_by"][:1] == ["1"]  # the Linear after it passed it on, not blamed
     if immediate is None:
         assert (found["inf"], found["nan"], found["shape"], found["dtype"]) == (1, 0, [8, 4], "float32")
@@ -97,8 +109,12 @@ def test_a_log_that_reaches_zero_is_named_with_its_step(tmp_path: Path, immediat
     assert verdict["details"]["origin"][0]["module"] == "0"
     if immediate is None:  # shown everywhere: the report, `rules --json`, the TensorBoard Rules view, MLflow's tag
         assert said in (tmp_path / "report.html").read_text()
-        cli = subprocess.run([sys.executable, "-m", "trainspect.cli", "rules", str(tmp_path), "--json"],
-                             capture_output=True, text=True, check=False)  # fmt: skip
+        cli = subprocess.run(
+            [sys.executable, "-m", "trainspect.cli", "rules", str(tmp_path), "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         (offline,) = [v for v in json.loads(cli.stdout) if v["rule"] == "ExplodingTensor"]
         assert said in offline["message"] and offline["details"]["origin"][0]["module_type"] == "LogFeatures"
         detail = verdict_detail("run", load_verdicts(tmp_path), "ExplodingTensor")
@@ -219,8 +235,9 @@ class AlwaysNaNGradient(nn.Module):
         return torch.sqrt(x * self.w)
 
 
-def _amp_train(out: Path, model: nn.Module, scaler: torch.amp.GradScaler, steps: int, gain: float = 1.0,
-               lr: float = 0.01) -> None:  # fmt: skip
+def _amp_train(
+    out: Path, model: nn.Module, scaler: torch.amp.GradScaler, steps: int, gain: float = 1.0, lr: float = 0.01
+) -> None:
     hook = ts.torch.Hook(str(out), rules="default")
     hook.register_module(model)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
@@ -265,8 +282,12 @@ def test_a_healthy_run_finds_nothing_and_origin_off_looks_for_nothing(tmp_path: 
     _train(tmp_path / "ok", model, _positive(6, bad_step=0, zero=False)[1:])
     assert read_origins(tmp_path / "ok") == []
     assert _exploding(tmp_path / "ok")["status"] == "NoIssuesFound"
-    hook = _train(tmp_path / "off", nn.Sequential(LogFeatures(), nn.Linear(4, 1)), _positive(5, bad_step=2),
-                  rules=[ExplodingTensor(origin=False)])  # fmt: skip
+    hook = _train(
+        tmp_path / "off",
+        nn.Sequential(LogFeatures(), nn.Linear(4, 1)),
+        _positive(5, bad_step=2),
+        rules=[ExplodingTensor(origin=False)],
+    )
     assert read_origins(tmp_path / "off") == [] and not hook._nan.handles
     assert _exploding(tmp_path / "off")["status"] == "IssuesFound"
 

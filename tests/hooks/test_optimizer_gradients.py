@@ -21,8 +21,13 @@ GRAD = "gradient/Linear_weight"
 
 
 def _hook(out: Path, **kwargs) -> ts.torch.Hook:
-    return ts.torch.Hook(out, include_collections=["gradients", "losses"], save_config=ts.SaveConfig(save_interval=1),
-                         export_tensorboard=False, **kwargs)  # fmt: skip
+    return ts.torch.Hook(
+        out,
+        include_collections=["gradients", "losses"],
+        save_config=ts.SaveConfig(save_interval=1),
+        export_tensorboard=False,
+        **kwargs,
+    )
 
 
 def _data(step: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -251,8 +251,9 @@ def test_every_floating_parameter_is_a_weight_whatever_its_name(tmp_path) -> Non
 def test_a_layer_replaced_after_registration_is_recorded_as_the_new_layer(tmp_path) -> None:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 3), nn.ReLU(), nn.Linear(3, 2))
-    hook = ts.torch.Hook(tmp_path, include_collections=["weights", "gradients"], include_regex=["2_output"],
-                         save_config=EVERY_STEP)  # fmt: skip
+    hook = ts.torch.Hook(
+        tmp_path, include_collections=["weights", "gradients"], include_regex=["2_output"], save_config=EVERY_STEP
+    )
     hook.register_module(model)
     model[2] = nn.Linear(3, 1)  # a new head, as fine-tuning scripts do after building (and registering) the model
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -443,22 +444,33 @@ def test_a_lightning_gan_with_manual_optimization_records_each_optimizer_s_losse
             self.d_losses.append(d_loss.item())
 
         def configure_optimizers(self) -> list[torch.optim.Optimizer]:
-            return [torch.optim.Adam(self.generator.parameters(), lr=0.01),
-                    torch.optim.Adam(self.discriminator.parameters(), lr=0.01)]  # fmt: skip
+            return [
+                torch.optim.Adam(self.generator.parameters(), lr=0.01),
+                torch.optim.Adam(self.discriminator.parameters(), lr=0.01),
+            ]
 
     torch.manual_seed(0)
     model = GAN()
     trainer = lightning.Trainer(
-        max_epochs=1, limit_train_batches=3, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, accelerator="cpu", num_sanity_val_steps=0,
-    )  # fmt: skip
+        max_epochs=1,
+        limit_train_batches=3,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        num_sanity_val_steps=0,
+    )
     with ts.torch.Hook(tmp_path, save_config=EVERY_STEP) as hook:
         hook.register_module(model)
         trainer.fit(model, DataLoader(TensorDataset(torch.randn(12, 4) + 2), batch_size=4))
     trial = ts.create_trial(tmp_path)
     assert trial.steps(mode=ModeKeys.TRAIN) == list(range(6))
-    for name, expected in (("loss/generator", model.g_losses), ("loss/discriminator", model.d_losses),
-                           ("BCEWithLogitsLoss/discriminator_output_0", model.d_losses)):  # fmt: skip
+    for name, expected in (
+        ("loss/generator", model.g_losses),
+        ("loss/discriminator", model.d_losses),
+        ("BCEWithLogitsLoss/discriminator_output_0", model.d_losses),
+    ):
         got = trial.tensor(name).values(mode=ModeKeys.TRAIN)
         np.testing.assert_allclose([float(v) for _, v in sorted(got.items())], expected, rtol=1e-6)
 

@@ -18,8 +18,13 @@ from trainspect.rules.base import Requirement
 TRAIN = ModeKeys.TRAIN
 
 
-def _planner(include: list[str | Collection], interval: int = 5, reductions: ts.ReductionConfig | None = None,
-             regex: list[str] | None = None, save_all: bool = False) -> SavePlanner:  # fmt: skip
+def _planner(
+    include: list[str | Collection],
+    interval: int = 5,
+    reductions: ts.ReductionConfig | None = None,
+    regex: list[str] | None = None,
+    save_all: bool = False,
+) -> SavePlanner:
     return SavePlanner(CollectionManager(), include, ts.SaveConfig(save_interval=interval), reductions, regex, save_all)
 
 
@@ -51,8 +56,9 @@ def test_reductions_replace_the_raw_tensor_unless_save_raw_tensor() -> None:
     red = ts.ReductionConfig(reductions=["mean"], abs_reductions=["max"])
     planner = _planner(["weights"], interval=1, reductions=red)
     planner.begin_step(TRAIN, 0)
-    assert planner.plan("w.weight") == TensorPlan(False, (("max", True), ("mean", False)), False,
-                                                  frozenset({"weights"}))  # fmt: skip
+    assert planner.plan("w.weight") == TensorPlan(
+        False, (("max", True), ("mean", False)), False, frozenset({"weights"})
+    )
     keep = ts.ReductionConfig(norms=["l2"], save_raw_tensor=True)
     planner = _planner(["weights"], interval=1, reductions=keep)
     planner.begin_step(TRAIN, 0)
@@ -104,8 +110,9 @@ def test_rule_requirements_add_reductions_and_keep_what_the_user_asked_for() -> 
 
 
 def test_requirement_reductions_merge_and_user_intervals_win() -> None:
-    coll = Collection("weights", save_config=ts.SaveConfig(save_interval=4),
-                      reduction_config=ts.ReductionConfig(norms=["l2"]))  # fmt: skip
+    coll = Collection(
+        "weights", save_config=ts.SaveConfig(save_interval=4), reduction_config=ts.ReductionConfig(norms=["l2"])
+    )
     planner = _planner([coll], interval=10)
     planner.add_requirement(Requirement("weights", save_interval=1, reductions=("abs_mean",), raw=False))
     planner.begin_step(TRAIN, 1)

@@ -90,9 +90,21 @@ def test_placements_without_a_description_are_unrecordable() -> None:
 
 def test_dtensor_pieces_on_1d_and_2d_meshes_of_4_ranks_equal_full_tensor(tmp_path: Path) -> None:
     proc = subprocess.run(
-        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "4", str(JOBS / "dtensor_mesh_job.py"),
-         str(tmp_path)], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        [
+            str(BIN / "torchrun"),
+            "--standalone",
+            "--nproc_per_node",
+            "4",
+            str(JOBS / "dtensor_mesh_job.py"),
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [
         (json.loads((tmp_path / f"rank{r}.json").read_text()), np.load(tmp_path / f"rank{r}.npz")) for r in range(4)
@@ -124,13 +136,26 @@ def test_dtensor_pieces_on_1d_and_2d_meshes_of_4_ranks_equal_full_tensor(tmp_pat
 
 
 def test_classic_fsdp_flat_parameters_map_back_to_original_names_on_each_rank() -> None:
-    proc = subprocess.run([sys.executable, str(JOBS / "fsdp1_fake_ranks.py")], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=180, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(JOBS / "fsdp1_fake_ranks.py")],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert not [line for line in lines if "warning" in line]
-    sizes = {"Net_a.weight": 35, "Net_a.bias": 7, "Net_b.weight": 42, "Net_b.bias": 6, "Net_c.weight": 18,
-             "Net_c.bias": 3}  # fmt: skip
+    sizes = {
+        "Net_a.weight": 35,
+        "Net_a.bias": 7,
+        "Net_b.weight": 42,
+        "Net_b.bias": 6,
+        "Net_c.weight": 18,
+        "Net_c.bias": 3,
+    }
     for orig in (False, True):
         views = [line for line in lines if line["orig"] is orig]
         assert all(v["equal"] and v["layout"] == "flat" for v in views)  # each piece is its parameter's slice

@@ -17,9 +17,11 @@ KILLS = 12
 def test_random_sigkills_lose_nothing_older_than_half_a_second(tmp_path):
     script = Path(__file__).with_name("killtrain.py")
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path), str(KILLS), "20261130"], capture_output=True, text=True,
+        [sys.executable, str(script), str(tmp_path), str(KILLS), "20261130"],
+        capture_output=True,
+        text=True,
         timeout=400,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr
     kills = json.loads(proc.stdout)
     assert len(kills) == KILLS

@@ -21,8 +21,10 @@ def test_random_sigkills_under_load_lose_at_most_the_byte_budget(tmp_path):
     script = Path(__file__).with_name("killload.py")
     proc = subprocess.run(
         [sys.executable, str(script), str(tmp_path), str(KILLS), "20261201", str(BUDGET), str(HOGS)],
-        capture_output=True, text=True, timeout=400,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert proc.returncode == 0, proc.stderr
     kills = json.loads(proc.stdout)
     assert len(kills) == KILLS

@@ -299,8 +299,9 @@ def test_include_regex_captures_module_outputs_by_name(out_dir):
 
 def test_gradient_and_module_hooks_exist_only_on_saving_steps_and_flush_makes_the_run_readable(out_dir):
     tiny = Tiny()
-    hook = _hook(out_dir, save_config=ts.SaveConfig(save_interval=3),
-                 include_collections=["gradients", "outputs", "losses"])  # fmt: skip
+    hook = _hook(
+        out_dir, save_config=ts.SaveConfig(save_interval=3), include_collections=["gradients", "outputs", "losses"]
+    )
     tiny.register(hook)
     hooked: list[tuple[bool, bool]] = []
 
@@ -359,8 +360,15 @@ def test_scalar_losses_keep_value_and_dtype_whichever_thread_builds_their_record
             loss.backward()
             opt.step()
     trial = ts.create_trial(out_dir)
-    dtypes = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": np.float32, "nan": np.float32,
-              "inf": np.float32, "i64": np.int64}  # fmt: skip
+    dtypes = {
+        "f32": np.float32,
+        "f64": np.float64,
+        "f16": np.float16,
+        "bf16": np.float32,
+        "nan": np.float32,
+        "inf": np.float32,
+        "i64": np.int64,
+    }
     for name, value in losses.items():
         got = trial.tensor(name).value(2)
         assert got.dtype == dtypes[name] and got.shape == ()

@@ -24,8 +24,11 @@ def test_kerashook_with_a_wrapped_optimizer_records_the_fit(tmp_path, smd):
     from smdebug.trials import create_trial
 
     x, y = kerastrain.data()
-    hook = smd.KerasHook(out_dir=str(tmp_path / "run"), save_config=smd.SaveConfig(save_interval=1),
-                         include_collections=[smd.CollectionKeys.WEIGHTS, smd.CollectionKeys.LOSSES])  # fmt: skip
+    hook = smd.KerasHook(
+        out_dir=str(tmp_path / "run"),
+        save_config=smd.SaveConfig(save_interval=1),
+        include_collections=[smd.CollectionKeys.WEIGHTS, smd.CollectionKeys.LOSSES],
+    )
     assert smd.get_hook() is hook
     model = kerastrain.model()
     optimizer = hook.wrap_optimizer(model.optimizer)

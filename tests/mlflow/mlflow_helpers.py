@@ -32,9 +32,12 @@ def train(out: Path, mlflow_run: object = None, epochs: int = 2, rules: bool = T
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     data = torch.utils.data.TensorDataset(torch.randn(256, 16), torch.randint(0, 4, (256,)))
     loader = torch.utils.data.DataLoader(data, batch_size=16)
-    hook = ts.torch.Hook(str(out), rules=[VanishingGradient(), LossNotDecreasing()] if rules else None,
-                         profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100),
-                         mlflow_run=mlflow_run)  # fmt: skip
+    hook = ts.torch.Hook(
+        str(out),
+        rules=[VanishingGradient(), LossNotDecreasing()] if rules else None,
+        profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100),
+        mlflow_run=mlflow_run,
+    )
     with hook:
         hook.register_module(model)
         hook.register_loss(loss_fn)
@@ -56,10 +59,24 @@ def start_server(db: Path, artifacts: Path, port: int, log: Path) -> subprocess.
     env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     with log.open("ab") as out:
         proc = subprocess.Popen(
-            [str(exe), "server", "--backend-store-uri", f"sqlite:///{db}", "--default-artifact-root", str(artifacts),
-             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            stdout=out, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+            [
+                str(exe),
+                "server",
+                "--backend-store-uri",
+                f"sqlite:///{db}",
+                "--default-artifact-root",
+                str(artifacts),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                "1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
     deadline = time.monotonic() + 180
     while True:
         try:

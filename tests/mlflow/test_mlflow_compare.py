@@ -34,8 +34,9 @@ def _get(uri: str, route: str, **params: str) -> Any:
 
 
 def _post(uri: str, route: str, body: dict[str, Any]) -> Any:
-    req = urllib.request.Request(f"{uri}{route}", data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
+    req = urllib.request.Request(
+        f"{uri}{route}", data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
 
@@ -50,8 +51,16 @@ def _new_run(uri: str, name: str) -> str:
     return client.create_run(client.create_experiment(name)).info.run_id
 
 
-def _train(out: Path, mlflow_run: Any, steps: int = 12, nan_at: int | None = None, eval_every: int | None = None,
-           sleep_s: float = 0.0, profile: bool = True, rules: Any = None) -> None:  # fmt: skip
+def _train(
+    out: Path,
+    mlflow_run: Any,
+    steps: int = 12,
+    nan_at: int | None = None,
+    eval_every: int | None = None,
+    sleep_s: float = 0.0,
+    profile: bool = True,
+    rules: Any = None,
+) -> None:
     """A real small training run; ``save_scalar("acc")`` after each ``optimizer.step()``, ``"inner"`` inside."""
     import torch
 
@@ -86,14 +95,22 @@ def _train(out: Path, mlflow_run: Any, steps: int = 12, nan_at: int | None = Non
 
 def test_a_diverged_run_keeps_its_last_finite_loss_and_one_readable_tag(mlflow_server: str, tmp_path: Path) -> None:
     run_id = _new_run(mlflow_server, f"e-{tmp_path.name}")
-    _train(tmp_path / "run", {"run": run_id, "tracking_uri": mlflow_server}, steps=16, nan_at=13, profile=False,
-           rules="default")  # fmt: skip
+    _train(
+        tmp_path / "run",
+        {"run": run_id, "tracking_uri": mlflow_server},
+        steps=16,
+        nan_at=13,
+        profile=False,
+        rules="default",
+    )
     loss = _history(mlflow_server, run_id, LOSS)
     assert [s for s, _ in loss] == [0, 10, 12]  # every 10th, and step 12, the last finite one (off the interval)
     recorded = ts.create_trial(tmp_path / "run").tensor("CrossEntropyLoss_output_0")
     assert loss[-1][1] == pytest.approx(float(recorded.value(12)), rel=1e-6) and np.isfinite(loss[-1][1])
-    tags = {t["key"]: t["value"] for t in _get(mlflow_server, "/api/2.0/mlflow/runs/get", run_id=run_id)["run"]
-            ["data"]["tags"]}  # fmt: skip
+    tags = {
+        t["key"]: t["value"]
+        for t in _get(mlflow_server, "/api/2.0/mlflow/runs/get", run_id=run_id)["run"]["data"]["tags"]
+    }
     ours = {k: v for k, v in tags.items() if k.startswith("trainspect.") and not k.startswith("trainspect.rule.")}
     assert len(ours) <= 7 and all(len(k) < 250 for k in tags), sorted(ours)  # not 20+ tags per tensor
     assert "forward pass of TRAIN step 13" in tags["trainspect.nan_origin"]  # where the NaN came from, one tag
@@ -102,8 +119,9 @@ def test_a_diverged_run_keeps_its_last_finite_loss_and_one_readable_tag(mlflow_s
     assert "CrossEntropyLoss_output_0" in tags["trainspect.diverged"]
     detail = json.loads(tags["trainspect.diverged.detail"])
     assert detail["step"] == 13 and detail["last_finite_step"] == 12 and len(tags["trainspect.diverged.detail"]) <= 5000
-    metrics = {m["key"]: m for m in _get(mlflow_server, "/api/2.0/mlflow/runs/get", run_id=run_id)["run"]["data"]
-               ["metrics"]}  # fmt: skip
+    metrics = {
+        m["key"]: m for m in _get(mlflow_server, "/api/2.0/mlflow/runs/get", run_id=run_id)["run"]["data"]["metrics"]
+    }
     assert metrics["trainspect/first_nonfinite_step"]["value"] == 13
     counted = RuleCounts.of(ts.rules.load_verdicts(tmp_path / "run"))  # the count every screen shows
     assert "ExplodingTensor" in counted.issues and tags["trainspect.rule_counts"] == counted.line()
@@ -116,8 +134,9 @@ def test_eval_loss_is_one_mean_per_evaluation_on_the_train_step_axis(mlflow_serv
     tensor = trial.tensor("CrossEntropyLoss_output_0")
     eval_steps = tensor.steps(ts.modes.ModeKeys.EVAL)
     assert eval_steps == list(range(9))  # 3 evaluations of 3 batches
-    means = [np.mean([float(tensor.value(s, ts.modes.ModeKeys.EVAL)) for s in eval_steps[i : i + 3]])
-             for i in (0, 3, 6)]  # fmt: skip
+    means = [
+        np.mean([float(tensor.value(s, ts.modes.ModeKeys.EVAL)) for s in eval_steps[i : i + 3]]) for i in (0, 3, 6)
+    ]
     got = _history(mlflow_server, run_id, EVAL_LOSS)
     assert [s for s, _ in got] == [4, 8, 12]  # after 4, 8 and 12 training steps
     np.testing.assert_allclose([v for _, v in got], means, rtol=1e-6)
@@ -133,8 +152,11 @@ def test_runs_of_different_lengths_compare_per_unit_of_work(mlflow_server: str, 
     _train(tmp_path / "a", {"run": long_fast, "tracking_uri": mlflow_server}, steps=60, sleep_s=0.01)
     _train(tmp_path / "b", {"run": short_slow, "tracking_uri": mlflow_server}, steps=8, sleep_s=0.08)
     # what MLflow's compare-runs page reads: runs/search, here ordered as its table sorts
-    found = _post(mlflow_server, "/api/2.0/mlflow/runs/search", {
-        "experiment_ids": [exp], "order_by": ["metrics.`trainspect/steps_per_s` DESC"]})["runs"]  # fmt: skip
+    found = _post(
+        mlflow_server,
+        "/api/2.0/mlflow/runs/search",
+        {"experiment_ids": [exp], "order_by": ["metrics.`trainspect/steps_per_s` DESC"]},
+    )["runs"]
     assert [r["info"]["run_id"] for r in found] == [long_fast, short_slow]
     metrics = {r["info"]["run_id"]: {m["key"]: m["value"] for m in r["data"]["metrics"]} for r in found}
     params = {r["info"]["run_id"]: {p["key"]: p["value"] for p in r["data"].get("params", [])} for r in found}
@@ -158,8 +180,7 @@ def test_the_experiment_trainspect_creates_is_a_training_experiment(mlflow_serve
     created_name, user_name = f"ts-{tmp_path.name}", f"user-{tmp_path.name}"
     user_exp = client.create_experiment(user_name)
     for name, out in ((created_name, "a"), (user_name, "b")):
-        _train(tmp_path / out, {"run": True, "tracking_uri": mlflow_server, "experiment": name}, steps=2,
-               profile=False)  # fmt: skip
+        _train(tmp_path / out, {"run": True, "tracking_uri": mlflow_server, "experiment": name}, steps=2, profile=False)
 
     def kind(name: str) -> str | None:
         exp = _get(mlflow_server, "/api/2.0/mlflow/experiments/get-by-name", experiment_name=name)["experiment"]

@@ -15,14 +15,34 @@ BIN = Path(sys.executable).parent
 
 def test_two_ranks_share_one_mlflow_run(mlflow_server: str, tmp_path: Path) -> None:
     out = tmp_path / "ddp-mlflow"
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1",
-           "MLFLOW_TRACKING_URI": mlflow_server, "TRAINSPECT_MLFLOW": "1",
-           "PYTHONPATH": str(ROOT)}  # fmt: skip
+    env = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+        "TRAINSPECT_TESTING": "1",
+        "MLFLOW_TRACKING_URI": mlflow_server,
+        "TRAINSPECT_MLFLOW": "1",
+        "PYTHONPATH": str(ROOT),
+    }
     proc = subprocess.run(
-        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", "2", "examples/ddp_train.py", "--out", str(out),
-         "--steps", "30", "--profile"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=400, check=False,
-    )  # fmt: skip
+        [
+            str(BIN / "torchrun"),
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "examples/ddp_train.py",
+            "--out",
+            str(out),
+            "--steps",
+            "30",
+            "--profile",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_id = json.loads((out / "mlflow" / "run.json").read_text())["run_id"]
     client = MlflowClient(tracking_uri=mlflow_server)

@@ -48,8 +48,11 @@ def test_a_diverging_run_is_tagged_where_it_diverged_live_and_at_close(mlflow_se
     model, loss_fn = torch.nn.Linear(4, 2), torch.nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     x, y = torch.randn(8, 4), torch.randint(0, 2, (8,))
-    hook = ts.torch.Hook(str(tmp_path / "run"), rules=[ExplodingTensor()],
-                         mlflow_run={"run": run_id, "tracking_uri": mlflow_server, "interval_s": 60})  # fmt: skip
+    hook = ts.torch.Hook(
+        str(tmp_path / "run"),
+        rules=[ExplodingTensor()],
+        mlflow_run={"run": run_id, "tracking_uri": mlflow_server, "interval_s": 60},
+    )
     with hook:
         hook.register_module(model)
         hook.register_loss(loss_fn)

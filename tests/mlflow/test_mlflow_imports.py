@@ -30,8 +30,15 @@ def test_a_hook_with_mlflow_prints_no_import_warning(tmp_path: Path, _migrated_d
         from mlflow.tracking.context.registry import _run_context_provider_registry
         print(sorted(type(p).__name__ for p in _run_context_provider_registry))
     """)
-    proc = subprocess.run([sys.executable, "-W", "always", "-c", script], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-W", "always", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "circular import" not in proc.stderr and "Failure attempting to register" not in proc.stderr, proc.stderr
     assert "TrainspectRunContextProvider" in proc.stdout

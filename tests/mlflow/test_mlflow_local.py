@@ -41,10 +41,17 @@ def test_hook_logs_into_the_active_run(local_store: str, tmp_path: Path) -> None
     assert data.tags["trainspect.rule.VanishingGradient"] in ("NoIssuesFound", "IssuesFound")
     assert "trainspect.rule.LossNotDecreasing" in data.tags
     assert "trainspect.rule.StepOutlier" in data.tags  # profiler rules evaluated for the report are logged too
-    for key in ("system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
-                "system/system_memory_usage_percentage", "system/cpu_0_utilization_percentage",
-                "trainspect/step_p50_s", "trainspect/step_p95_s", "trainspect/cpu_p95", "trainspect/job_s",
-                "trainspect/triggers/VanishingGradient"):  # fmt: skip
+    for key in (
+        "system/cpu_utilization_percentage",
+        "system/system_memory_usage_megabytes",
+        "system/system_memory_usage_percentage",
+        "system/cpu_0_utilization_percentage",
+        "trainspect/step_p50_s",
+        "trainspect/step_p95_s",
+        "trainspect/cpu_p95",
+        "trainspect/job_s",
+        "trainspect/triggers/VanishingGradient",
+    ):
         assert key in data.metrics, key
     assert data.metrics["trainspect/steps"] == 32 and "trainspect/duration_s" not in data.metrics  # MLflow's own
     assert data.params["batch_size"] == "16" and data.params["trainspect.rules"].startswith("VanishingGradient(")
@@ -89,8 +96,9 @@ def test_forced_logging_creates_and_ends_a_run(
     assert run.info.status == "FINISHED" and "train/CrossEntropyLoss_output_0" in run.data.metrics
 
 
-def test_run_context_provider_tags_runs_started_under_trainspect(local_store: str,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_run_context_provider_tags_runs_started_under_trainspect(
+    local_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert TrainspectRunContextProvider().in_context() is False
     monkeypatch.setenv("TRAINSPECT_RUN_ACTIVE", "1")
     monkeypatch.setenv("TRAINSPECT_PROFILE", "100")
@@ -117,8 +125,9 @@ def test_autolog_beside_mlflow_autolog(local_store: str, tmp_path: Path) -> None
                 opt.step()
         # mlflow.end_run (leaving the with-block) closed trainspect first: everything is in the run
         data = MlflowClient().get_run(run.info.run_id).data
-        assert sorted(m.step for m in MlflowClient().get_metric_history(run.info.run_id,
-                                                                         "train/CrossEntropyLoss_output_0")) == [0, 4]  # fmt: skip
+        assert sorted(
+            m.step for m in MlflowClient().get_metric_history(run.info.run_id, "train/CrossEntropyLoss_output_0")
+        ) == [0, 4]
         assert data.tags["trainspect.captures"] == "tensors"
         assert data.metrics["trainspect/steps"] == 5  # tensors only: counted from the saved steps (0 and the last)
     finally:
@@ -149,8 +158,9 @@ def test_batches_respect_log_batch_limits(local_store: str) -> None:
     assert sum(m for m, _ in sink.client.calls) == 2500 and sum(t for _, t in sink.client.calls) == 150
 
 
-def test_unreachable_sink_buffers_bounded_and_warns_once(local_store: str, tmp_path: Path,
-                                                          caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_unreachable_sink_buffers_bounded_and_warns_once(
+    local_store: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     sink = MlflowSink("r" * 32, local_store)
     sink.client = _RecordingClient(fail=True)  # type: ignore[assignment]
     logger = MlflowLogger(tmp_path, sink, max_buffer=50)
@@ -166,9 +176,17 @@ def test_unreachable_sink_buffers_bounded_and_warns_once(local_store: str, tmp_p
 
 
 def test_metric_keys_follow_mlflow_names() -> None:
-    out = system_metrics({"cpu0_utilization_percent": 10.0, "cpu1_utilization_percent": 30.0,
-                          "gpu0_utilization_percent": 50.0, "gpu0_memory_used_bytes": 2e9,
-                          "cpu_memory_used_bytes": 5e8, "disk_read_bytes_per_second": 7.0}, node="algo-2")  # fmt: skip
+    out = system_metrics(
+        {
+            "cpu0_utilization_percent": 10.0,
+            "cpu1_utilization_percent": 30.0,
+            "gpu0_utilization_percent": 50.0,
+            "gpu0_memory_used_bytes": 2e9,
+            "cpu_memory_used_bytes": 5e8,
+            "disk_read_bytes_per_second": 7.0,
+        },
+        node="algo-2",
+    )
     assert out == {
         "system/algo-2/cpu_0_utilization_percentage": 10.0,
         "system/algo-2/cpu_1_utilization_percentage": 30.0,
@@ -178,20 +196,35 @@ def test_metric_keys_follow_mlflow_names() -> None:
         "system/algo-2/disk_read_bytes_per_second": 7.0,
         "system/algo-2/cpu_utilization_percentage": 20.0,
     }
-    rec = StepRecord(ModeKeys.EVAL, 2, 9, 0.0, "w", {
-        "<b>loss</b>": TensorRecord("<b>loss</b>", np.array([0.5])),
-        "w": TensorRecord("w", None, {("l2", False): 3.0, ("mean", True): 1.0}),
-        "big": TensorRecord("big", np.ones(3)),
-    })  # fmt: skip
+    rec = StepRecord(
+        ModeKeys.EVAL,
+        2,
+        9,
+        0.0,
+        "w",
+        {
+            "<b>loss</b>": TensorRecord("<b>loss</b>", np.array([0.5])),
+            "w": TensorRecord("w", None, {("l2", False): 3.0, ("mean", True): 1.0}),
+            "big": TensorRecord("big", np.ones(3)),
+        },
+    )
     assert step_metrics(rec) == {"eval/_b_loss_/b_": 0.5, "eval/w/l2": 3.0, "eval/w/abs_mean": 1.0}
 
 
 def test_system_metrics_keep_mlflow_key_names() -> None:
     # the keys of MLflow's own system metrics monitor (mlflow/system_metrics/metrics/{cpu,gpu}_monitor.py)
-    out = system_metrics({"cpu_utilization_percent": 12.0, "cpu_memory_used_percent": 40.0,
-                          "cpu_memory_used_bytes": 3e9, "gpu1_utilization_percent": 70.0,
-                          "gpu1_memory_used_percent": 25.0, "gpu1_memory_used_bytes": 4e9,
-                          "gpu1_power_watts": 250.0, "gpu1_temperature_celsius": 60.0})  # fmt: skip
+    out = system_metrics(
+        {
+            "cpu_utilization_percent": 12.0,
+            "cpu_memory_used_percent": 40.0,
+            "cpu_memory_used_bytes": 3e9,
+            "gpu1_utilization_percent": 70.0,
+            "gpu1_memory_used_percent": 25.0,
+            "gpu1_memory_used_bytes": 4e9,
+            "gpu1_power_watts": 250.0,
+            "gpu1_temperature_celsius": 60.0,
+        }
+    )
     assert out == {
         "system/cpu_utilization_percentage": 12.0,
         "system/system_memory_usage_percentage": 40.0,
@@ -209,8 +242,14 @@ def test_json_config_mlflow_key_reaches_the_hook(tmp_path: Path, monkeypatch: py
     from trainspect.hooks.hook_extras import HookExtras
 
     cfg = tmp_path / "cfg.json"
-    cfg.write_text(json.dumps({"LocalPath": str(tmp_path / "r"),
-                               "MLflow": {"RunId": "a" * 32, "TrackingUri": "sqlite:///x.db", "PricePerHour": "2"}}))  # fmt: skip
+    cfg.write_text(
+        json.dumps(
+            {
+                "LocalPath": str(tmp_path / "r"),
+                "MLflow": {"RunId": "a" * 32, "TrackingUri": "sqlite:///x.db", "PricePerHour": "2"},
+            }
+        )
+    )
     extras = HookExtras(mlflow_run=hook_kwargs_from_json(cfg)["mlflow_run"])
     assert extras._mlflow_options() == ("a" * 32, {"tracking_uri": "sqlite:///x.db", "price_per_hour": 2.0})
     assert extras._mlflow_wanted()

@@ -13,8 +13,9 @@ from mlflow_helpers import free_port, train
 from trainspect.cli import main
 
 
-def test_unreachable_server_then_mlflow_sync(tmp_path: Path, local_store: str,
-                                             caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_unreachable_server_then_mlflow_sync(
+    tmp_path: Path, local_store: str, caplog: pytest.LogCaptureFixture
+) -> None:
     dead = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     out = tmp_path / "run"
     fake_id = "0" * 32

@@ -27,8 +27,15 @@ def server_run(mlflow_server: str, tmp_path: Path) -> tuple[str, str, Path]:
     exp = client.create_experiment(f"e-{tmp_path.name}")
     run = client.create_run(exp)
     out = tmp_path / "run"
-    train(out, mlflow_run={"run": run.info.run_id, "tracking_uri": mlflow_server, "price_per_hour": 3.825,
-                           "log_every_n_steps": 1})  # fmt: skip
+    train(
+        out,
+        mlflow_run={
+            "run": run.info.run_id,
+            "tracking_uri": mlflow_server,
+            "price_per_hour": 3.825,
+            "log_every_n_steps": 1,
+        },
+    )
     return mlflow_server, run.info.run_id, out
 
 
@@ -39,13 +46,18 @@ def test_hook_logs_to_a_tracking_server(server_run: tuple[str, str, Path]) -> No
     assert tags["trainspect.captures"] == "tensors,rules,system,framework"
     assert tags["trainspect.rule.LossNotDecreasing"] in ("IssuesFound", "NoIssuesFound")
     metrics = {m["key"]: m["value"] for m in run["data"]["metrics"]}
-    assert {"system/cpu_utilization_percentage", "system/system_memory_usage_megabytes",
-            "trainspect/step_p95_s", "trainspect/cost"} <= set(metrics)  # fmt: skip
+    assert {
+        "system/cpu_utilization_percentage",
+        "system/system_memory_usage_megabytes",
+        "trainspect/step_p95_s",
+        "trainspect/cost",
+    } <= set(metrics)
     assert metrics["trainspect/price_per_hour"] == pytest.approx(3.825)
     hist = _get(uri, "/api/2.0/mlflow/metrics/get-history", run_id=run_id, metric_key="train/CrossEntropyLoss_output_0")
     assert sorted(m["step"] for m in hist["metrics"]) == list(range(32))
-    system = _get(uri, "/api/2.0/mlflow/metrics/get-history", run_id=run_id,
-                  metric_key="system/cpu_utilization_percentage")["metrics"]  # fmt: skip
+    system = _get(
+        uri, "/api/2.0/mlflow/metrics/get-history", run_id=run_id, metric_key="system/cpu_utilization_percentage"
+    )["metrics"]
     assert len(system) >= 1 and all(0 <= m["value"] <= 100 for m in system)
     files = _get(uri, "/api/2.0/mlflow/artifacts/list", run_id=run_id, path="trainspect")["files"]
     assert sorted(f["path"] for f in files) == ["trainspect/report.html", "trainspect/verdicts.json"]
@@ -53,8 +65,12 @@ def test_hook_logs_to_a_tracking_server(server_run: tuple[str, str, Path]) -> No
     assert "Rules summary" in Path(report).read_text()
 
 
-def test_compare_two_mlflow_runs_by_id(server_run: tuple[str, str, Path], tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_compare_two_mlflow_runs_by_id(
+    server_run: tuple[str, str, Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     uri, run_a, _ = server_run
     client = MlflowClient(tracking_uri=uri)
     run_b = client.create_run(client.get_run(run_a).info.experiment_id, run_name="after-fix").info.run_id

@@ -68,8 +68,9 @@ def test_sync_after_an_outage_sends_each_point_once_and_ends_the_run(
             assert steps == list(range(len(steps))) and stamps == sorted(stamps), key
         tensor = ts.create_trial(out).tensor("CrossEntropyLoss_output_0")
         assert [s for s, _, _ in after[LOSS]] == tensor.steps() == list(range(32))
-        np.testing.assert_allclose([v for _, _, v in after[LOSS]], [float(tensor.value(s)) for s in range(32)],
-                                   rtol=1e-6)  # fmt: skip
+        np.testing.assert_allclose(
+            [v for _, _, v in after[LOSS]], [float(tensor.value(s)) for s in range(32)], rtol=1e-6
+        )
         info = client.get_run(run_id).info
         assert info.status == "FINISHED" and info.end_time == int(recorded["end_time"] * 1000)
         assert client.get_run(run_id).data.tags["trainspect.rule.VanishingGradient"]

@@ -16,11 +16,22 @@ pytestmark = pytest.mark.slow  # a real kernel, torch and a short training: abou
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "analysis.ipynb"
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
-LABELS = {"MetricsHistogram": ["cpu_total", "utilisation %"], "StepHistogram": ["Step:ModeKeys.TRAIN", "DataLoaderIter"],
-          "Heatmap": ["cpu0", "% utilisation"], "Timeline": ["TRAIN steps", "dataloader", "cpu total %"],
-          "Verdicts": ["<table", "NoIssuesFound"]}  # fmt: skip
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
+LABELS = {
+    "MetricsHistogram": ["cpu_total", "utilisation %"],
+    "StepHistogram": ["Step:ModeKeys.TRAIN", "DataLoaderIter"],
+    "Heatmap": ["cpu0", "% utilisation"],
+    "Timeline": ["TRAIN steps", "dataloader", "cpu total %"],
+    "Verdicts": ["<table", "NoIssuesFound"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +66,13 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     playwright = pytest.importorskip("playwright.sync_api")
     assert Path(CHROMIUM).exists(), "install Debian's chromium (apt-get install chromium) for the browser tests"
     with playwright.sync_playwright() as p:
-        ctx = p.chromium.launch_persistent_context(str(tmp_path_factory.mktemp("profile")), executable_path=CHROMIUM,
-                                                   headless=True, args=ARGS, viewport={"width": 1200, "height": 900})  # fmt: skip
+        ctx = p.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("profile")),
+            executable_path=CHROMIUM,
+            headless=True,
+            args=ARGS,
+            viewport={"width": 1200, "height": 900},
+        )
         yield ctx
         ctx.close()
 
@@ -64,15 +80,25 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.mark.browser
 def test_the_saved_views_draw_in_chromium_offline(views: list[tuple[str, str]], browser: Any, tmp_path: Path) -> None:
     page_file = tmp_path / "views.html"
-    page_file.write_text("<!doctype html><html><head><meta charset='utf-8'></head><body>"
-                         + "".join(page for _name, page in views) + "</body></html>", encoding="utf-8")  # fmt: skip
+    page_file.write_text(
+        "<!doctype html><html><head><meta charset='utf-8'></head><body>"
+        + "".join(page for _name, page in views)
+        + "</body></html>",
+        encoding="utf-8",
+    )
     page = browser.new_page()
     errors: list[str] = []
     blocked: list[str] = []
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.route("**/*", lambda r: r.continue_() if r.request.url.startswith(("file:", "about:"))
-               else (blocked.append(r.request.url), r.abort()))  # fmt: skip
+    page.route(
+        "**/*",
+        lambda r: (
+            r.continue_()
+            if r.request.url.startswith(("file:", "about:"))
+            else (blocked.append(r.request.url), r.abort())
+        ),
+    )
     page.goto(page_file.as_uri(), wait_until="load")
     drawn = page.evaluate("""() => [...document.querySelectorAll('.trainspect-nb')].map(v => ({
         view: v.dataset.view,

@@ -52,8 +52,9 @@ def test_step_histogram_and_heatmap_on_a_local_run(tmp_path: Path, smdebug_modul
     run = nb_synth.full_run(tmp_path / "run")
     framework_reader = LocalAlgorithmMetricsReader(str(run))
     end = framework_reader.get_timestamp_of_latest_available_file()
-    steps = StepHistogram(framework_reader).plot(starttime=0, endtime=end, select_events=["Step:ModeKeys.TRAIN"],
-                                                 select_dimensions=[".*"], show_workers=True)  # fmt: skip
+    steps = StepHistogram(framework_reader).plot(
+        starttime=0, endtime=end, select_events=["Step:ModeKeys.TRAIN"], select_dimensions=[".*"], show_workers=True
+    )
     assert set(steps.figure()) == {"worker_0", "worker_1"}
     assert steps.plot(show_workers=False, select_events=["Forward"]).figure()["all workers"]["Forward"]["count"] == 40
     system_reader = LocalSystemMetricsReader(str(run))

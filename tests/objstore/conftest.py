@@ -23,10 +23,15 @@ def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> 
     if s3_server.proc is None:
         s3_server.start()
     s3_server.reset()
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": s3_server.endpoint,
-                       "TRAINSPECT_UPLOAD_INTERVAL_MS": "200", "TRAINSPECT_UPLOAD_CLOSE_S": "20",
-                       "TRAINSPECT_SPOOL_DIR": str(tmp_path / "spool")}.items():  # fmt: skip
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": s3_server.endpoint,
+        "TRAINSPECT_UPLOAD_INTERVAL_MS": "200",
+        "TRAINSPECT_UPLOAD_CLOSE_S": "20",
+        "TRAINSPECT_SPOOL_DIR": str(tmp_path / "spool"),
+    }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     make_fs().mkdir(BUCKET)

@@ -46,9 +46,9 @@ def test_server_killed_mid_run_and_restarted_loses_nothing(s3: S3Server, caplog:
         assert np.array_equal(trial.tensor("Net_fc1.weight").value(step), expected)
 
 
-def test_server_down_at_close_keeps_the_spool_for_sync(s3: S3Server, monkeypatch: pytest.MonkeyPatch,
-                                                        caplog: pytest.LogCaptureFixture,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_server_down_at_close_keeps_the_spool_for_sync(
+    s3: S3Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("TRAINSPECT_UPLOAD_CLOSE_S", "1")
     monkeypatch.setenv("TRAINSPECT_UPLOAD_INTERVAL_MS", "600000")  # nothing goes up before the server dies
     caplog.set_level(logging.WARNING, logger="trainspect")
@@ -75,8 +75,9 @@ def test_sync_refuses_what_is_not_a_spool(tmp_path, capsys: pytest.CaptureFixtur
     assert "not a trainspect spool" in capsys.readouterr().err
 
 
-def test_full_spool_pauses_capture_not_training(s3: S3Server, monkeypatch: pytest.MonkeyPatch,
-                                                caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_full_spool_pauses_capture_not_training(
+    s3: S3Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("TRAINSPECT_SPOOL_MB", "1")
     monkeypatch.setenv("TRAINSPECT_UPLOAD_CLOSE_S", "1")
     caplog.set_level(logging.WARNING, logger="trainspect")

@@ -42,8 +42,12 @@ def test_unsupported_url_is_refused_in_one_line(url: str, tmp_path: Path, monkey
 
 
 def test_cli_refuses_unsupported_urls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["info", "gs://b/run"], ["rules", "gs://b/run"], ["report", "gs://b/run"],
-                 ["run", "--out", "gs://b/run", "--", sys.executable, "-c", "pass"]):  # fmt: skip
+    for argv in (
+        ["info", "gs://b/run"],
+        ["rules", "gs://b/run"],
+        ["report", "gs://b/run"],
+        ["run", "--out", "gs://b/run", "--", sys.executable, "-c", "pass"],
+    ):
         assert main(argv) == 2
         err = capsys.readouterr().err.strip()
         assert "gs://b/run" in err and "pip install trainspect[gcs]" in err and len(err.splitlines()) == 1, err
@@ -144,20 +148,52 @@ def test_two_nodes_write_one_run_under_trainspect_run(s3: S3Server, tmp_path: Pa
 
     script = tmp_path / "train.py"  # an unmodified training script
     here = str(Path(__file__).parent)
-    script.write_text(f"import sys; sys.path.insert(0, {here!r})\nfrom _train import Net\nimport torch\nm = Net()\n"
-                      "opt = torch.optim.SGD(m.parameters(), 0.1)\nfor _ in range(8):\n    opt.zero_grad()\n"
-                      "    m(torch.randn(4, 8)).pow(2).mean().backward()\n    opt.step()\n")  # fmt: skip
+    script.write_text(
+        f"import sys; sys.path.insert(0, {here!r})\nfrom _train import Net\nimport torch\nm = Net()\n"
+        "opt = torch.optim.SGD(m.parameters(), 0.1)\nfor _ in range(8):\n    opt.zero_grad()\n"
+        "    m(torch.randn(4, 8)).pow(2).mean().backward()\n    opt.step()\n"
+    )
     config = tmp_path / "hook.json"
-    config.write_text(json.dumps({"HookParameters": {"include_workers": "all", "save_interval": 1},
-                                  "CollectionConfigurations": [{"CollectionName": "weights"}]}))  # fmt: skip
+    config.write_text(
+        json.dumps(
+            {
+                "HookParameters": {"include_workers": "all", "save_interval": 1},
+                "CollectionConfigurations": [{"CollectionName": "weights"}],
+            }
+        )
+    )
     procs = []
     for rank, node in ((0, "node-a"), (1, "node-b")):
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": "0",
-               "TRAINSPECT_NODE_ID": node, "TRAINSPECT_JOB_ID": "job-2nodes",
-               "TRAINSPECT_SPOOL_DIR": str(tmp_path / node)}  # fmt: skip
-        procs.append(subprocess.Popen([sys.executable, "-m", "trainspect.cli", "run", "--out", URL, "--config",
-                                       str(config), "--", sys.executable, str(script)], env=env,
-                                      stderr=subprocess.PIPE, text=True))  # fmt: skip
+        env = {
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "RANK": str(rank),
+            "WORLD_SIZE": "2",
+            "LOCAL_RANK": "0",
+            "TRAINSPECT_NODE_ID": node,
+            "TRAINSPECT_JOB_ID": "job-2nodes",
+            "TRAINSPECT_SPOOL_DIR": str(tmp_path / node),
+        }
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "trainspect.cli",
+                    "run",
+                    "--out",
+                    URL,
+                    "--config",
+                    str(config),
+                    "--",
+                    sys.executable,
+                    str(script),
+                ],
+                env=env,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     for proc in procs:
         _out, err = proc.communicate(timeout=180)
         assert proc.returncode == 0, err
@@ -182,9 +218,24 @@ def test_live_reading_and_rules_watch(s3: S3Server, tmp_path: Path) -> None:
     trial = wait_for(lambda: _trial_with_steps(5))
     assert trial is not None and not trial.job_ended
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    watch = subprocess.Popen([sys.executable, "-m", "trainspect.cli", "rules", URL, "--watch", "--poll", "0.5",
-                              "--rule", "LossNotDecreasing"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    watch = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainspect.cli",
+            "rules",
+            URL,
+            "--watch",
+            "--poll",
+            "0.5",
+            "--rule",
+            "LossNotDecreasing",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     job.train(5)
     assert wait_for(lambda: len(trial.steps()) == 10)  # the same Trial sees the new steps (upload + listing)
     assert not trial.job_ended
@@ -204,8 +255,9 @@ def _trial_with_steps(n: int) -> ts.Trial | None:
     return trial if len(trial.steps()) >= n else None
 
 
-def test_unreachable_store_at_start_is_one_line(s3: S3Server, capsys: pytest.CaptureFixture[str],
-                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+def test_unreachable_store_at_start_is_one_line(
+    s3: S3Server, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert main(["run", "--out", "s3://no-such-bucket/x", "--", sys.executable, "-c", "pass"]) == 2
     err = capsys.readouterr().err.strip()
     assert "s3://no-such-bucket/x" in err and "no-such-bucket" in err and len(err.splitlines()) == 1

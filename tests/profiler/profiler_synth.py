@@ -36,9 +36,14 @@ def gpus(n: int, util: object, mem: object = 40.0) -> dict[str, object]:
 
 
 def steps(
-    durations: np.ndarray, worker: str = "worker_0", gap: float = 0.01, start: float = T0 + 5, node: str = "n0",
-    process_start: float | None = T0, mode: int = 1,
-) -> FrameworkTables:  # fmt: skip
+    durations: np.ndarray,
+    worker: str = "worker_0",
+    gap: float = 0.01,
+    start: float = T0 + 5,
+    node: str = "n0",
+    process_start: float | None = T0,
+    mode: int = 1,
+) -> FrameworkTables:
     """A worker whose steps have the given durations, back to back with ``gap`` seconds between."""
     starts = start + np.concatenate([[0.0], np.cumsum(durations[:-1] + gap)])[: len(durations)]
     tab = FrameworkTables(worker, node, process_start=process_start, recorder_start=process_start)

@@ -188,7 +188,9 @@ def test_the_report_and_the_profiler_tab_show_the_jobs_gpu_memory(tmp_path: Path
     assert '<li id="cuda-memory"' not in html
 
 
-def test_the_pytorch_hook_records_the_jobs_cuda_memory_each_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_pytorch_hook_records_the_jobs_cuda_memory_each_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import trainspect as ts
     from trainspect.hooks import cuda_memory
 

@@ -14,8 +14,14 @@ from trainspect.profiler.schema import SCHEMA_VERSION
 
 def test_junk_operator_files_give_one_warning_per_kind(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = tmp_path / "detailed"
-    write_table(root / "worker_0", "operators", "worker_0", 0, 2, [{"name": "mm", "calls": 1, "self_time_us": 2.0,
-                                                                    "total_time_us": 3.0}])  # fmt: skip
+    write_table(
+        root / "worker_0",
+        "operators",
+        "worker_0",
+        0,
+        2,
+        [{"name": "mm", "calls": 1, "self_time_us": 2.0, "total_time_us": 3.0}],
+    )
     for i in range(30):
         (root / f"worker_{i + 1}").mkdir(parents=True)
         (root / f"worker_{i + 1}" / f"operators_{i}-{i + 1}.json").write_text("{junk")
@@ -33,7 +39,8 @@ def test_junk_operator_files_give_one_warning_per_kind(tmp_path: Path, caplog: p
     assert newer_line.startswith("trainspect: skipped 2 profiler tables of a newer schema version (first: ")
     assert len(problems) == 2 + 20 + 1  # the two newer ones, the first 20 damaged files named, a count of the others
     assert problems[2].startswith(f"skipped profiler table {first}: ") and problems[22] == (
-        "skipped 10 more damaged profiler tables")
+        "skipped 10 more damaged profiler tables"
+    )
 
 
 def test_one_junk_file_keeps_its_own_line(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

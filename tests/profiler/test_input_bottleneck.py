@@ -45,8 +45,9 @@ def train(out: Path, cost_s: float, epochs: int = 1) -> Path:
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
-    hook = ts.torch.Hook(str(out), include_collections=["losses"],
-                         profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100))  # fmt: skip
+    hook = ts.torch.Hook(
+        str(out), include_collections=["losses"], profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100)
+    )
     hook.register_module(model)
     hook.register_loss(loss_fn)
     for _ in range(epochs):
@@ -98,12 +99,22 @@ def test_registered_and_applied_by_default() -> None:
 def _tables(steps: list[tuple[float, float]], waits: list[tuple[float, float, int]], mode: int = 1) -> FrameworkTables:
     n = len(steps)
     tab = FrameworkTables("worker_0")
-    tab.steps = {"mode": np.full(n, mode, np.uint8), "mode_step": np.arange(n), "global_step": np.arange(n),
-                 "start": np.array([s for s, _ in steps]), "end": np.array([e for _, e in steps])}  # fmt: skip
+    tab.steps = {
+        "mode": np.full(n, mode, np.uint8),
+        "mode_step": np.arange(n),
+        "global_step": np.arange(n),
+        "start": np.array([s for s, _ in steps]),
+        "end": np.array([e for _, e in steps]),
+    }
     m = len(waits)
-    tab.spans = {"kind": np.full(m, 4, np.uint8), "start": np.array([a for a, _, _ in waits]),
-                 "end": np.array([b for _, b, _ in waits]), "global_step": np.array([g for _, _, g in waits]),
-                 "workers": np.zeros(m, np.int16), "pid": np.zeros(m, np.int64)}  # fmt: skip
+    tab.spans = {
+        "kind": np.full(m, 4, np.uint8),
+        "start": np.array([a for a, _, _ in waits]),
+        "end": np.array([b for _, b, _ in waits]),
+        "global_step": np.array([g for _, _, g in waits]),
+        "workers": np.zeros(m, np.int16),
+        "pid": np.zeros(m, np.int64),
+    }
     return tab
 
 

@@ -33,8 +33,11 @@ def test_keras_input_bound_fit_is_caught(tmp_path: Path, capsys: pytest.CaptureF
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6, activation="relu"), keras.layers.Dense(3)])
     model.compile(optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    hook = ts.keras.Hook(str(tmp_path), include_collections=["losses"],
-                         profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100))  # fmt: skip
+    hook = ts.keras.Hook(
+        str(tmp_path),
+        include_collections=["losses"],
+        profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100),
+    )
     with hook:
         model.fit(SlowBatches(), epochs=1, callbacks=[hook], verbose=0)
     capsys.readouterr()

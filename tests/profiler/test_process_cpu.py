@@ -48,8 +48,12 @@ def _cpu_seconds(arr, key: str) -> float:
 def test_job_cpu_counts_dataloader_workers_but_not_other_processes(tmp_path: Path) -> None:
     mon = SystemMonitor(tmp_path, node="n0", config=ProfilerConfig(system_monitor_interval_millis=100))
     # another job on the machine: a busy process that is not in our tree (orphaned by its shell)
-    shell = subprocess.run(["sh", "-c", f"{sys.executable} -c '{BUSY.format(s=30)}' >/dev/null 2>&1 & echo $!"],
-                           capture_output=True, text=True, check=True)  # fmt: skip
+    shell = subprocess.run(
+        ["sh", "-c", f"{sys.executable} -c '{BUSY.format(s=30)}' >/dev/null 2>&1 & echo $!"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     other = psutil.Process(int(shell.stdout.strip()))
     try:
         assert os.getpid() not in [p.pid for p in other.parents()]
@@ -88,8 +92,11 @@ def test_job_pids_are_the_registered_live_processes(tmp_path: Path) -> None:
     try:
         folder.mkdir(parents=True)
         host = os.uname().nodename
-        for pid, created in ((child.pid, psutil.Process(child.pid).create_time()), (child.pid + 10**6, 0.0),
-                             (os.getppid(), 1.0)):  # fmt: skip
+        for pid, created in (
+            (child.pid, psutil.Process(child.pid).create_time()),
+            (child.pid + 10**6, 0.0),
+            (os.getppid(), 1.0),
+        ):
             (folder / f"{host}-{pid}.json").write_text(json.dumps({"pid": pid, "create_time": created, "host": host}))
         assert mon.job_pids() == sorted({os.getpid(), child.pid})  # the dead pid and the reused one are left out
         assert mon.start()

@@ -27,15 +27,25 @@ def _system(run: Path, node: str = "algo-1", start: float = T0, hours: int = HOU
 def _framework(run: Path, worker: str = "worker_0", n: int = 50, start: float = T0 + 3600.0) -> None:
     """``n`` TRAIN steps of 2 s from ``start``, each: a 0.25 s loader wait before it, forward, backward, optimizer."""
     starts = start + np.arange(n) * 3.0
-    steps = {"mode": np.full(n, 1, np.uint8), "mode_step": np.arange(n, dtype=np.int64),
-             "global_step": np.arange(n, dtype=np.int64), "start": starts, "end": starts + 2.0}  # fmt: skip
+    steps = {
+        "mode": np.full(n, 1, np.uint8),
+        "mode_step": np.arange(n, dtype=np.int64),
+        "global_step": np.arange(n, dtype=np.int64),
+        "start": starts,
+        "end": starts + 2.0,
+    }
     kinds, s0, s1 = [], [], []
     for code, a, b in ((4, -0.5, -0.25), (1, 0.0, 0.5), (2, 0.5, 1.5), (3, 1.5, 1.75)):
         kinds.append(np.full(n, code, np.uint8))
         s0.append(starts + a)
         s1.append(starts + b)
-    spans = {"kind": np.concatenate(kinds), "start": np.concatenate(s0), "end": np.concatenate(s1),
-             "global_step": np.tile(np.arange(n, dtype=np.int64), 4), "workers": np.full(4 * n, 2, np.int16)}  # fmt: skip
+    spans = {
+        "kind": np.concatenate(kinds),
+        "start": np.concatenate(s0),
+        "end": np.concatenate(s1),
+        "global_step": np.tile(np.arange(n, dtype=np.int64), 4),
+        "workers": np.full(4 * n, 2, np.int16),
+    }
     order = np.argsort(spans["start"], kind="stable")
     spans = {k: v[order] for k, v in spans.items()}
     write_steps(run, worker, "algo-1", (start - 10, start - 20), [(steps, spans)], closed=starts[-1] + 10)
@@ -67,8 +77,13 @@ def test_system_frame_values_are_the_readers(run: Path) -> None:
 def test_system_frame_wide_and_filters(run: Path) -> None:
     reader = SystemMetricsReader(run)
     df = reader.dataframe(T0, T0 + 600, metrics=["cpu*", "disk_read_bytes"], wide=True)
-    assert list(df.columns) == ["timestamp", "node", "cpu0_utilization_percent", "cpu_memory_used_percent",
-                                "disk_read_bytes"]  # fmt: skip
+    assert list(df.columns) == [
+        "timestamp",
+        "node",
+        "cpu0_utilization_percent",
+        "cpu_memory_used_percent",
+        "disk_read_bytes",
+    ]
     assert df.groupby("node").size().to_dict() == {"algo-1": 10, "algo-2": 10}
     assert df["disk_read_bytes"].tolist()[:3] == [0.0, 60.0, 120.0]
     assert len(reader.dataframe()) == (HOURS * 60 + 60) * len(KEYS)
@@ -90,8 +105,12 @@ def test_steps_frame_has_each_steps_phases_and_loader_wait(run: Path) -> None:
     assert len(df) == 50 and set(df["mode"]) == {"TRAIN"} and set(df["node"]) == {"algo-1"}
     first = df.iloc[0]
     assert (first.forward, first.backward, first.optimizer, first.dataloader, first.duration) == (
-        0.5, 1.0, 0.25, 0.25, 2.0,
-    )  # fmt: skip
+        0.5,
+        1.0,
+        0.25,
+        0.25,
+        2.0,
+    )
     spans = FrameworkMetricsReader(run).dataframe("spans")
     assert dict(spans.dtypes.astype(str)) == SPAN_COLUMNS and set(spans["kind"]) >= {"forward", "dataloader"}
     phases = FrameworkMetricsReader(run).dataframe("phases")
@@ -117,8 +136,11 @@ def test_window_returns_only_the_window_and_reads_only_its_files(run: Path, monk
 
 
 def test_window_outside_the_run_or_backwards_raises(run: Path) -> None:
-    with pytest.raises(NotRecorded, match=r"no data in the window '\[1699990000.000, 1699990001.000\)'.*recorded: "
-                                          r"\[1700000000.000, "):  # fmt: skip
+    with pytest.raises(
+        NotRecorded,
+        match=r"no data in the window '\[1699990000.000, 1699990001.000\)'.*recorded: "
+        r"\[1700000000.000, ",
+    ):
         window(run, T0 - 10_000, T0 - 9_999)
     with pytest.raises(ValueError, match="must be after"):
         window(run, T0 + 10, T0)

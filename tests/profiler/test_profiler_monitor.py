@@ -70,7 +70,11 @@ def test_memory_disk_network_match_proc_counters(tmp_path: Path) -> None:
     # inner (t_a..t_b) and outer (t0..t1) periods: their rates are bounded on both sides
     rate = disk.aggregate()["disk_write_bytes_per_second"]
     if io0 is not None and io_a is not None and io_b is not None and io1 is not None:
-        assert (io_b.write_bytes - io_a.write_bytes) / (t1 - t0) <= rate <= (io1.write_bytes - io0.write_bytes) / (t_b - t_a)
+        assert (
+            (io_b.write_bytes - io_a.write_bytes) / (t1 - t0)
+            <= rate
+            <= (io1.write_bytes - io0.write_bytes) / (t_b - t_a)
+        )
     sent = net.aggregate()["network_sent_bytes_per_second"]
     assert sent >= (net_b.bytes_sent - net_a.bytes_sent) / (t1 - t0) >= 1_000_000 / (t1 - t0)  # loopback counts
     assert net.aggregate()["network_received_bytes_per_second"] >= 1_000_000 / (t1 - t0)
@@ -136,8 +140,9 @@ class _Broken(Sampler):
 
 
 def test_failing_sampler_stops_monitor_with_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    mon = SystemMonitor(tmp_path, node="n0", config=ProfilerConfig(system_monitor_interval_millis=100),
-                        samplers=[_Broken()])  # fmt: skip
+    mon = SystemMonitor(
+        tmp_path, node="n0", config=ProfilerConfig(system_monitor_interval_millis=100), samplers=[_Broken()]
+    )
     with caplog.at_level(logging.WARNING):
         assert mon.start()
         deadline = time.monotonic() + 10

@@ -56,10 +56,28 @@ def _sagemaker(root: Path, bad_line: bool = True) -> Path:
         {"name": "process_name", "ph": "M", "pid": 2, "args": {"name": "DataLoaderIter"}},
     ]
     for i in range(30):
-        events.append({"name": "Step:ModeKeys.TRAIN", "ph": "X", "pid": 1, "tid": 1, "ts": i * 600_000,
-                       "dur": 500_000, "args": {"step_num": str(i)}})  # fmt: skip
-        events.append({"name": "DataLoaderIter", "ph": "X", "pid": 2, "tid": 1, "ts": i * 600_000 - 50_000,
-                       "dur": 40_000, "args": {"pid": 123}})  # fmt: skip
+        events.append(
+            {
+                "name": "Step:ModeKeys.TRAIN",
+                "ph": "X",
+                "pid": 1,
+                "tid": 1,
+                "ts": i * 600_000,
+                "dur": 500_000,
+                "args": {"step_num": str(i)},
+            }
+        )
+        events.append(
+            {
+                "name": "DataLoaderIter",
+                "ph": "X",
+                "pid": 2,
+                "tid": 1,
+                "ts": i * 600_000 - 50_000,
+                "dur": 40_000,
+                "args": {"pid": 123},
+            }
+        )
     (fw_dir / f"{base + 18_000_000}_algo-1_pythontimeline.json").write_text(json.dumps(events))
     return out
 
@@ -97,8 +115,10 @@ def test_units_dataframes_and_analyses_on_a_written_run(tmp_path: Path) -> None:
     writer = SystemChunkWriter(tmp_path / "profiler" / "system" / "n0", "n0", 500)
     t0 = 1.7e9
     for i in range(20):
-        writer.append(t0 + i * 0.5, {"cpu0_utilization_percent": float(i), "cpu1_utilization_percent": 50.0,
-                                     "gpu0_utilization_percent": 80.0})  # fmt: skip
+        writer.append(
+            t0 + i * 0.5,
+            {"cpu0_utilization_percent": float(i), "cpu1_utilization_percent": 50.0, "gpu0_utilization_percent": 80.0},
+        )
     writer.close()
     rec = FrameworkRecorder(tmp_path, "worker_0", node="n0")
     rec.start()

@@ -163,8 +163,9 @@ def test_messages_state_the_observed_values_and_thresholds() -> None:
     low = LowGPUUtilization().evaluate(data([system(MIN15, **gpus(2, 5.0))]))
     assert low.message.startswith("n0/gpu0 underutilised: p95 utilisation 5.0% (threshold_p95 70%), p5 5.0%")
     cpu = CPUBottleneck().evaluate(data([system(MIN15, **HOT, **gpus(1, 5.0))]))
-    assert cpu.message == ("1800 of 1800 samples (100.0%) had a GPU below 10% while CPU was above 90% "
-                           "(threshold 50% of samples)")  # fmt: skip
+    assert cpu.message == (
+        "1800 of 1800 samples (100.0%) had a GPU below 10% while CPU was above 90% (threshold 50% of samples)"
+    )
 
 
 def test_the_jobs_own_cpu_counts_from_exactly_cpu_threshold_of_one_core() -> None:

@@ -38,9 +38,19 @@ def _check_trigger(v: Verdict) -> None:
 
 
 def test_registry_and_contract() -> None:
-    smdebug = {"BatchSize", "CPUBottleneck", "Dataloader", "GPUMemoryIncrease", "IOBottleneck", "LoadBalancing",
-               "LowGPUUtilization", "MaxInitializationTime", "OverallFrameworkMetrics", "OverallSystemUsage",
-               "StepOutlier"}  # fmt: skip
+    smdebug = {
+        "BatchSize",
+        "CPUBottleneck",
+        "Dataloader",
+        "GPUMemoryIncrease",
+        "IOBottleneck",
+        "LoadBalancing",
+        "LowGPUUtilization",
+        "MaxInitializationTime",
+        "OverallFrameworkMetrics",
+        "OverallSystemUsage",
+        "StepOutlier",
+    }
     assert {c.__name__ for c in PROFILER_RULES} == smdebug | {"WorkerStraggler", "InputBottleneck"}
     assert default_registry().classes("profiler") == list(PROFILER_RULES)  # every one registered, in order
     for cls in PROFILER_RULES:

@@ -17,8 +17,14 @@ from trainspect.rules.verdict import Status
 ALLREDUCE = 0.002
 
 
-def _sync_ranks(compute: list[float], loader: list[float] | None = None, between: list[float] | None = None,
-                n: int = 40, forward_wait: bool = False, sync_spans: bool = True) -> list[FrameworkTables]:  # fmt: skip
+def _sync_ranks(
+    compute: list[float],
+    loader: list[float] | None = None,
+    between: list[float] | None = None,
+    n: int = 40,
+    forward_wait: bool = False,
+    sync_spans: bool = True,
+) -> list[FrameworkTables]:
     """Ranks of one synchronous job: every cycle lasts as long as the slowest rank's own work plus an all-reduce.
 
     Each rank's cycle: time between steps, its data-loader wait, then its step: forward and backward (80 % of its
@@ -60,9 +66,14 @@ def _table(worker: str, rec: dict[str, list[float]]) -> FrameworkTables:
     tab = steps(np.asarray(rec["e"]) - np.asarray(rec["s"]), worker=worker)
     tab.steps["start"], tab.steps["end"] = np.asarray(rec["s"]), np.asarray(rec["e"])
     m = len(rec["kind"])
-    tab.spans = {"kind": np.asarray(rec["kind"], np.uint8), "start": np.asarray(rec["ss"]),
-                 "end": np.asarray(rec["se"]), "global_step": np.asarray(rec["g"], np.int64),
-                 "workers": np.zeros(m, np.int16), "pid": np.zeros(m, np.int64)}  # fmt: skip
+    tab.spans = {
+        "kind": np.asarray(rec["kind"], np.uint8),
+        "start": np.asarray(rec["ss"]),
+        "end": np.asarray(rec["se"]),
+        "global_step": np.asarray(rec["g"], np.int64),
+        "workers": np.zeros(m, np.int16),
+        "pid": np.zeros(m, np.int64),
+    }
     return tab
 
 

@@ -35,16 +35,32 @@ def _recorded(n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     return (dur[:n], gaps[:n]) if n else (dur, gaps)
 
 
-def _write_run(root: Path, dur: np.ndarray, gaps: np.ndarray | float = 1e-4, mode: ModeKeys = ModeKeys.TRAIN,
-               worker: str = "worker_0") -> ProfilerData:  # fmt: skip
+def _write_run(
+    root: Path,
+    dur: np.ndarray,
+    gaps: np.ndarray | float = 1e-4,
+    mode: ModeKeys = ModeKeys.TRAIN,
+    worker: str = "worker_0",
+) -> ProfilerData:
     """Write one worker's steps (back to back, ``gaps`` after each) as the recorder does, and load the run."""
     gaps = np.broadcast_to(np.asarray(gaps, dtype=np.float64), dur.shape)
     start = T0 + 5 + np.concatenate([[0.0], np.cumsum(dur + gaps)[:-1]])
     directory = RunLayout(root).framework_dir(worker)
     directory.mkdir(parents=True, exist_ok=True)
     frames = FrameFile(directory / f"{int(T0 * 1000):013d}{schema.FRAMEWORK_SUFFIX}")
-    frames.write_json(schema.KIND_EVENT, {"event": "start", "time": T0, "process_start": T0, "worker": worker,
-                                          "node": "n0", "host": "n0", "pid": 1, "config": {}})  # fmt: skip
+    frames.write_json(
+        schema.KIND_EVENT,
+        {
+            "event": "start",
+            "time": T0,
+            "process_start": T0,
+            "worker": worker,
+            "node": "n0",
+            "host": "n0",
+            "pid": 1,
+            "config": {},
+        },
+    )
     n = len(dur)
     columns = {
         "mode": np.full(n, int(mode), np.uint8),

@@ -31,10 +31,25 @@ pytestmark = pytest.mark.slow
 def _job(out: Path, ranks: int, *args: str) -> Verdict:
     env = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(
-        [str(BIN / "torchrun"), "--standalone", "--nproc_per_node", str(ranks), str(JOB), "--out", str(out),
-         "--steps", str(STEPS), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=240, check=False, env=env,
-    )  # fmt: skip
+        [
+            str(BIN / "torchrun"),
+            "--standalone",
+            "--nproc_per_node",
+            str(ranks),
+            str(JOB),
+            "--out",
+            str(out),
+            "--steps",
+            str(STEPS),
+            *args,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = load_profiler_data(out, final=True)
     assert sorted(data.framework) == [f"worker_{r}" for r in range(ranks)]

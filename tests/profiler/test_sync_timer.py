@@ -167,7 +167,13 @@ def test_readers_show_sync_waits_and_skip_span_kinds_they_do_not_know(tmp_path: 
     rec.close()
     reader = FrameworkMetricsReader(tmp_path)
     names = [e.event_name for e in reader.get_events(0, now + 10)]
-    assert sorted(names) == ["Backward", "BackwardSync", "Finalization", "Initialization", "Step:ModeKeys.TRAIN",
-                             "TrainingLoop"]  # fmt: skip
+    assert sorted(names) == [
+        "Backward",
+        "BackwardSync",
+        "Finalization",
+        "Initialization",
+        "Step:ModeKeys.TRAIN",
+        "TrainingLoop",
+    ]
     kinds = reader.read_tables()["worker_0"].spans_df()["kind"].tolist()
     assert kinds == ["backward", "9", "backward_sync"]  # by start time

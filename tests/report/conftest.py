@@ -79,9 +79,12 @@ def nan_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
     loss_fn = torch.nn.MSELoss()
     x, y = torch.randn(64, 8) * 10, torch.randn(64, 1)
-    hook = ts.torch.Hook(str(out), save_config=ts.SaveConfig(save_interval=1),
-                         rules=[ExplodingTensor(), LossNotDecreasing(num_steps=5)],
-                         profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100))  # fmt: skip
+    hook = ts.torch.Hook(
+        str(out),
+        save_config=ts.SaveConfig(save_interval=1),
+        rules=[ExplodingTensor(), LossNotDecreasing(num_steps=5)],
+        profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100),
+    )
     with hook:
         hook.register_module(model)
         hook.register_loss(loss_fn)

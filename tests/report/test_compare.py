@@ -43,16 +43,45 @@ def test_sagemaker_example_saving_of_83_percent(tmp_path: Path) -> None:
 
 def test_twice_the_steps_in_60_percent_of_the_time_wins() -> None:
     """The issue's case: B did twice the steps in 60 % of A's time. B wins every per-work row; totals rank nothing."""
-    a = RunSummary("a", duration_s=100.0, loop_s=90.0, steps=1000, step_p50_s=0.09, step_p95_s=0.1,
-                   price_per_hour=3.6, batch_size=32, steps_per_epoch=500, gpu_mean=40.0, gpu_p95=60.0)  # fmt: skip
-    b = RunSummary("b", duration_s=60.0, loop_s=54.0, steps=2000, step_p50_s=0.027, step_p95_s=0.03,
-                   price_per_hour=3.6, batch_size=32, steps_per_epoch=500, gpu_mean=80.0, gpu_p95=95.0)  # fmt: skip
+    a = RunSummary(
+        "a",
+        duration_s=100.0,
+        loop_s=90.0,
+        steps=1000,
+        step_p50_s=0.09,
+        step_p95_s=0.1,
+        price_per_hour=3.6,
+        batch_size=32,
+        steps_per_epoch=500,
+        gpu_mean=40.0,
+        gpu_p95=60.0,
+    )
+    b = RunSummary(
+        "b",
+        duration_s=60.0,
+        loop_s=54.0,
+        steps=2000,
+        step_p50_s=0.027,
+        step_p95_s=0.03,
+        price_per_hour=3.6,
+        batch_size=32,
+        steps_per_epoch=500,
+        gpu_mean=80.0,
+        gpu_p95=95.0,
+    )
     assert round(saving_percent(a, b)) == 70 and round(time_saving_percent(a, b)) == 70
     rows = _rows(a, b)
-    for label in ("throughput (steps/s)", "throughput (samples/s)", "time per 1,000 steps (s)",
-                  "cost per 1,000 steps ($)", "time per epoch (s)", "cost per epoch ($)",
-                  "step time p95 (s, compute, no input wait)",
-                  "GPU utilisation mean (%)", "projected cost saving for the same work"):  # fmt: skip
+    for label in (
+        "throughput (steps/s)",
+        "throughput (samples/s)",
+        "time per 1,000 steps (s)",
+        "cost per 1,000 steps ($)",
+        "time per epoch (s)",
+        "cost per epoch ($)",
+        "step time p95 (s, compute, no input wait)",
+        "GPU utilisation mean (%)",
+        "projected cost saving for the same work",
+    ):
         assert rows[label]["winner"] == "b", label
     for label in ("job duration (s, start-up included)", "steps done", "cost of the run ($)"):
         assert rows[label]["winner"] is None, label
@@ -102,8 +131,22 @@ def test_runs_of_different_lengths_from_run_directories(tmp_path: Path) -> None:
 def test_compare_cli_prints_a_table_and_writes_html(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     a, b = _run(tmp_path / "a", 3, 503), _run(tmp_path / "b", 2, 502)
     out = tmp_path / "cmp.html"
-    code = main(["compare", str(a), str(b), "--price-per-hour", "A=14.688", "B=3.825", "--batch-size", "32",
-                 "--steps-per-epoch", "50", "-o", str(out)])  # fmt: skip
+    code = main(
+        [
+            "compare",
+            str(a),
+            str(b),
+            "--price-per-hour",
+            "A=14.688",
+            "B=3.825",
+            "--batch-size",
+            "32",
+            "--steps-per-epoch",
+            "50",
+            "-o",
+            str(out),
+        ]
+    )
     assert code == 0
     text = capsys.readouterr().out
     assert "saving" in text and "83%" in text and "samples/s" in text and "cost per epoch" in text
@@ -117,9 +160,21 @@ def test_price_parsing_and_metrics_round_trip() -> None:
     assert parse_prices(["2.5"]) == (2.5, 2.5)
     with pytest.raises(ValueError, match="A=<price>"):
         parse_prices(["A=x"])
-    s = RunSummary("r", duration_s=10.0, instances=2, steps=5, loop_s=8.0, step_p99_s=0.5, gpu_p95=50.0,
-                   dataloader_wait_percent=3.0, batch_size=8, triggers={"X": 3}, price_per_hour=1.0,
-                   startup_s=1.5, issues=("X",))  # fmt: skip
+    s = RunSummary(
+        "r",
+        duration_s=10.0,
+        instances=2,
+        steps=5,
+        loop_s=8.0,
+        step_p99_s=0.5,
+        gpu_p95=50.0,
+        dataloader_wait_percent=3.0,
+        batch_size=8,
+        triggers={"X": 3},
+        price_per_hour=1.0,
+        startup_s=1.5,
+        issues=("X",),
+    )
     metrics = s.to_metrics()
     back = RunSummary.from_metrics("r", metrics)
     assert back.to_dict() == s.to_dict()
@@ -141,8 +196,9 @@ def test_compare_page_shows_throughput_and_cost_per_1000_steps_in_chromium(tmp_p
     html.write_text(render_compare(a, b), encoding="utf-8")
     errors: list[str] = []
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
-                                    args=["--no-sandbox", "--disable-gpu"])  # fmt: skip
+        browser = p.chromium.launch(
+            executable_path="/usr/bin/chromium", headless=True, args=["--no-sandbox", "--disable-gpu"]
+        )
         page = browser.new_page(viewport={"width": 1400, "height": 900})
         page.on("console", lambda m: m.type == "error" and errors.append(m.text))
         page.on("pageerror", lambda e: errors.append(str(e)))

@@ -34,8 +34,9 @@ def _train(out: Path, lr: float, scale: float) -> Path:
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     loss_fn = torch.nn.MSELoss()
     x, y = torch.randn(64, 8) * scale, torch.randn(64, 1)
-    hook = ts.torch.Hook(str(out), rules=[ExplodingTensor()],
-                         profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100))  # fmt: skip
+    hook = ts.torch.Hook(
+        str(out), rules=[ExplodingTensor()], profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100)
+    )
     with hook:
         hook.register_module(model)
         hook.register_loss(loss_fn)
@@ -86,10 +87,14 @@ def test_a_stop_is_named_beside_the_divergence(runs: tuple[Path, Path], tmp_path
         write_stop(stopped, "ExplodingTensor", step, "TRAIN", "worker_0")
     a = summary_for(stopped)
     note = compare_note(a, summary_for(runs[1]))
-    assert note.startswith(f"unlike runs: A diverged ({a.diverged}) and was stopped by StopTraining at step {step} "
-                           "(rule ExplodingTensor): its speed figures are not a fair comparison")  # fmt: skip
-    assert f"stopped by StopTraining at step {step} (rule ExplodingTensor)" in _rows(a, summary_for(runs[1]))[
-        "verdict"]["a"]  # fmt: skip
+    assert note.startswith(
+        f"unlike runs: A diverged ({a.diverged}) and was stopped by StopTraining at step {step} "
+        "(rule ExplodingTensor): its speed figures are not a fair comparison"
+    )
+    assert (
+        f"stopped by StopTraining at step {step} (rule ExplodingTensor)"
+        in _rows(a, summary_for(runs[1]))["verdict"]["a"]
+    )
 
 
 def test_losses_at_matched_steps_side_by_side_with_nan_flagged(runs: tuple[Path, Path]) -> None:
@@ -113,8 +118,9 @@ def test_links_to_both_reports_in_the_table_and_the_page(runs: tuple[Path, Path]
     page.parent.mkdir()
     html = render_compare(nan, healthy, out=page)
     hrefs = re.findall(r'<a href="([^"]+)"', html)
-    assert len(hrefs) == 2 and all((page.parent / h).resolve() == r.resolve() / "report.html"
-                                   for h, r in zip(hrefs, runs, strict=True))  # fmt: skip
+    assert len(hrefs) == 2 and all(
+        (page.parent / h).resolve() == r.resolve() / "report.html" for h, r in zip(hrefs, runs, strict=True)
+    )
     main = html.split("<main>", 1)[1].lstrip()
     assert main.startswith('<p class="warn" id="unlike-runs"') and "unlike runs: A diverged" in main.split("</p>")[0]
 
@@ -157,8 +163,10 @@ def test_two_runs_of_the_same_script_are_within_noise(tmp_path: Path) -> None:
 
 def test_the_noise_rule_on_given_figures() -> None:
     a = RunSummary("a", steps=1000, loop_s=100.0, cycle_rel_se=0.01)
-    near, far = RunSummary("b", steps=1000, loop_s=98.0, cycle_rel_se=0.01), RunSummary("c", steps=1000, loop_s=80.0,
-                                                                                         cycle_rel_se=0.01)  # fmt: skip
+    near, far = (
+        RunSummary("b", steps=1000, loop_s=98.0, cycle_rel_se=0.01),
+        RunSummary("c", steps=1000, loop_s=80.0, cycle_rel_se=0.01),
+    )
     assert _rows(a, near)["steps_per_s"]["winner"] is None  # 2 % < 2.09 * sqrt(2) * 1 %
     assert _rows(a, far)["steps_per_s"]["winner"] == "b" and _rows(a, far)["saving"]["b"] == "20%"
 

@@ -14,8 +14,15 @@ from trainspect.report import default_registry, render_compare, render_report, s
 from trainspect.rules.verdict import Status, Verdict
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-        "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 XSS = "<img src=x onerror=alert(1)>"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 
@@ -102,9 +109,21 @@ def test_torch_run_report_in_chromium(browser: Any, torch_run: Path) -> None:
 def test_html_in_names_does_not_execute(browser: Any, tmp_path: Path) -> None:
     from trainspect.rules import Series
 
-    run = synth_run.write_run(tmp_path / "run", seconds=30, steps=100, verdicts=[
-        Verdict(f"R{XSS}", Status.ISSUES_FOUND, message=f"{XSS}</script><script>alert(2)</script>", triggers=1,
-                tensors=(XSS,), series=(Series(f"{XSS}</script><!--", (0, 1), (1.0, 2.0)),))])  # fmt: skip
+    run = synth_run.write_run(
+        tmp_path / "run",
+        seconds=30,
+        steps=100,
+        verdicts=[
+            Verdict(
+                f"R{XSS}",
+                Status.ISSUES_FOUND,
+                message=f"{XSS}</script><script>alert(2)</script>",
+                triggers=1,
+                tensors=(XSS,),
+                series=(Series(f"{XSS}</script><!--", (0, 1), (1.0, 2.0)),),
+            )
+        ],
+    )
     html = tmp_path / "x.html"
     html.write_text(render_report(run))
     seen = _open(browser, html, "report-xss.png")
@@ -129,10 +148,13 @@ def test_report_in_a_sandboxed_iframe_like_mlflows_artifact_view(browser: Any, s
     errors: list[str] = []
     page.on("console", lambda m: m.type == "error" and errors.append(m.text))
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.set_content("<html><body><iframe id=f sandbox='allow-scripts' style='width:1200px;height:800px'></iframe>"
-                     "</body></html>")  # fmt: skip
-    page.evaluate("html => { document.getElementById('f').src = URL.createObjectURL("
-                  "new Blob([html], {type: 'text/html'})); }", render_report(synthetic_run))  # fmt: skip
+    page.set_content(
+        "<html><body><iframe id=f sandbox='allow-scripts' style='width:1200px;height:800px'></iframe></body></html>"
+    )
+    page.evaluate(
+        "html => { document.getElementById('f').src = URL.createObjectURL(new Blob([html], {type: 'text/html'})); }",
+        render_report(synthetic_run),
+    )
     frame = page.frame_locator("#f")
     frame.locator("body[data-charts-ready]").wait_for(timeout=30_000)
     assert int(frame.locator("body").get_attribute("data-charts-ready") or 0) > 10
@@ -161,8 +183,9 @@ def test_first_screen_of_a_nan_run_names_the_rules_steps_and_fixes(browser: Any,
 
 
 @pytest.mark.parametrize(("width", "height"), [(1024, 768), (800, 600)])
-def test_verdict_table_fits_narrow_windows_and_mlflows_iframe(browser: Any, nan_run: Path, tmp_path: Path,
-                                                               width: int, height: int) -> None:  # fmt: skip
+def test_verdict_table_fits_narrow_windows_and_mlflows_iframe(
+    browser: Any, nan_run: Path, tmp_path: Path, width: int, height: int
+) -> None:
     """At 1024 px and in MLflow's ~800 px artifact iframe the recommendation column is on screen, nothing scrolls."""
     html = tmp_path / "nan.html"
     html.write_text(render_report(nan_run))

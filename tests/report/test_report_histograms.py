@@ -116,11 +116,16 @@ def test_a_hostile_node_name_renders_as_text(tmp_path: Path) -> None:
 
 def test_no_system_metrics_is_an_empty_state_not_an_error(tmp_path: Path) -> None:
     html = render_report(tmp_path / "empty", registry=_only_histograms())
-    assert re.search(r'<li id="utilisation-histograms" data-section="utilisation-histograms" data-empty="1">.*'
-                     r"No system metrics were recorded", html, re.S)  # fmt: skip
+    assert re.search(
+        r'<li id="utilisation-histograms" data-section="utilisation-histograms" data-empty="1">.*'
+        r"No system metrics were recorded",
+        html,
+        re.S,
+    )
     memory_only = tmp_path / "memory"
-    synthetic_run.write_system(memory_only, "n", 500, T0 + np.arange(10.0), ["cpu_memory_used_percent"],
-                               np.full((10, 1), 30.0), 5)  # fmt: skip
+    synthetic_run.write_system(
+        memory_only, "n", 500, T0 + np.arange(10.0), ["cpu_memory_used_percent"], np.full((10, 1), 30.0), 5
+    )
     page = _build(ReportContext.load(memory_only))
     assert "Node n recorded no CPU or GPU utilisation." in _texts(page) and not page.charts
 

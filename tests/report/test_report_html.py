@@ -115,11 +115,23 @@ def test_bad_or_partial_run_directories_give_a_report_that_says_what_is_missing(
 
 
 def test_names_with_html_render_as_text(tmp_path: Path) -> None:
-    run = synth_run.write_run(tmp_path / "run", seconds=30, steps=100, verdicts=[
-        Verdict(f"Rule{XSS}", Status.ISSUES_FOUND, message=f"tensor {XSS} </script><!-- is bad", triggers=2,
-                tensors=(XSS,), parameters={XSS: XSS}, recommendation=XSS,
-                series=(__import__("trainspect").rules.Series(f"{XSS}</script>", (0, 1, 2), (1.0, 2.0, 3.0)),)),
-    ])  # fmt: skip
+    run = synth_run.write_run(
+        tmp_path / "run",
+        seconds=30,
+        steps=100,
+        verdicts=[
+            Verdict(
+                f"Rule{XSS}",
+                Status.ISSUES_FOUND,
+                message=f"tensor {XSS} </script><!-- is bad",
+                triggers=2,
+                tensors=(XSS,),
+                parameters={XSS: XSS},
+                recommendation=XSS,
+                series=(__import__("trainspect").rules.Series(f"{XSS}</script>", (0, 1, 2), (1.0, 2.0, 3.0)),),
+            ),
+        ],
+    )
     html = render_report(run)
     assert XSS not in html
     assert "&lt;img src=x onerror=alert(1)&gt;" in html

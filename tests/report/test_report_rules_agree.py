@@ -75,8 +75,13 @@ def test_too_few_steps_for_the_rule_give_no_note(tmp_path: Path) -> None:
 
 
 _CUTS = (None, 30.0, UNDERUSED_P95 - 0.1, UNDERUSED_P95, UNDERUSED_P95 + 5.0, 95.0)
-_GRID = [(c, g95, g50) for c in _CUTS for g95 in _CUTS
-         for g50 in ((None,) if g95 is None else (20.0, UNDERUSED_P95, 80.0)) if g50 is None or g50 <= g95]  # fmt: skip
+_GRID = [
+    (c, g95, g50)
+    for c in _CUTS
+    for g95 in _CUTS
+    for g50 in ((None,) if g95 is None else (20.0, UNDERUSED_P95, 80.0))
+    if g50 is None or g50 <= g95
+]
 
 
 @pytest.mark.parametrize(("cpu_p95", "gpu_p95", "gpu_p50"), _GRID)

@@ -74,8 +74,11 @@ def real_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     loss_fn = torch.nn.CrossEntropyLoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    hook = ts.torch.Hook(str(out), rules=[ExplodingTensor(), LossNotDecreasing()],
-                         profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100))  # fmt: skip
+    hook = ts.torch.Hook(
+        str(out),
+        rules=[ExplodingTensor(), LossNotDecreasing()],
+        profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100),
+    )
     with hook:
         hook.register_module(model)
         hook.register_loss(loss_fn)
@@ -133,8 +136,13 @@ def test_no_stop_no_stop_line(rendered: str) -> None:
     assert "StopTraining" not in _text(_verdict_section(rendered))
 
 
-@pytest.mark.parametrize(("code", "said"), [(2, "the script failed with exit status 2 before its first step"),
-                                            (-9, "the script was ended by signal SIGKILL before its first step")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("code", "said"),
+    [
+        (2, "the script failed with exit status 2 before its first step"),
+        (-9, "the script was ended by signal SIGKILL before its first step"),
+    ],
+)
 def test_a_script_that_failed_before_its_first_step(tmp_path: Path, code: int, said: str) -> None:
     run = tmp_path / "run"
     run.mkdir()
@@ -206,4 +214,3 @@ def test_the_heatmap_and_the_cpu_chart_show_the_jobs_cpu_beside_the_hosts(shared
     series = _route(shared_host_run.parent, "/timeseries", run="shared")
     cpu = next(g for g in series["groups"] if g["id"] == "cpu")
     assert [s["key"] for s in cpu["series"]][:2] == ["process_cpu_utilization_percent", "cpu_utilization_percent"]
-

@@ -30,7 +30,9 @@ def _first_section(html: str) -> tuple[str, str]:
 def test_a_nan_run_opens_on_its_verdict(nan_run: Path) -> None:
     html = render_report(nan_run)
     sid, body = _first_section(html)
-    assert sid == "verdict" and "Issues found." in body and "2 found issues (ExplodingTensor, LossNotDecreasing)" in body
+    assert (
+        sid == "verdict" and "Issues found." in body and "2 found issues (ExplodingTensor, LossNotDecreasing)" in body
+    )
     # the earliest problem first, with its step, tensor and what to do
     assert body.index("ExplodingTensor") < body.index("LossNotDecreasing")
     assert "step 3 (TRAIN)" in body and "MSELoss_output_0" in body and "lower the learning rate" in body
@@ -54,8 +56,9 @@ def test_a_healthy_run_says_so_and_empty_sections_take_one_line(tmp_path: Path) 
 
     line = RuleCounts.of(read_verdicts(RunLayout(run).verdicts)).line()
     assert _first_section(html)[0] == "verdict" and f"No issues. {line}" in html.replace("&#39;", "'")
-    empty = re.findall(r'<li id="([\w-]+)" data-section="[\w-]+" data-empty="1"><strong>(.*?)</strong>(.*?)</li>',
-                       html, re.S)  # fmt: skip
+    empty = re.findall(
+        r'<li id="([\w-]+)" data-section="[\w-]+" data-empty="1"><strong>(.*?)</strong>(.*?)</li>', html, re.S
+    )
     ids = [e[0] for e in empty]
     assert "system-usage" in ids and "heatmap" in ids and "Not shown" not in html
     assert all(e[2].strip() and "\n" not in e[2].strip() for e in empty)  # one line each: what to enable
@@ -92,9 +95,22 @@ def test_labels_never_repeat_and_numbers_keep_three_digits() -> None:
 
 
 def test_short_runs_say_so_instead_of_empty_axes(tmp_path: Path) -> None:
-    run = synth_run.write_run(tmp_path / "run", seconds=0.3, interval_s=0.1, steps=3, step_s=0.05, verdicts=[
-        Verdict("R", Status.ISSUES_FOUND, triggers=1, series=(Series("v", (0.0,), (1.0,)),),
-                parameters={"only_nan": False})])  # fmt: skip
+    run = synth_run.write_run(
+        tmp_path / "run",
+        seconds=0.3,
+        interval_s=0.1,
+        steps=3,
+        step_s=0.05,
+        verdicts=[
+            Verdict(
+                "R",
+                Status.ISSUES_FOUND,
+                triggers=1,
+                series=(Series("v", (0.0,), (1.0,)),),
+                parameters={"only_nan": False},
+            )
+        ],
+    )
     html = render_report(run)
     assert "system sample(s) were recorded" in html and "too few to chart" in html
     assert "only_nan=false" in html

@@ -24,14 +24,31 @@ def _rec(g: int, value: str = "0.5", *, mode: str = "1", extra: str = "", dtype:
 
 
 ODD = [
-    _rec(1, '"NaN"'), _rec(2, '"Infinity"'), _rec(3, '"-Infinity"'), _rec(4, "1e-3"), _rec(5, "-0.0"),
-    _rec(6, "2"), _rec(7, '"nan"'), _rec(8, "0.5", mode="9"), _rec(9, dtype="<i8"), _rec(10, shape="1,1"),
-    _rec(11, shape="2"), _rec(12, extra=',{"n":"acc","v":0.25,"d":"<f8","s":[]}'), _rec(13).replace(b":", b": ", 1),
-    _rec(14).replace(b"loss", b"lo\\u0073s"), _rec(15).replace(b"loss", "löss".encode()),
-    _rec(16).replace(b"loss", b"l\xffss"), b'{"g":17,"m":1}', b"not json", b'{"g":18,"m":1,"ms":1,"t":1,"f":"x","e":[]}',
-    _rec(19, extra=',{"n":"w","o":0,"l":4,"d":"<f4","s":[1]}'), _rec(20, "NaN"), b'{"g":21}' + b"\n",
-    _rec(22).replace(b'"t":1002.75', b'"t":"soon"'), _rec(-3),
-]  # fmt: skip
+    _rec(1, '"NaN"'),
+    _rec(2, '"Infinity"'),
+    _rec(3, '"-Infinity"'),
+    _rec(4, "1e-3"),
+    _rec(5, "-0.0"),
+    _rec(6, "2"),
+    _rec(7, '"nan"'),
+    _rec(8, "0.5", mode="9"),
+    _rec(9, dtype="<i8"),
+    _rec(10, shape="1,1"),
+    _rec(11, shape="2"),
+    _rec(12, extra=',{"n":"acc","v":0.25,"d":"<f8","s":[]}'),
+    _rec(13).replace(b":", b": ", 1),
+    _rec(14).replace(b"loss", b"lo\\u0073s"),
+    _rec(15).replace(b"loss", "löss".encode()),
+    _rec(16).replace(b"loss", b"l\xffss"),
+    b'{"g":17,"m":1}',
+    b"not json",
+    b'{"g":18,"m":1,"ms":1,"t":1,"f":"x","e":[]}',
+    _rec(19, extra=',{"n":"w","o":0,"l":4,"d":"<f4","s":[1]}'),
+    _rec(20, "NaN"),
+    b'{"g":21}' + b"\n",
+    _rec(22).replace(b'"t":1002.75', b'"t":"soon"'),
+    _rec(-3),
+]
 
 
 def _one_by_one(payloads: list[bytes]) -> Layout:

@@ -34,10 +34,17 @@ from trainspect.store.index import TrialIndex
 
 def _rules() -> list[ts.rules.TensorRule]:
     return [
-        VanishingGradient(), ExplodingTensor(), ExplodingTensor(only_nan=True), PoorWeightInitialization(),
-        LossNotDecreasing(), LossNotDecreasing(num_steps=3), LossNotDecreasing(literal=True), Overfit(),
-        Overtraining(), StalledTrainingRule(),
-    ]  # fmt: skip
+        VanishingGradient(),
+        ExplodingTensor(),
+        ExplodingTensor(only_nan=True),
+        PoorWeightInitialization(),
+        LossNotDecreasing(),
+        LossNotDecreasing(num_steps=3),
+        LossNotDecreasing(literal=True),
+        Overfit(),
+        Overtraining(),
+        StalledTrainingRule(),
+    ]
 
 
 def _records(worker: str, steps: int, skip: set[int], seed: int) -> list[StepRecord]:
@@ -55,7 +62,9 @@ def _records(worker: str, steps: int, skip: set[int], seed: int) -> list[StepRec
         if i % 25 == 0:
             value = rng.standard_normal((3, 4)).astype(np.float32)
             tensors["fc.weight"] = TensorRecord("fc.weight", value, {}, frozenset({"weights"}))
-        out.append(StepRecord(mode, i // 10 * 7 + i % 10 if mode is ModeKeys.TRAIN else i, i, 100.0 + i, worker, tensors))
+        out.append(
+            StepRecord(mode, i // 10 * 7 + i % 10 if mode is ModeKeys.TRAIN else i, i, 100.0 + i, worker, tensors)
+        )
     return out
 
 

@@ -34,18 +34,33 @@ from trainspect.step import StepRecord, TensorRecord
 
 def _rules() -> list[ts.rules.TensorRule]:
     return [
-        VanishingGradient(), ExplodingTensor(), ExplodingTensor(only_nan=True), PoorWeightInitialization(),
-        PoorWeightInitialization(steps=3, patience=2), LossNotDecreasing(), LossNotDecreasing(num_steps=3),
-        LossNotDecreasing(mode="TRAIN", num_steps=4), LossNotDecreasing(literal=True, num_steps=3), Overfit(),
-        Overfit(start_step=30, patience=1), Overfit(literal=True, patience=1), Overtraining(),
-        Overtraining(patience_validation=2), Overtraining(literal=True), StalledTrainingRule(threshold=2.0),
-    ]  # fmt: skip
+        VanishingGradient(),
+        ExplodingTensor(),
+        ExplodingTensor(only_nan=True),
+        PoorWeightInitialization(),
+        PoorWeightInitialization(steps=3, patience=2),
+        LossNotDecreasing(),
+        LossNotDecreasing(num_steps=3),
+        LossNotDecreasing(mode="TRAIN", num_steps=4),
+        LossNotDecreasing(literal=True, num_steps=3),
+        Overfit(),
+        Overfit(start_step=30, patience=1),
+        Overfit(literal=True, patience=1),
+        Overtraining(),
+        Overtraining(patience_validation=2),
+        Overtraining(literal=True),
+        StalledTrainingRule(threshold=2.0),
+    ]
 
 
 def _losses(rng: np.random.Generator, n: int, shape: str) -> np.ndarray:
     t = np.arange(n, dtype=np.float64)
-    base = {"falling": 2.0 * np.exp(-t / max(1, n / 3)), "flat": np.full(n, 1.0),
-            "rising": 1.0 + t / max(1, n / 4), "dip": 1.0 + 0.5 * np.cos(t / max(1, n / 6))}[shape]  # fmt: skip
+    base = {
+        "falling": 2.0 * np.exp(-t / max(1, n / 3)),
+        "flat": np.full(n, 1.0),
+        "rising": 1.0 + t / max(1, n / 4),
+        "dip": 1.0 + 0.5 * np.cos(t / max(1, n / 6)),
+    }[shape]
     return base + rng.choice([0.0, 0.01, 0.2]) * rng.standard_normal(n)
 
 
@@ -100,8 +115,15 @@ def test_whole_columns_give_the_step_by_step_verdicts(
 def test_the_fast_path_is_taken_and_judges(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A loss-only run reaches every rule's check_columns (not its step check), and a NaN is still found."""
     calls: dict[str, int] = {}
-    for cls in (VanishingGradient, ExplodingTensor, PoorWeightInitialization, LossNotDecreasing, Overfit,
-                Overtraining, StalledTrainingRule):  # fmt: skip
+    for cls in (
+        VanishingGradient,
+        ExplodingTensor,
+        PoorWeightInitialization,
+        LossNotDecreasing,
+        Overfit,
+        Overtraining,
+        StalledTrainingRule,
+    ):
         original = cls.check_columns
 
         def counting(self: ts.rules.TensorRule, state: object, cols: Columns, _o=original) -> object:
@@ -112,15 +134,31 @@ def test_the_fast_path_is_taken_and_judges(tmp_path: Path, monkeypatch: pytest.M
         if cls is not PoorWeightInitialization:  # which judges its first `steps` steps with its step check
             monkeypatch.setattr(cls, "check", lambda *a: pytest.fail("fed step by step"))
     records = [
-        StepRecord(ModeKeys.TRAIN, i, i, 1000.0 + i, "worker_0",
-                   {"loss": TensorRecord("loss", np.float32(math.nan if i == 50 else 1.0 / (i + 1)), {},
-                                         frozenset({"losses"}))})
+        StepRecord(
+            ModeKeys.TRAIN,
+            i,
+            i,
+            1000.0 + i,
+            "worker_0",
+            {
+                "loss": TensorRecord(
+                    "loss", np.float32(math.nan if i == 50 else 1.0 / (i + 1)), {}, frozenset({"losses"})
+                )
+            },
+        )
         for i in range(200)
-    ]  # fmt: skip
+    ]
     synthetic_run.start_run(tmp_path / "r", "fast", {"framework": "pytorch"})
     synthetic_run.write_tensors(tmp_path / "r", records)
-    rules = [VanishingGradient(), ExplodingTensor(), PoorWeightInitialization(steps=1), LossNotDecreasing(),
-             Overfit(), Overtraining(), StalledTrainingRule()]  # fmt: skip
+    rules = [
+        VanishingGradient(),
+        ExplodingTensor(),
+        PoorWeightInitialization(steps=1),
+        LossNotDecreasing(),
+        Overfit(),
+        Overtraining(),
+        StalledTrainingRule(),
+    ]
     verdicts = evaluate_tensor_rules(ts.create_trial(str(tmp_path / "r")), rules, None, None, True)
     assert set(calls) == {type(r).__name__ for r in rules}
     exploding = verdicts[1]

@@ -250,8 +250,9 @@ def test_layers_trained_one_after_the_other_are_not_frozen(tmp_path: Path) -> No
     model, (x, y), loss_fn = Greedy(), _images(), nn.CrossEntropyLoss()
     opts = [torch.optim.SGD([*model.layers[k].parameters(), *model.heads[k].parameters()], lr=0.1) for k in (0, 1)]
     config = ts.SaveConfig(save_interval=5)
-    with ts.torch.Hook(tmp_path / "run", export_tensorboard=False, save_config=config,
-                       include_collections=COLLECTIONS) as hook:  # fmt: skip
+    with ts.torch.Hook(
+        tmp_path / "run", export_tensorboard=False, save_config=config, include_collections=COLLECTIONS
+    ) as hook:
         hook.register_module(model)
         hook.register_loss(loss_fn)
         for stage, s in [(k, s) for k in (0, 1) for s in range(40)]:
@@ -332,7 +333,7 @@ def test_a_repeated_gradient_means_not_trained_now_unless_nothing_changes() -> N
                 n,
                 {"a.weight": np.ones(4), "b.weight": np.full(4, 1.0 + (n if other_changes else 0))},
                 {"a.weight": 0.3, "b.weight": 0.5 + (n if other_changes else 0)},
-            )  # fmt: skip
+            )
             for n in range(4)
         ]
 

@@ -40,8 +40,16 @@ def _task(n: int = 256, n_eval: int = 128, noise: float = 0.2, seed: int = 0) ->
     return x[:n], y[:n], x[n:], y[n:]
 
 
-def _train(out: Path, model: nn.Module, opt: torch.optim.Optimizer, data: Data, steps: int, eval_every: int,
-           batch: int | None = None, eval_batch: int | None = None) -> Path:  # fmt: skip
+def _train(
+    out: Path,
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    data: Data,
+    steps: int,
+    eval_every: int,
+    batch: int | None = None,
+    eval_batch: int | None = None,
+) -> Path:
     """Train (full batch unless ``batch``) and evaluate every ``eval_every`` steps, recording the losses."""
     x, y, x_eval, y_eval = data
     loss_fn = nn.CrossEntropyLoss()
@@ -123,9 +131,14 @@ def test_issue_28_overtraining_fires_when_the_validation_loss_rises_while_traini
 def _bn_mlp() -> nn.Sequential:
     torch.manual_seed(0)
     return nn.Sequential(
-        nn.Linear(16, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 64), nn.BatchNorm1d(64), nn.ReLU(),
+        nn.Linear(16, 64),
+        nn.BatchNorm1d(64),
+        nn.ReLU(),
+        nn.Linear(64, 64),
+        nn.BatchNorm1d(64),
+        nn.ReLU(),
         nn.Linear(64, 4),
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("broken", [True, False])
@@ -139,8 +152,16 @@ def test_issue_28_overfit_names_a_validation_loss_orders_of_magnitude_above_trai
     x, y, x_eval, y_eval = _task(n=512, noise=0.0)
     data = (x, y, x_eval * 5000.0 if broken else x_eval, y_eval)
     model = _bn_mlp()
-    run = _train(tmp_path / "run", model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), data, 40, 40,
-                 batch=32, eval_batch=64)  # fmt: skip
+    run = _train(
+        tmp_path / "run",
+        model,
+        torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+        data,
+        40,
+        40,
+        batch=32,
+        eval_batch=64,
+    )
     verdicts = _judge(run, Overfit(), Overtraining(), LossNotDecreasing())
     v = verdicts["Overfit"]
     if broken:
@@ -168,15 +189,17 @@ def test_issue_28_overfit_still_names_a_real_overfit(tmp_path: Path) -> None:
     torch.manual_seed(17)
     model = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 4))
     data = _task(n=48, n_eval=256, noise=0.3, seed=17)
-    run = _train(tmp_path / "run", model, torch.optim.Adam(model.parameters(), lr=1e-3), data, 300, 50, batch=16,
-                 eval_batch=64)  # fmt: skip
+    run = _train(
+        tmp_path / "run", model, torch.optim.Adam(model.parameters(), lr=1e-3), data, 300, 50, batch=16, eval_batch=64
+    )
     v = _judge(run, Overfit())["Overfit"]
     assert v.status is Status.ISSUES_FOUND and "rising" in v.message and "diverges" not in v.message, v.message
 
 
 # --- the same decisions on synthetic series (pure functions) ------------------------------------------------
-def _evaluations(val: list[float], train: Callable[[int], float] = lambda k: 1.0 - 0.01 * k, batches: int = 1,
-                 spread: float = 0.0) -> list:  # fmt: skip
+def _evaluations(
+    val: list[float], train: Callable[[int], float] = lambda k: 1.0 - 0.01 * k, batches: int = 1, spread: float = 0.0
+) -> list:
     """Three training steps, then an evaluation of ``batches`` EVAL steps, per value of ``val``."""
     out, n = [], 0
     for k, v in enumerate(val):

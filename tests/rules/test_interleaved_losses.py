@@ -59,17 +59,25 @@ def test_series_trained_one_after_the_other_are_each_judged() -> None:
 
 def test_a_loss_recorded_at_every_step_beside_a_module_loss_is_judged() -> None:
     """``loss`` and ``CrossEntropyLoss_output_0`` share every step: no alternation; a stalled loss triggers."""
-    steps = [step(n, [tensor("loss", np.float32(1.0 + 0.01 * (n % 2)), ["losses"]),
-                      tensor("CrossEntropyLoss_output_0", np.float32(1.0 + 0.01 * (n % 2)), ["losses"])])
-             for n in range(200)]  # fmt: skip
+    steps = [
+        step(
+            n,
+            [
+                tensor("loss", np.float32(1.0 + 0.01 * (n % 2)), ["losses"]),
+                tensor("CrossEntropyLoss_output_0", np.float32(1.0 + 0.01 * (n % 2)), ["losses"]),
+            ],
+        )
+        for n in range(200)
+    ]
     assert run(LossNotDecreasing(), steps).status is Status.ISSUES_FOUND
 
 
 def test_a_loss_with_a_few_nan_steps_is_not_taken_for_an_alternating_series() -> None:
     """Its NaN steps are its own: the rising loss around them is still judged (not excused as a game's)."""
     nans = {50, 120, 190, 260}
-    steps = [step(n, [tensor("loss", np.float32(math.nan if n in nans else 1.0 + n / 200), ["losses"])])
-             for n in range(400)]  # fmt: skip
+    steps = [
+        step(n, [tensor("loss", np.float32(math.nan if n in nans else 1.0 + n / 200), ["losses"])]) for n in range(400)
+    ]
     verdict = run(LossNotDecreasing(), steps)
     assert verdict.status is Status.ISSUES_FOUND and verdict.triggers > len(nans)  # the rise, beside the NaNs
     assert "alternates" not in verdict.details["last_detail"]

@@ -102,7 +102,11 @@ def test_a_nan_spread_by_the_all_reduce_names_the_rank_where_it_began(tmp_path):
         (ref,) = evaluate(write_run(tmp_path / f"alone_{worker}", alone), [ExplodingTensor()], write=False)
         mine = v.details["per_worker"][worker]
         assert (mine["status"], mine["datapoints"], mine["triggers"], mine.get("first_trigger_step")) == (
-            ref.status.value, ref.datapoints, ref.triggers, ref.first_trigger_step)  # fmt: skip
+            ref.status.value,
+            ref.datapoints,
+            ref.triggers,
+            ref.first_trigger_step,
+        )
 
 
 def test_a_healthy_four_worker_run_is_quiet(tmp_path):
@@ -154,10 +158,24 @@ def test_only_steps_every_worker_wrote_count_until_the_run_ends(tmp_path):
 def _part(worker: str, status: Status, first: int | None = None, count: int = 1, at: float = 1.0) -> Verdict:
     details: dict = {"worker": worker, "inputs_seen": 5, "last_detail": "x"}
     if first is not None:
-        details.update(first_detail=f"bad in {worker}", first_trigger_count=count, first_trigger_mode="TRAIN",
-                       first_trigger_mode_step=first)  # fmt: skip
-    return Verdict("R", status, datapoints=5, triggers=int(first is not None), first_trigger_step=first,
-                   last_trigger_step=first, workers=(worker,), details=details, evaluated_at=at, source="live")  # fmt: skip
+        details.update(
+            first_detail=f"bad in {worker}",
+            first_trigger_count=count,
+            first_trigger_mode="TRAIN",
+            first_trigger_mode_step=first,
+        )
+    return Verdict(
+        "R",
+        status,
+        datapoints=5,
+        triggers=int(first is not None),
+        first_trigger_step=first,
+        last_trigger_step=first,
+        workers=(worker,),
+        details=details,
+        evaluated_at=at,
+        source="live",
+    )
 
 
 def test_the_first_trigger_is_named_by_step_then_tensors_then_numeric_rank():
@@ -293,8 +311,13 @@ def test_torchrun_four_ranks_names_the_rank_that_fed_a_nan(tmp_path, capsys):
     }
     proc = subprocess.run(
         [str(bin_dir / "torchrun"), "--standalone", "--nproc_per_node", "4", str(script), str(out), "16"],
-        cwd=root, env=env, capture_output=True, text=True, timeout=240, check=False,
-    )  # fmt: skip
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     trial = ts.create_trial(out)
     assert trial.workers() == WORKERS and trial.steps() == list(range(16))
@@ -329,7 +352,9 @@ def test_a_sharded_tensors_reductions_are_judged_as_the_full_tensors_on_every_wo
     for rank, (local, shard) in enumerate(pieces):
         writer = TensorFileWriter(tmp_path / "tensors" / f"worker_{rank}")
         for step in range(3):
-            grad = TensorRecord("gradient/w", None, {}, frozenset({"gradients"}), local.shape, shard, partials_of(local))
+            grad = TensorRecord(
+                "gradient/w", None, {}, frozenset({"gradients"}), local.shape, shard, partials_of(local)
+            )
             writer.write(StepRecord(ModeKeys.TRAIN, step, step, 100.0 + step, f"worker_{rank}", {"gradient/w": grad}))
         writer.close()
     mark_job_end(RunLayout(tmp_path))

@@ -71,7 +71,11 @@ def test_a_tiny_bias_gradient_next_to_a_healthy_weight_gradient_is_not_counted()
 
 def test_what_the_rule_asks_the_hook_to_record_and_says_without_finite_gradients() -> None:
     (req,) = VanishingGradient().requirements()
-    assert (req.collection, req.include_regex, req.reductions, req.raw) == ("gradients", ("^gradient/",),
-                                                                            ("abs_mean",), False)  # fmt: skip
+    assert (req.collection, req.include_regex, req.reductions, req.raw) == (
+        "gradients",
+        ("^gradient/",),
+        ("abs_mean",),
+        False,
+    )
     nan = run(VanishingGradient(), [step(0, [_grad("gradient/w", float("nan"))])])
     assert nan.status is Status.NO_DATA and "NaN/Inf" in nan.message

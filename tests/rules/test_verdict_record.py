@@ -28,8 +28,11 @@ def diverging_run(out: Path) -> Path:
     model = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     opt = torch.optim.SGD(model.parameters(), lr=50.0, momentum=0.9)
     loss_fn = torch.nn.MSELoss()
-    hook = ts.torch.Hook(str(out), include_collections=["losses", "gradients"],
-                         rules=[ExplodingTensor(), VanishingGradient(), LossNotDecreasing()])  # fmt: skip
+    hook = ts.torch.Hook(
+        str(out),
+        include_collections=["losses", "gradients"],
+        rules=[ExplodingTensor(), VanishingGradient(), LossNotDecreasing()],
+    )
     hook.register_module(model)
     hook.register_loss(loss_fn)
     gen = torch.Generator().manual_seed(1)
@@ -62,8 +65,11 @@ def test_offline_evaluation_keeps_the_live_record_and_every_reader_shows_the_lat
     doc = read_record(RunLayout(run).verdicts)
     sources = [(e["source"], e["final"]) for e in doc["evaluations"]]
     assert sources[0] == ("live", True) and sources.count(("offline", True)) == 2
-    assert [v["rule"] for v in doc["evaluations"][0]["verdicts"]] == ["ExplodingTensor", "VanishingGradient",
-                                                                      "LossNotDecreasing"]  # fmt: skip
+    assert [v["rule"] for v in doc["evaluations"][0]["verdicts"]] == [
+        "ExplodingTensor",
+        "VanishingGradient",
+        "LossNotDecreasing",
+    ]
     assert all("series" not in v for e in doc["evaluations"] for v in e["verdicts"])  # the history stays small
 
     current = {v.rule: v for v in ts.rules.load_verdicts(run)}
@@ -90,12 +96,15 @@ def test_tensorboard_rules_rows_show_the_current_set(tmp_path: Path) -> None:
     from trainspect.tb_plugin.rules_view import verdict_rows
 
     path = tmp_path / "rules" / "verdicts.json"
-    VerdictRecord(path, "live").write(stamp([Verdict("A", Status.ISSUES_FOUND), Verdict("B", Status.NO_ISSUES_FOUND)],
-                                            "live", 1.0), final=True)  # fmt: skip
+    VerdictRecord(path, "live").write(
+        stamp([Verdict("A", Status.ISSUES_FOUND), Verdict("B", Status.NO_ISSUES_FOUND)], "live", 1.0), final=True
+    )
     VerdictRecord(path, "offline").write(stamp([Verdict("A", Status.NO_ISSUES_FOUND)], "offline", 2.0), final=True)
     rows = verdict_rows("run", read_verdicts(path))
-    assert [(r["rule"], r["status"], r["source"]) for r in rows] == [("A", "NoIssuesFound", "offline"),
-                                                                     ("B", "NoIssuesFound", "live")]  # fmt: skip
+    assert [(r["rule"], r["status"], r["source"]) for r in rows] == [
+        ("A", "NoIssuesFound", "offline"),
+        ("B", "NoIssuesFound", "live"),
+    ]
 
 
 def test_a_record_of_the_first_format_becomes_the_first_evaluation(tmp_path: Path) -> None:
@@ -103,8 +112,10 @@ def test_a_record_of_the_first_format_becomes_the_first_evaluation(tmp_path: Pat
     write_verdicts(path, [Verdict("A", Status.ISSUES_FOUND)], final=True, source="live")
     VerdictRecord(path, "offline").write(stamp([Verdict("B", Status.NO_DATA)], "offline"), final=True)
     doc = json.loads(path.read_text())
-    assert [(e["id"], e["source"]) for e in doc["evaluations"]] == [("earlier", "live"), (doc["evaluations"][1]["id"],
-                                                                                          "offline")]  # fmt: skip
+    assert [(e["id"], e["source"]) for e in doc["evaluations"]] == [
+        ("earlier", "live"),
+        (doc["evaluations"][1]["id"], "offline"),
+    ]
     assert [v.rule for v in read_verdicts(path)] == ["A", "B"]
 
 

@@ -49,9 +49,13 @@ def rank() -> int:
 
 def hook(out: str, include_workers: str = "all", **kwargs: Any) -> Any:
     return ts.torch.Hook(
-        out, include_collections=["weights", "biases", "gradients", "losses"], include_workers=include_workers,
-        save_config=ts.SaveConfig(save_interval=2), export_tensorboard=False, **kwargs,
-    )  # fmt: skip
+        out,
+        include_collections=["weights", "biases", "gradients", "losses"],
+        include_workers=include_workers,
+        save_config=ts.SaveConfig(save_interval=2),
+        export_tensorboard=False,
+        **kwargs,
+    )
 
 
 def batch(step: int, same: bool = False, features: int = 5) -> torch.Tensor:

@@ -18,10 +18,12 @@ def main() -> None:
     stage = int(opts.option)
     torch.manual_seed(0)
     config = {
-        "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 1,
-        "optimizer": {"type": "SGD", "params": {"lr": 0.1}}, "zero_allow_untested_optimizer": True,
+        "train_micro_batch_size_per_gpu": 4,
+        "gradient_accumulation_steps": 1,
+        "optimizer": {"type": "SGD", "params": {"lr": 0.1}},
+        "zero_allow_untested_optimizer": True,
         "zero_optimization": {"stage": stage, "stage3_param_persistence_threshold": 0},
-    }  # fmt: skip
+    }
     engine, _, _, _ = deepspeed.initialize(model=Net(), model_parameters=None, config=config)
     h = hook(opts.out)
     h.register_module(engine)

@@ -35,8 +35,18 @@ def views(rank: int, orig: bool) -> list[dict[str, object]]:
         start = shard.offsets[0]
         ref = full[view.name.split("_", 1)[1]].reshape(-1)[start : start + piece.numel()]
         equal = bool(torch.equal(ref, piece))
-        out.append({"rank": rank, "orig": orig, "name": view.name, "layout": shard.layout, "start": start,
-                    "size": piece.numel(), "global": list(shard.global_shape), "equal": equal})  # fmt: skip
+        out.append(
+            {
+                "rank": rank,
+                "orig": orig,
+                "name": view.name,
+                "layout": shard.layout,
+                "start": start,
+                "size": piece.numel(),
+                "global": list(shard.global_shape),
+                "equal": equal,
+            }
+        )
     dist.destroy_process_group()
     return out
 

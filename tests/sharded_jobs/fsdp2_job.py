@@ -16,9 +16,11 @@ def main() -> None:
     torch.manual_seed(0)
     model = Net()
     reductions = ts.ReductionConfig(
-        reductions=["mean", "min", "max", "variance"], abs_reductions=["mean", "max"], norms=["l2"],
+        reductions=["mean", "min", "max", "variance"],
+        abs_reductions=["mean", "max"],
+        norms=["l2"],
         save_raw_tensor=True,
-    )  # fmt: skip
+    )
     # include_workers is left at its default ("one"): a sharded model is recorded by every rank all the same
     h = hook(opts.out, include_workers="one", reduction_config=reductions if opts.option == "reductions" else None)
     h.register_module(model)

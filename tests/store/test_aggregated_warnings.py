@@ -48,8 +48,10 @@ def test_many_damaged_index_files_give_one_line_per_kind(tmp_path: Path, caplog:
         source.refresh(TrialIndex())
     shape = [m for m in _warnings(caplog) if "wrong shape" in m]
     corrupt = [m for m in _warnings(caplog) if "corrupt" in m]
-    assert shape == [f"trainspect: skipped {3 * FILES} index records of the wrong shape in {FILES} files, first: "
-                     f"{first_shape}: skipped an index record of the wrong shape"]  # fmt: skip
+    assert shape == [
+        f"trainspect: skipped {3 * FILES} index records of the wrong shape in {FILES} files, first: "
+        f"{first_shape}: skipped an index record of the wrong shape"
+    ]
     assert len(corrupt) == 1 and corrupt[0].startswith(
         f"trainspect: skipped {FILES} corrupt index records in {FILES} files, first: {first_corrupt}: skipped 1 corrupt"
     )
@@ -57,8 +59,9 @@ def test_many_damaged_index_files_give_one_line_per_kind(tmp_path: Path, caplog:
     assert source.problems == [shape[0].removeprefix("trainspect: "), corrupt[0].removeprefix("trainspect: ")]
 
 
-def test_the_trial_lists_each_kind_once_and_a_refresh_logs_only_new_files(tmp_path: Path,
-                                                                       caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_the_trial_lists_each_kind_once_and_a_refresh_logs_only_new_files(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     run = _damaged_run(tmp_path)
     trial = ts.create_trial(run)
     assert sum("wrong shape" in p for p in trial.problems) == 1

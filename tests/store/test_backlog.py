@@ -35,9 +35,13 @@ def _train(out: Path, on_backlog: str, hold: threading.Event, monkeypatch: pytes
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    hook = ts.torch.Hook(str(out), include_collections=["weights", "gradients", "losses"],
-                         save_config=ts.SaveConfig(save_interval=1), reduction_config=ts.ReductionConfig(
-                             reductions=["mean"], save_raw_tensor=True), on_backlog=on_backlog)  # fmt: skip
+    hook = ts.torch.Hook(
+        str(out),
+        include_collections=["weights", "gradients", "losses"],
+        save_config=ts.SaveConfig(save_interval=1),
+        reduction_config=ts.ReductionConfig(reductions=["mean"], save_raw_tensor=True),
+        on_backlog=on_backlog,
+    )
     hook.register_module(model)
     x, y = torch.randn(16, 256), torch.randint(0, 2, (16,))
     if on_backlog == "block":
@@ -89,7 +93,8 @@ def test_block_makes_training_wait_and_keeps_everything(tmp_path: Path, monkeypa
     trial = ts.create_trial(out)
     assert read_gaps(out) == []
     assert [s for s in range(STEPS) if isinstance(trial.tensor("Sequential_0.weight").value(s), np.ndarray)] == list(
-        range(STEPS))  # fmt: skip
+        range(STEPS)
+    )
 
 
 def test_an_unknown_backlog_policy_fails_at_construction(tmp_path: Path) -> None:

@@ -77,8 +77,9 @@ def test_a_failing_write_leaves_no_temporary_file(tmp_path: Path) -> None:
                 print(name, "written")
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split("\n")[:3] == ["report failed 27", "verdicts failed 27", "json failed 27"], proc.stdout
     assert [p.name for p in run.rglob(".*.tmp")] == []

@@ -31,9 +31,14 @@ def _records(worker: str = "worker_0") -> list[StepRecord]:
             "loss": TensorRecord("loss", np.array(1.0 / (s + 1), np.float32), collections=frozenset({"losses"})),
             "acc": TensorRecord("acc", np.array(s, np.int64), collections=frozenset({"metrics"})),
             "w": TensorRecord("w", w, collections=frozenset({"weights"})),
-            "g": TensorRecord("g", None, {Reduction("l2", False): float(s) * 0.5, Reduction("max", True): 3.0 + s},
-                              collections=frozenset({"gradients"}), shape=(6,)),
-        }  # fmt: skip
+            "g": TensorRecord(
+                "g",
+                None,
+                {Reduction("l2", False): float(s) * 0.5, Reduction("max", True): 3.0 + s},
+                collections=frozenset({"gradients"}),
+                shape=(6,),
+            ),
+        }
         out.append(StepRecord(mode, ms, s, 1000.0 + s, worker, tensors))
     return out
 
@@ -130,10 +135,20 @@ def test_each_workers_rows(tmp_path: Path) -> None:
 
 def test_verdicts_frame_one_row_per_rule(tmp_path: Path) -> None:
     verdicts = [
-        Verdict("LossNotDecreasing", Status.ISSUES_FOUND, "stuck", kind="tensor", datapoints=40, triggers=3,
-                first_trigger_step=10, last_trigger_step=30, workers=("worker_0", "worker_1"), mode="TRAIN"),
+        Verdict(
+            "LossNotDecreasing",
+            Status.ISSUES_FOUND,
+            "stuck",
+            kind="tensor",
+            datapoints=40,
+            triggers=3,
+            first_trigger_step=10,
+            last_trigger_step=30,
+            workers=("worker_0", "worker_1"),
+            mode="TRAIN",
+        ),
         Verdict("CPUBottleneck", Status.NO_ISSUES_FOUND, kind="profiler", datapoints=7),
-    ]  # fmt: skip
+    ]
     write_tensors(tmp_path / "run", [])
     end_run(tmp_path / "run", verdicts)
     df = exported(tmp_path / "run")

@@ -118,8 +118,9 @@ DEEP = "[" * 50_000 + "]" * 50_000
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("hostile") / "template"
-    subprocess.run([sys.executable, str(HERE / "fuzztrain.py"), str(root)], check=True, timeout=240,
-                   capture_output=True, cwd=ROOT)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(HERE / "fuzztrain.py"), str(root)], check=True, timeout=240, capture_output=True, cwd=ROOT
+    )
     (root / "report.html").unlink(missing_ok=True)
     return root
 
@@ -154,8 +155,14 @@ def run_driver(template: Path, cases: list[tuple[list[str], Path]], tmp: Path) -
     doc = {"warm_up": [[cmd, str(warm)] for cmd in COMMANDS], "cases": [[argv, str(out)] for argv, out in cases]}
     spec.write_text(json.dumps(doc))
     env = {**os.environ, "TRAINSPECT_TESTING": "1", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, __file__, str(spec)], capture_output=True, text=True, timeout=60 + 3 *
-                          len(cases), cwd=ROOT, env=env)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, __file__, str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=60 + 3 * len(cases),
+        cwd=ROOT,
+        env=env,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
@@ -204,8 +211,11 @@ def test_real_trainspect_processes_finish_on_a_fifo(template: Path, tmp_path: Pa
     procs = []
     for cmd in COMMANDS:
         run = hostile_copy(template, tmp_path / cmd, "trainspect.json", "fifo")
-        procs.append(subprocess.Popen([str(TRAINSPECT), cmd, str(run)], stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True, env=env))  # fmt: skip
+        procs.append(
+            subprocess.Popen(
+                [str(TRAINSPECT), cmd, str(run)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env
+            )
+        )
     for cmd, proc in zip(COMMANDS, procs, strict=True):
         try:
             out, _ = proc.communicate(timeout=60)
@@ -275,8 +285,12 @@ def test_tb_routes_on_hostile_files_answer_json(kind: str, template: Path, tmp_p
     for i, rel in enumerate(FILES):
         hostile_copy(template, tmp_path / f"log{i}" / "run", rel, kind)
         client = _client(tmp_path / f"log{i}")
-        for route, params in (("/runs", {}), ("/profiler", {"run": "run"}), ("/rules", {}),
-                              ("/rule", {"run": "run", "rule": "LossNotDecreasing"})):  # fmt: skip
+        for route, params in (
+            ("/runs", {}),
+            ("/profiler", {"run": "run"}),
+            ("/rules", {}),
+            ("/rule", {"run": "run", "rule": "LossNotDecreasing"}),
+        ):
             response = client.get(route, query_string=params)
             assert response.status_code in (200, 400, 404), (kind, rel, route, response.data[:300])
             json.loads(response.data)

@@ -31,17 +31,25 @@ def _rss_file() -> int:
 
 def _run(path: Path) -> Path:
     records = [
-        StepRecord(ModeKeys.TRAIN, i, i, 1000.0 + i, "worker_0",
-                   {"w": TensorRecord("w", np.full(SIZE, i, dtype=np.float32), {}, frozenset({"weights"}))})
+        StepRecord(
+            ModeKeys.TRAIN,
+            i,
+            i,
+            1000.0 + i,
+            "worker_0",
+            {"w": TensorRecord("w", np.full(SIZE, i, dtype=np.float32), {}, frozenset({"weights"}))},
+        )
         for i in range(STEPS)
-    ]  # fmt: skip
+    ]
     synthetic_run.start_run(path, "rss", {"framework": "pytorch"})
     synthetic_run.write_tensors(path, records)
     return path
 
 
 @pytest.mark.parametrize("release", [True, False])
-def test_a_whole_run_read_does_not_stay_resident(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release: bool) -> None:
+def test_a_whole_run_read_does_not_stay_resident(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release: bool
+) -> None:
     run = _run(tmp_path / "run")
     monkeypatch.setattr(source, "RELEASE_BYTES", (4 << 20) if release else (1 << 40))
     trial = ts.create_trial(str(run))

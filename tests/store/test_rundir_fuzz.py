@@ -86,8 +86,13 @@ def _read_values(trial: Any) -> Saved:
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
     root = tmp_path_factory.mktemp("fuzz") / "template"
-    subprocess.run([sys.executable, str(HERE / "fuzztrain.py"), str(root)], check=True, timeout=240,
-                   capture_output=True, cwd=HERE.parent.parent)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(HERE / "fuzztrain.py"), str(root)],
+        check=True,
+        timeout=240,
+        capture_output=True,
+        cwd=HERE.parent.parent,
+    )
     (root / "report.html").unlink(missing_ok=True)  # written at close; nothing reads it
     trial = ts.create_trial(root)
     assert trial.problems == []
@@ -257,8 +262,14 @@ def check_plugin(logdir: Path, ref: Reference, notes: Notes) -> None:
 
     client = wtest.Client(dispatch, wrappers.Response)
     rule = sorted(ref.statuses)[0]
-    for route, params in (("/runs", {}), ("/profiler", {"run": RUN}), ("/heatmap", {"run": RUN}),
-                          ("/timeseries", {"run": RUN}), ("/rules", {}), ("/rule", {"run": RUN, "rule": rule})):  # fmt: skip
+    for route, params in (
+        ("/runs", {}),
+        ("/profiler", {"run": RUN}),
+        ("/heatmap", {"run": RUN}),
+        ("/timeseries", {"run": RUN}),
+        ("/rules", {}),
+        ("/rule", {"run": RUN, "rule": rule}),
+    ):
         response = client.get(route, query_string=params)
         assert response.status_code in (200, 400, 404), (route, response.status_code, response.data[:300])
         body = json.loads(response.data)

@@ -83,8 +83,19 @@ def test_partials_of_defines_every_key_and_an_empty_piece_is_its_count() -> None
     x = np.array([-2.0, 1.0, 4.0], np.float32)
     p = partials_of(x)
     assert set(p) == set(PARTIAL_KEYS)
-    assert p == {"count": 3.0, "sum": 3.0, "sum_sq": 21.0, "m2": 18.0, "min": -2.0, "max": 4.0, "abs_sum": 7.0,
-                 "abs_m2": pytest.approx(4.6666666666), "abs_min": 1.0, "abs_max": 4.0, "prod": -8.0}  # fmt: skip
+    assert p == {
+        "count": 3.0,
+        "sum": 3.0,
+        "sum_sq": 21.0,
+        "m2": 18.0,
+        "min": -2.0,
+        "max": 4.0,
+        "abs_sum": 7.0,
+        "abs_m2": pytest.approx(4.6666666666),
+        "abs_min": 1.0,
+        "abs_max": 4.0,
+        "prod": -8.0,
+    }
     assert partials_of(np.zeros((0, 3))) == {"count": 0.0}
     assert combine_partials([{"count": 0.0}, {"count": 0.0}]) == {"count": 0.0}
     assert math.isnan(reduce_from_partials({"count": 0.0}, "mean"))
@@ -102,8 +113,14 @@ def test_partials_of_defines_every_key_and_an_empty_piece_is_its_count() -> None
 # --- writing runs -----------------------------------------------------------------------------------------------------
 
 
-def write_run(root: Path, steps: dict[int, dict[str, list[Piece | None]]], partials: bool = True,
-              reductions: bool = True, raw: bool = True, end: bool = True) -> Path:  # fmt: skip
+def write_run(
+    root: Path,
+    steps: dict[int, dict[str, list[Piece | None]]],
+    partials: bool = True,
+    reductions: bool = True,
+    raw: bool = True,
+    end: bool = True,
+) -> Path:
     """Write ``{step: {name: [rank 0's piece, rank 1's ...]}}`` (None: that rank records nothing of it at that step)."""
     world = max(len(p) for per_name in steps.values() for p in per_name.values())
     writers = [TensorFileWriter(root / "tensors" / f"worker_{r}") for r in range(world)]
@@ -116,8 +133,14 @@ def write_run(root: Path, steps: dict[int, dict[str, list[Piece | None]]], parti
                     continue
                 local, shard = piece
                 reds = {key: reduce(local, *key) for key in ALL if local.size} if reductions else {}
-                tensors[name] = TensorRecord(name, local if raw else None, reds, shape=local.shape, shard=shard,
-                                             partials=partials_of(local) if partials else None)  # fmt: skip
+                tensors[name] = TensorRecord(
+                    name,
+                    local if raw else None,
+                    reds,
+                    shape=local.shape,
+                    shard=shard,
+                    partials=partials_of(local) if partials else None,
+                )
             tensors["loss"] = TensorRecord("loss", np.array(0.5 + step, np.float32))
             writer.write(StepRecord(ModeKeys.TRAIN, step, step, 100.0 + step, f"worker_{rank}", tensors))
     for writer in writers:
@@ -162,8 +185,10 @@ def replicate_shard_0(full: np.ndarray, mesh: tuple[int, int]) -> list[Piece | N
 def flat(full: np.ndarray, world: int) -> list[Piece | None]:
     """Classic FSDP / ZeRO-3: rank r holds chunk r of the flattened tensor (padding removed)."""
     values = full.reshape(-1)
-    return [(values[o : o + n], Shard(full.shape, (o,), "flat", placement="FSDP FlatParameter"))
-            for o, n in chunks(values.size, world)]  # fmt: skip
+    return [
+        (values[o : o + n], Shard(full.shape, (o,), "flat", placement="FSDP FlatParameter"))
+        for o, n in chunks(values.size, world)
+    ]
 
 
 def partial_sum(parts: list[np.ndarray]) -> list[Piece | None]:
@@ -221,8 +246,9 @@ def test_uneven_chunks_hold_an_empty_piece_that_reads_back(tmp_path: Path) -> No
     full = _full(0)
     trial = ts.create_trial(write_run(tmp_path, {0: {"w": shard_0(full, 4)}}))
     t = trial.tensor("w")
-    assert t.value(0, worker="worker_3").shape == (0, 7) and t.shard(0, "worker_3") == Shard((5, 7), (5, 0),
-                                                                                             placement=t.shard(0).placement)  # fmt: skip
+    assert t.value(0, worker="worker_3").shape == (0, 7) and t.shard(0, "worker_3") == Shard(
+        (5, 7), (5, 0), placement=t.shard(0).placement
+    )
     assert math.isnan(t.reduction_values(0, worker="worker_3")[Reduction("l2")])  # from its partials, as reduce([])
     np.testing.assert_array_equal(t.value(0), full)
 
@@ -355,8 +381,9 @@ class _BadShard:
 @pytest.mark.parametrize(
     "bad", [{"g": [5, 7], "o": "zz"}, "not an object", {"g": [5, 7], "o": [9, 0]}, {"g": [5, 7], "o": [0, 0], "k": "x"}]
 )
-def test_a_malformed_sh_warns_once_and_the_piece_stays_readable(tmp_path: Path, bad: Any,
-                                                               caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_a_malformed_sh_warns_once_and_the_piece_stays_readable(
+    tmp_path: Path, bad: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     full = {s: _full(s) for s in range(3)}
     pieces = {s: shard_0(full[s], 2) for s in full}
     for s in full:
@@ -378,8 +405,9 @@ def test_a_malformed_sh_warns_once_and_the_piece_stays_readable(tmp_path: Path, 
     assert sum("malformed shard" in p for p in trial.problems) == 1
 
 
-def test_a_malformed_pt_is_dropped_and_reductions_come_from_the_raw_pieces(tmp_path: Path,
-                                                                            caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_a_malformed_pt_is_dropped_and_reductions_come_from_the_raw_pieces(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     full = _full(0)
     pieces = shard_0(full, 2)
     folder = tmp_path / "tensors"

@@ -34,8 +34,12 @@ ARRAYS = {
 }
 
 
-def _record(step: int, mode: ModeKeys = ModeKeys.TRAIN, mode_step: int | None = None, **extra: TensorRecord) -> StepRecord:
-    tensors = {name: TensorRecord(name, arr * (step + 1) if arr.dtype.kind == "f" else arr) for name, arr in ARRAYS.items()}
+def _record(
+    step: int, mode: ModeKeys = ModeKeys.TRAIN, mode_step: int | None = None, **extra: TensorRecord
+) -> StepRecord:
+    tensors = {
+        name: TensorRecord(name, arr * (step + 1) if arr.dtype.kind == "f" else arr) for name, arr in ARRAYS.items()
+    }
     tensors.update(extra)
     return StepRecord(mode, step if mode_step is None else mode_step, step, 1000.0 + step, "worker_0", tensors)
 
@@ -65,10 +69,18 @@ def test_arrays_round_trip_with_dtype_shape_and_step_metadata(tmp_path: Path) ->
 
 
 def test_scalars_live_inline_and_keep_non_finite_values(tmp_path: Path) -> None:
-    scalars = {"loss": np.float32(0.25), "nan": np.array(np.nan), "inf": np.array([np.inf]), "ninf": np.array(-np.inf),
-               "n": np.array(7, np.int64), "flag": np.array(True), "zero_d": np.array(2.5, np.float64)}  # fmt: skip
-    rec = StepRecord(ModeKeys.TRAIN, 0, 0, 5.0, "worker_0",
-                     {k: TensorRecord(k, np.asarray(v)) for k, v in scalars.items()})  # fmt: skip
+    scalars = {
+        "loss": np.float32(0.25),
+        "nan": np.array(np.nan),
+        "inf": np.array([np.inf]),
+        "ninf": np.array(-np.inf),
+        "n": np.array(7, np.int64),
+        "flag": np.array(True),
+        "zero_d": np.array(2.5, np.float64),
+    }
+    rec = StepRecord(
+        ModeKeys.TRAIN, 0, 0, 5.0, "worker_0", {k: TensorRecord(k, np.asarray(v)) for k, v in scalars.items()}
+    )
     folder = _write(tmp_path, [rec])
     data_file = next(folder.glob("data-*.bin"))
     assert data_file.stat().st_size == 0  # every one-element value is in the index entry, none in the data file
@@ -116,8 +128,12 @@ def test_file_layout_data_before_index_and_offsets(tmp_path: Path) -> None:
 def test_a_second_writer_appends_new_files_and_both_are_read(tmp_path: Path) -> None:
     folder = _write(tmp_path, [_record(0), _record(1)])
     _write(tmp_path, [_record(2), _record(3)])
-    assert sorted(p.name for p in folder.iterdir()) == ["data-000000.bin", "data-000001.bin", "index-000000.idx",
-                                                        "index-000001.idx"]  # fmt: skip
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "data-000000.bin",
+        "data-000001.bin",
+        "index-000000.idx",
+        "index-000001.idx",
+    ]
     trial = ts.create_trial(tmp_path)
     assert trial.steps() == [0, 1, 2, 3]
     np.testing.assert_array_equal(trial.tensor("w").value(3), ARRAYS["w"] * 4)
@@ -161,9 +177,15 @@ print(writer.salvage())
 def test_salvage_gives_up_the_newest_steps_until_their_index_entries_fit(tmp_path: Path) -> None:
     # the file size limit lets about two index entries through: the first, longer write fails half-way
     folder = tmp_path / "tensors" / "worker_0"
-    proc = subprocess.run([sys.executable, "-c", SALVAGE_CHILD, str(folder), "2600"], capture_output=True, text=True,
-                          timeout=120, check=True, env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
-                          cwd=tmp_path)  # fmt: skip  # not the repository root: its trainspect would shadow PYTHONPATH
+    proc = subprocess.run(
+        [sys.executable, "-c", SALVAGE_CHILD, str(folder), "2600"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
+        cwd=tmp_path,
+    )  # not the repository root: its trainspect would shadow PYTHONPATH
     kept = int(proc.stdout.strip())
     index = (folder / "index-000000.idx").read_bytes()
     scan = framing.scan_frames(index)

@@ -45,8 +45,13 @@ def tensorboard_only_run(run: Path) -> Path:
 def torch_run_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real (small) torch training run, recorded once per session."""
     out = tmp_path_factory.mktemp("torch") / "torch_run"
-    subprocess.run([sys.executable, str(HERE / "tbtrain.py"), str(out)], check=True, timeout=240,
-                   capture_output=True, cwd=HERE.parent.parent)  # fmt: skip
+    subprocess.run(
+        [sys.executable, str(HERE / "tbtrain.py"), str(out)],
+        check=True,
+        timeout=240,
+        capture_output=True,
+        cwd=HERE.parent.parent,
+    )
     return out
 
 

@@ -18,8 +18,15 @@ from trainspect.profiler.writers import SystemChunkWriter
 from trainspect.report import render_report
 from trainspect.store.layout import RunLayout
 
-WIDGETS = Metric("widget{i}_spin_count", "count", label="Widget {i} spins", short="widget {i}", group="widgets",
-                 smdebug=("widget", "widget{i}", "WidgetSpins"), mlflow="widget_{i}_spins")  # fmt: skip
+WIDGETS = Metric(
+    "widget{i}_spin_count",
+    "count",
+    label="Widget {i} spins",
+    short="widget {i}",
+    group="widgets",
+    smdebug=("widget", "widget{i}", "WidgetSpins"),
+    mlflow="widget_{i}_spins",
+)
 UNKNOWN = "mystery_gauge_watts"
 HOSTILE = "<img src=x onerror=window.__xss=1>_percent"
 
@@ -67,7 +74,9 @@ def test_a_metric_declared_only_in_the_catalogue_reaches_every_consumer(tmp_path
     groups = {g["id"]: g for g in get(c, "/timeseries", run="r", points=10)["groups"]}
     assert groups["widgets"]["title"] == "Widgets spinning" and groups["widgets"]["unit"] == ""
     assert [(s["key"], s["label"]) for s in groups["widgets"]["series"]] == [
-        ("widget0_spin_count", "widget 0"), ("widget1_spin_count", "widget 1")]  # fmt: skip
+        ("widget0_spin_count", "widget 0"),
+        ("widget1_spin_count", "widget 1"),
+    ]
     assert list(groups) == ["cpu", "widgets"]  # the catalogue's group order
     assert system_key("widget1_spin_count", "algo-2") == ("system/algo-2/widget_1_spins", 1.0)
     assert system_metrics({"widget0_spin_count": 12.0}) == {"system/widget_0_spins": 12.0}
@@ -101,13 +110,30 @@ def test_undeclared_metrics_are_shown_under_their_key_and_escaped(tmp_path: Path
 
 def test_existing_names_are_unchanged() -> None:
     """MLflow keys and smdebug names of the built-in metrics, as before the catalogue (docs/mlflow.md, profiler.md)."""
-    assert [system_key(k)[0] for k in ("cpu_utilization_percent", "cpu_memory_used_percent", "cpu_iowait_percent",
-            "cpu7_utilization_percent", "gpu2_utilization_percent", "gpu2_memory_used_percent",
-            "gpu2_power_watts", "gpu2_temperature_celsius", "disk_read_bytes_per_second")] == [
-        "system/cpu_utilization_percentage", "system/system_memory_usage_percentage", "system/cpu_iowait_percentage",
-        "system/cpu_7_utilization_percentage", "system/gpu_2_utilization_percentage",
-        "system/gpu_2_memory_usage_percentage", "system/gpu_2_power_usage_watts", "system/gpu_2_temperature_celsius",
-        "system/disk_read_bytes_per_second"]  # fmt: skip
+    assert [
+        system_key(k)[0]
+        for k in (
+            "cpu_utilization_percent",
+            "cpu_memory_used_percent",
+            "cpu_iowait_percent",
+            "cpu7_utilization_percent",
+            "gpu2_utilization_percent",
+            "gpu2_memory_used_percent",
+            "gpu2_power_watts",
+            "gpu2_temperature_celsius",
+            "disk_read_bytes_per_second",
+        )
+    ] == [
+        "system/cpu_utilization_percentage",
+        "system/system_memory_usage_percentage",
+        "system/cpu_iowait_percentage",
+        "system/cpu_7_utilization_percentage",
+        "system/gpu_2_utilization_percentage",
+        "system/gpu_2_memory_usage_percentage",
+        "system/gpu_2_power_usage_watts",
+        "system/gpu_2_temperature_celsius",
+        "system/disk_read_bytes_per_second",
+    ]
     assert system_key("cpu_memory_used_bytes") == ("system/system_memory_usage_megabytes", 1e-6)
     assert system_key("gpu0_memory_used_bytes") == ("system/gpu_0_memory_usage_megabytes", 1e-6)
     for key in (
@@ -142,14 +168,34 @@ def test_declarations_are_checked() -> None:
 
 def test_every_builtin_key_a_sampler_writes_is_declared() -> None:
     """The keys the samplers document (docs/profiler.md's table) are all in the catalogue, none generic."""
-    keys = ["cpu0_utilization_percent", "cpu_utilization_percent", "cpu_iowait_percent", "cpu_memory_used_percent",
-            "cpu_memory_used_bytes", "disk_read_bytes_per_second", "disk_write_bytes_per_second",
-            "network_sent_bytes_per_second", "network_received_bytes_per_second", "gpu0_utilization_percent",
-            "gpu0_memory_used_percent", "gpu0_memory_used_bytes", "gpu0_power_watts", "gpu0_temperature_celsius",
-            "process_cpu_utilization_percent", "process_memory_used_bytes", "process_count"]  # fmt: skip
+    keys = [
+        "cpu0_utilization_percent",
+        "cpu_utilization_percent",
+        "cpu_iowait_percent",
+        "cpu_memory_used_percent",
+        "cpu_memory_used_bytes",
+        "disk_read_bytes_per_second",
+        "disk_write_bytes_per_second",
+        "network_sent_bytes_per_second",
+        "network_received_bytes_per_second",
+        "gpu0_utilization_percent",
+        "gpu0_memory_used_percent",
+        "gpu0_memory_used_bytes",
+        "gpu0_power_watts",
+        "gpu0_temperature_celsius",
+        "process_cpu_utilization_percent",
+        "process_memory_used_bytes",
+        "process_count",
+    ]
     assert [k for k in keys if not CATALOGUE.known(k)] == []
-    assert np.unique([CATALOGUE.describe(k).unit for k in keys]).tolist() == ["W", "bytes", "bytes/s", "count",
-                                                                            "percent", "°C"]  # fmt: skip
+    assert np.unique([CATALOGUE.describe(k).unit for k in keys]).tolist() == [
+        "W",
+        "bytes",
+        "bytes/s",
+        "count",
+        "percent",
+        "°C",
+    ]
 
 
 def test_a_peak_metric_is_logged_to_mlflow_as_its_maximum(tmp_path: Path) -> None:
@@ -158,8 +204,14 @@ def test_a_peak_metric_is_logged_to_mlflow_as_its_maximum(tmp_path: Path) -> Non
     from trainspect.mlflow_plugin.system_tail import SystemTail
     from trainspect.profiler import load_profiler_data
 
-    peak = Metric("gpu{i}_test_peak_bytes", "bytes", "GPU {i} test peak", aggregate="max",
-                  mlflow="gpu_{i}_test_peak_megabytes", mlflow_factor=1e-6)  # fmt: skip
+    peak = Metric(
+        "gpu{i}_test_peak_bytes",
+        "bytes",
+        "GPU {i} test peak",
+        aggregate="max",
+        mlflow="gpu_{i}_test_peak_megabytes",
+        mlflow_factor=1e-6,
+    )
     CATALOGUE.declare(peak)
     try:
         run = tmp_path / "r"

@@ -18,8 +18,15 @@ from trainspect.tb_plugin.runs import RunIndex
 playwright_api = pytest.importorskip("playwright.sync_api")  # a declared test dependency ([test] extra)
 
 ARTIFACTS = Path(__file__).parents[2] / "test-artifacts" / "tb_plugin"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--no-first-run", "--disable-sync"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+]
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 # Every wait is on an element, a URL or a download, never a fixed sleep; its deadline only ends a test that would
 # otherwise hang, so it is generous: TensorBoard, Chromium and the plugin's 5 s auto-refresh share a possibly busy
@@ -54,8 +61,13 @@ def tb_url(live_logdir: Path) -> Iterator[str]:
 def page(tb_url: str) -> Iterator[tuple[object, list[str]]]:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with playwright_api.sync_playwright() as pw, tempfile.TemporaryDirectory() as profile:
-        context = pw.chromium.launch_persistent_context(profile, executable_path="/usr/bin/chromium", headless=True,
-                                                        args=CHROMIUM_ARGS, viewport={"width": 1400, "height": 1000})  # fmt: skip
+        context = pw.chromium.launch_persistent_context(
+            profile,
+            executable_path="/usr/bin/chromium",
+            headless=True,
+            args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1000},
+        )
         context.set_default_timeout(WAIT_MS)
         pg = context.new_page()
         problems: list[str] = []
@@ -236,8 +248,10 @@ def test_rules_view_follows_new_verdicts(page, live_logdir: Path) -> None:  # no
     f.locator("select.rules-run").select_option("")  # every run (the tab opens on the run with issues)
     live = f.locator("tr.clickable", has=f.locator("td", has_text="live"))
     live.locator(".chip", has_text="InProgress").wait_for()
-    write_verdicts(RunLayout(live_logdir / "live").verdicts,
-                   [Verdict("CPUBottleneck", Status.ISSUES_FOUND, kind="profiler", triggers=4)])  # fmt: skip
+    write_verdicts(
+        RunLayout(live_logdir / "live").verdicts,
+        [Verdict("CPUBottleneck", Status.ISSUES_FOUND, kind="profiler", triggers=4)],
+    )
     f.get_by_role("button", name="Reload").click()
     live.locator(".chip", has_text="IssuesFound").wait_for()  # this reload, or the next auto-refresh
     assert problems == []

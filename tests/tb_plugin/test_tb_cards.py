@@ -23,8 +23,13 @@ def _widgets(data: ProfilerData, limit: int, scale: float, label: str | None) ->
 
 
 WIDGETS = Card("widgets", "Widgets", _widgets, (Arg("limit", int, 5, 1, 10), Arg("scale", float, 1.0), Arg("label")))
-STEPS = Card("step_table", "Steps per mode", lambda data: analysis.step_statistics(data), (),
-             (Column("mode", "mode", "text"), Column("count", "steps", "count"), Column("p50", "p50", "s")))  # fmt: skip
+STEPS = Card(
+    "step_table",
+    "Steps per mode",
+    lambda data: analysis.step_statistics(data),
+    (),
+    (Column("mode", "mode", "text"), Column("count", "steps", "count"), Column("p50", "p50", "s")),
+)
 
 
 @pytest.fixture(scope="module")

@@ -46,9 +46,12 @@ def test_trace_download_is_the_chrome_trace(client: wtest.Client) -> None:
 
 
 def test_trace_ids_are_looked_up_never_joined_onto_a_path(client: wtest.Client) -> None:
-    for params, status in (({"run": "torch_run", "id": "../../trainspect.json"}, 400),
-                           ({"run": "torch_run"}, 400), ({"run": "torch_run", "id": "999"}, 404),
-                           ({"run": "nope", "id": "0"}, 404)):  # fmt: skip
+    for params, status in (
+        ({"run": "torch_run", "id": "../../trainspect.json"}, 400),
+        ({"run": "torch_run"}, 400),
+        ({"run": "torch_run", "id": "999"}, 404),
+        ({"run": "nope", "id": "0"}, 404),
+    ):
         response = client.get(PREFIX + "/trace", query_string=params)
         assert response.status_code == status, params
         assert "error" in json.loads(response.data)

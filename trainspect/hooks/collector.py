@@ -41,9 +41,14 @@ from trainspect.store.run_writer import BACKLOG_POLICIES, RunWriter
 __all__ = ["Collector", "StepKey", "LateTensor"]
 
 LateTensor = tuple[
-    str, TensorPlan, "np.ndarray | None", "dict[ReductionKey, float] | None", "tuple[int, ...] | None",
-    "Shard | None", "dict[str, float] | None",
-]  # fmt: skip
+    str,
+    TensorPlan,
+    "np.ndarray | None",
+    "dict[ReductionKey, float] | None",
+    "tuple[int, ...] | None",
+    "Shard | None",
+    "dict[str, float] | None",
+]
 """(name, plan, raw value, reductions, shape, shard, partials) of a tensor added to a finished step."""
 
 log = logging.getLogger(__name__)
@@ -60,11 +65,11 @@ def _out_dir_problem(path: Path) -> str | None:
     return None
 
 
-
 def _choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
     """Raise ConfigError naming ``key``, ``value`` and the allowed values when ``value`` is not one of them."""
     if value not in allowed:
         raise ConfigError(f"{key}={value!r}: allowed: {', '.join(map(repr, allowed))}")
+
 
 class Collector(Guarded):
     """Step bookkeeping and writing shared by every framework hook.
@@ -244,8 +249,12 @@ class Collector(Guarded):
         self._job_id = self._job_id or ident.job_id
         if self.dry_run:
             return
-        manifest = {"framework": self.framework, "trainspect_version": __version__,
-                    "world_size": ident.world_size, "config": self._config_doc}  # fmt: skip
+        manifest = {
+            "framework": self.framework,
+            "trainspect_version": __version__,
+            "world_size": ident.world_size,
+            "config": self._config_doc,
+        }
         if not open_worker(self.layout, self._job_id, manifest, self.worker, ident, self.records_tensors):
             self.dry_run = True
             return
@@ -256,8 +265,14 @@ class Collector(Guarded):
     def _start_writers(self, ident: JobIdentity) -> None:
         if self.records_tensors:
             tb_dir = self._tb_dir or self.layout.tensorboard_dir(self.worker, single=self.rank == 0)
-            self._writer = RunWriter(self.layout, self.worker, tensorboard=self._tensorboard, tensorboard_dir=tb_dir,
-                                     chief=False, on_backlog=self.on_backlog)  # fmt: skip
+            self._writer = RunWriter(
+                self.layout,
+                self.worker,
+                tensorboard=self._tensorboard,
+                tensorboard_dir=tb_dir,
+                chief=False,
+                on_backlog=self.on_backlog,
+            )
             self._writer.start()
             self._tensor_queue = self._writer.tensor_queue
             self._writer.write_collections(self.collections.to_dict())

@@ -109,8 +109,16 @@ def _launcher_job_id(world_size: int) -> str | None:
 
 
 def _rendezvous_job_id(world_size: int) -> str:
-    key = "|".join(str(v.get()) for v in (env.MASTER_ADDR, env.MASTER_PORT, env.HOROVOD_GLOO_RENDEZVOUS_ADDR,
-                                           env.HOROVOD_GLOO_RENDEZVOUS_PORT, env.SLURM_JOB_ID))
+    key = "|".join(
+        str(v.get())
+        for v in (
+            env.MASTER_ADDR,
+            env.MASTER_PORT,
+            env.HOROVOD_GLOO_RENDEZVOUS_ADDR,
+            env.HOROVOD_GLOO_RENDEZVOUS_PORT,
+            env.SLURM_JOB_ID,
+        )
+    )
     key += f"|{world_size}"
     return "dist-" + hashlib.sha256(key.encode()).hexdigest()[:24]
 
@@ -171,11 +179,17 @@ def settle(final: bool, fresh: str | None = None) -> JobIdentity | None:
     return JobIdentity(env.TRAINSPECT_JOB_ID.get() or fresh, 0, 0, 1, _node())
 
 
-
 def may_join_later() -> bool:
     """Whether this process may still become a rank of a job: a launcher's variables, or a spawned child process."""
-    hints = (env.RANK, env.WORLD_SIZE, env.LOCAL_RANK, env.MASTER_ADDR, env.MASTER_PORT, env.SLURM_PROCID,
-             env.HOROVOD_RANK)
+    hints = (
+        env.RANK,
+        env.WORLD_SIZE,
+        env.LOCAL_RANK,
+        env.MASTER_ADDR,
+        env.MASTER_PORT,
+        env.SLURM_PROCID,
+        env.HOROVOD_RANK,
+    )
     return any(v.is_set() for v in hints) or multiprocessing.parent_process() is not None
 
 

@@ -64,12 +64,22 @@ class HookAPI(Guarded):
         (see :func:`trainspect.hooks.job.join_autolog`).
         """
         given: dict[str, Any] = {
-            "out_dir": out_dir, "export_tensorboard": export_tensorboard, "tensorboard_dir": tensorboard_dir,
-            "dry_run": dry_run, "reduction_config": reduction_config, "save_config": save_config,
-            "include_regex": include_regex, "include_collections": include_collections, "save_all": save_all,
-            "include_workers": include_workers, "rules": rules, "profiler_config": profiler_config,
-            "mlflow_run": mlflow_run, "local_gradients": local_gradients, "on_backlog": on_backlog,
-        }  # fmt: skip
+            "out_dir": out_dir,
+            "export_tensorboard": export_tensorboard,
+            "tensorboard_dir": tensorboard_dir,
+            "dry_run": dry_run,
+            "reduction_config": reduction_config,
+            "save_config": save_config,
+            "include_regex": include_regex,
+            "include_collections": include_collections,
+            "save_all": save_all,
+            "include_workers": include_workers,
+            "rules": rules,
+            "profiler_config": profiler_config,
+            "mlflow_run": mlflow_run,
+            "local_gradients": local_gradients,
+            "on_backlog": on_backlog,
+        }
         given, autologger = join_autolog(framework, _checked(given))
         self._given = dict(given)  # what a copy of this hook in a spawned process is built from (spawn_ticket)
         self.local_gradients = bool(given.get("local_gradients", False))
@@ -79,13 +89,21 @@ class HookAPI(Guarded):
             rules=given["rules"], profiler_config=given["profiler_config"], mlflow_run=given["mlflow_run"]
         )
         self.collector = Collector(
-            given["out_dir"], framework, save_config=given["save_config"],
-            include_collections=given["include_collections"], include_regex=given["include_regex"],
-            reduction_config=given["reduction_config"], save_all=given["save_all"],
-            export_tensorboard=given["export_tensorboard"], tensorboard_dir=given["tensorboard_dir"],
-            dry_run=given["dry_run"], include_workers=given["include_workers"], rules=self._extras.rules,
-            always_saved=always_saved, on_backlog=given.get("on_backlog", "degrade"),
-        )  # fmt: skip
+            given["out_dir"],
+            framework,
+            save_config=given["save_config"],
+            include_collections=given["include_collections"],
+            include_regex=given["include_regex"],
+            reduction_config=given["reduction_config"],
+            save_all=given["save_all"],
+            export_tensorboard=given["export_tensorboard"],
+            tensorboard_dir=given["tensorboard_dir"],
+            dry_run=given["dry_run"],
+            include_workers=given["include_workers"],
+            rules=self._extras.rules,
+            always_saved=always_saved,
+            on_backlog=given.get("on_backlog", "degrade"),
+        )
         self.disabled = env.TRAINSPECT_DISABLE.get()
         self.collector.on_open(self._run_opened)
         if autologger is not None:
@@ -157,8 +175,9 @@ class HookAPI(Guarded):
             close_with_process_group(self._on_group_destroyed)
         opener = threading.current_thread()
         if self._ends_with_its_thread and opener is not threading.main_thread():
-            threading.Thread(target=self._close_after, args=(opener,), name="trainspect-run-thread-end",
-                             daemon=True).start()  # fmt: skip
+            threading.Thread(
+                target=self._close_after, args=(opener,), name="trainspect-run-thread-end", daemon=True
+            ).start()
 
     def _close_after(self, opener: threading.Thread) -> None:
         opener.join()
@@ -187,8 +206,9 @@ class HookAPI(Guarded):
             except Exception:
                 continue
             settings[key] = value
-        settings["out_dir"] = str(self.collector.out_dir.resolve()) if self.collector.remote is None else (
-            self._given["out_dir"])  # fmt: skip
+        settings["out_dir"] = (
+            str(self.collector.out_dir.resolve()) if self.collector.remote is None else (self._given["out_dir"])
+        )
         cls = type(self)
         return (f"{os.getpid()}-{id(self)}", f"{cls.__module__}:{cls.__qualname__}", settings)
 
@@ -305,8 +325,12 @@ def _checked(given: dict[str, Any]) -> dict[str, Any]:
     _check_instance("save_config", given["save_config"], SaveConfig)
     _check_instance("reduction_config", given["reduction_config"], ReductionConfig)
     out["include_regex"] = _names("include_regex", given["include_regex"], (str,), "a regex or a list of regexes")
-    out["include_collections"] = _names("include_collections", given["include_collections"], (str, Collection),
-                                        "a list of collection names or Collection objects")  # fmt: skip
+    out["include_collections"] = _names(
+        "include_collections",
+        given["include_collections"],
+        (str, Collection),
+        "a list of collection names or Collection objects",
+    )
     workers = given["include_workers"]
     out["include_workers"] = workers.strip().lower() if isinstance(workers, str) else workers
     if out["include_workers"] not in _INCLUDE_WORKERS:

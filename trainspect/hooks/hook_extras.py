@@ -41,9 +41,18 @@ def _resolve_rules(rules: Any) -> list[Any]:
     return resolve_rules(rules)
 
 
-_MLFLOW_KEYS = {"run": "run", "runid": "run", "trackinguri": "tracking_uri", "intervals": "interval_s",
-                "logeverynsteps": "log_every_n_steps", "priceperhour": "price_per_hour", "logrundir": "log_run_dir",
-                "enabled": "enabled", "experiment": "experiment", "waits": "wait_s"}  # fmt: skip
+_MLFLOW_KEYS = {
+    "run": "run",
+    "runid": "run",
+    "trackinguri": "tracking_uri",
+    "intervals": "interval_s",
+    "logeverynsteps": "log_every_n_steps",
+    "priceperhour": "price_per_hour",
+    "logrundir": "log_run_dir",
+    "enabled": "enabled",
+    "experiment": "experiment",
+    "waits": "wait_s",
+}
 _TRUE_WORDS, _FALSE_WORDS = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
 _RUN_ALLOWED = "None, true/false, a run id, an MLflow Run or a dict of options"
 
@@ -166,8 +175,12 @@ class HookExtras:
         except Exception as exc:
             if env.TRAINSPECT_TESTING.get():
                 raise
-            log.warning("trainspect: %s could not start (%s: %s); disabled, training and capture go on",
-                        what, type(exc).__name__, exc)  # fmt: skip
+            log.warning(
+                "trainspect: %s could not start (%s: %s); disabled, training and capture go on",
+                what,
+                type(exc).__name__,
+                exc,
+            )
 
     def _start_rules(self, collector: Collector) -> None:
         from trainspect.rules.live import LiveRuleRunner
@@ -220,8 +233,14 @@ class HookExtras:
         captures += ["system", "framework"] if self.profiler_config is not None else []
         ident = collector.identity
         worker = collector.worker if ident is not None and ident.world_size > 1 and not ident.chief else None
-        self._mlflow = MlflowSession.attach(collector.out_dir, run, captures=tuple(captures), worker=worker,
-                                            profiler_config=self.profiler_config, **opts)  # fmt: skip
+        self._mlflow = MlflowSession.attach(
+            collector.out_dir,
+            run,
+            captures=tuple(captures),
+            worker=worker,
+            profiler_config=self.profiler_config,
+            **opts,
+        )
         if self._mlflow is not None:
             self._mlflow.start()
             log.info("trainspect: logging to MLflow run %s", self._mlflow.run_id)
@@ -391,8 +410,9 @@ class HookExtras:
         except Exception as exc:
             if env.TRAINSPECT_TESTING.get():
                 raise
-            log.warning("trainspect: %s failed at close (%s: %s); the run directory is complete",
-                        what, type(exc).__name__, exc)  # fmt: skip
+            log.warning(
+                "trainspect: %s failed at close (%s: %s); the run directory is complete", what, type(exc).__name__, exc
+            )
             return None
 
     def _write_report(self, collector: Collector) -> tuple[Any, Path]:

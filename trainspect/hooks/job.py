@@ -34,10 +34,20 @@ class PyTorchJob:
 
 
 _DEFAULTS: dict[str, Any] = {
-    "export_tensorboard": True, "tensorboard_dir": None, "dry_run": False, "reduction_config": None,
-    "save_config": None, "include_regex": None, "include_collections": None, "save_all": False,
-    "include_workers": "one", "rules": None, "profiler_config": None, "mlflow_run": None, "local_gradients": False,
-}  # fmt: skip
+    "export_tensorboard": True,
+    "tensorboard_dir": None,
+    "dry_run": False,
+    "reduction_config": None,
+    "save_config": None,
+    "include_regex": None,
+    "include_collections": None,
+    "save_all": False,
+    "include_workers": "one",
+    "rules": None,
+    "profiler_config": None,
+    "mlflow_run": None,
+    "local_gradients": False,
+}
 
 
 def _job() -> PyTorchJob | None:
@@ -55,9 +65,11 @@ def join_autolog(framework: str, given: dict[str, Any]) -> tuple[dict[str, Any],
     if logger is None or framework != "pytorch" or logger.hook.disabled:
         return given, None
     if logger.hook.collector.step_open or logger.hook.collector.global_step >= 0:
-        log.warning("trainspect: the script created its own hook after recording began; this job keeps recording "
-                    "into %s with trainspect run's settings and the script's hook records nothing",
-                    logger.hook.out_dir)  # fmt: skip
+        log.warning(
+            "trainspect: the script created its own hook after recording began; this job keeps recording "
+            "into %s with trainspect run's settings and the script's hook records nothing",
+            logger.hook.out_dir,
+        )
         return {**given, "dry_run": True}, None
     merged = {**_DEFAULTS, **logger.hook_kwargs}
     for key, value in given.items():

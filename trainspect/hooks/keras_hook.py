@@ -66,11 +66,23 @@ class Hook(keras.callbacks.Callback, HookAPI):
     ) -> None:
         super().__init__()
         self._setup(
-            "tensorflow", out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
-            dry_run=dry_run, reduction_config=reduction_config, save_config=save_config, include_regex=include_regex,
-            include_collections=include_collections, save_all=save_all, include_workers=include_workers, rules=rules,
-            profiler_config=profiler_config, mlflow_run=mlflow_run, always_saved=("metrics",), on_backlog=on_backlog,
-        )  # fmt: skip
+            "tensorflow",
+            out_dir,
+            export_tensorboard=export_tensorboard,
+            tensorboard_dir=tensorboard_dir,
+            dry_run=dry_run,
+            reduction_config=reduction_config,
+            save_config=save_config,
+            include_regex=include_regex,
+            include_collections=include_collections,
+            save_all=save_all,
+            include_workers=include_workers,
+            rules=rules,
+            profiler_config=profiler_config,
+            mlflow_run=mlflow_run,
+            always_saved=("metrics",),
+            on_backlog=on_backlog,
+        )
         self._view: ModelView | None = None
         self._state = self.collector.state  # IDLE / OPEN / CLOSED (trainspect.hooks.step_state)
         self._pending: list[tuple[str, Any, tuple[str, ...]]] = []  # saved before the first step

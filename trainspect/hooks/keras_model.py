@@ -50,14 +50,18 @@ class ModelView:
         layers = {path: layer for path, (layer, _) in self._paths().items() if path in self.layers}
         xla = getattr(model, "jit_compile", False) is True
         if layers and xla:
-            log.warning("trainspect: model %s is compiled with jit_compile=True; XLA cannot call back into Python, "
-                        "so layer inputs/outputs are not captured (weights, gradients, losses and metrics are)",
-                        model.name)  # fmt: skip
+            log.warning(
+                "trainspect: model %s is compiled with jit_compile=True; XLA cannot call back into Python, "
+                "so layer inputs/outputs are not captured (weights, gradients, losses and metrics are)",
+                model.name,
+            )
             layers = {}
         if int(getattr(model, "steps_per_execution", 1) or 1) > 1:
-            log.warning("trainspect: steps_per_execution=%s: each trainspect step spans that many batches; "
-                        "losses, gradients and layer tensors are those of the last batch",
-                        model.steps_per_execution)  # fmt: skip
+            log.warning(
+                "trainspect: steps_per_execution=%s: each trainspect step spans that many batches; "
+                "losses, gradients and layer tensors are those of the last batch",
+                model.steps_per_execution,
+            )
         self.taps = Taps(model, wants_grads, layers, timing=recorder is not None and not xla)
         self._step_wall = 0.0
         self._io_tapped = bool(layers)
@@ -167,9 +171,11 @@ class ModelView:
         if not self.taps.traced["apply"]:
             if not self._warned_grads:
                 self._warned_grads = True
-                log.warning("trainspect: gradients were asked for but model %s never called optimizer.apply/"
-                            "apply_gradients in its train step; gradients are not captured",
-                            self.model.name)  # fmt: skip
+                log.warning(
+                    "trainspect: gradients were asked for but model %s never called optimizer.apply/"
+                    "apply_gradients in its train step; gradients are not captured",
+                    self.model.name,
+                )
             return
         for path, name in self.grad_names.items():
             shadow = self.taps.gradients.get(path)

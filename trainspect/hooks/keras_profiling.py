@@ -120,13 +120,20 @@ def summarise_xspace(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
             )
             _self_times(spans, total, own, calls, plane.name.startswith("/device"))
             base_us = line.timestamp_ns / 1000.0
-            events += [{"name": n, "ph": "X", "ts": base_us + a / 1e6, "dur": (b - a) / 1e6, "pid": pid,
-                        "tid": line.id} for a, b, n in spans]  # fmt: skip
+            events += [
+                {"name": n, "ph": "X", "ts": base_us + a / 1e6, "dur": (b - a) / 1e6, "pid": pid, "tid": line.id}
+                for a, b, n in spans
+            ]
     rows = [
-        {"device": dev, "name": name, "calls": calls[(dev, name)], "self_time_us": own[(dev, name)],
-         "total_time_us": total[(dev, name)]}
+        {
+            "device": dev,
+            "name": name,
+            "calls": calls[(dev, name)],
+            "self_time_us": own[(dev, name)],
+            "total_time_us": total[(dev, name)],
+        }
         for dev, name in sorted(total, key=lambda k: -own[k])[:_TOP]
-    ]  # fmt: skip
+    ]
     return rows, {"traceEvents": events}
 
 

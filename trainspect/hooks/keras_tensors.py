@@ -13,8 +13,18 @@ from trainspect.step import ReductionKey
 
 __all__ = ["variable_name", "layer_path", "type_names", "to_host", "read"]
 
-_ACTIVATIONS = {"relu": "ReLU", "sigmoid": "Sigmoid", "tanh": "Tanh", "softmax": "Softmax", "elu": "ELU",
-                "gelu": "GELU", "leaky_relu": "LeakyReLU", "selu": "SELU", "swish": "SiLU", "silu": "SiLU"}  # fmt: skip
+_ACTIVATIONS = {
+    "relu": "ReLU",
+    "sigmoid": "Sigmoid",
+    "tanh": "Tanh",
+    "softmax": "Softmax",
+    "elu": "ELU",
+    "gelu": "GELU",
+    "leaky_relu": "LeakyReLU",
+    "selu": "SELU",
+    "swish": "SiLU",
+    "silu": "SiLU",
+}
 """Keras activation functions -> the PyTorch module names rules ask for (``Requirement.module_types``)."""
 
 _OPS: dict[str, Any] = device_table(

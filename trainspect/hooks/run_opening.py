@@ -73,8 +73,12 @@ def settle_identity(layout: RunLayout, final: bool, job_id: str | None, fresh: s
     try:
         ident = settle(final, fresh)
     except RankConflict as exc:
-        log.warning("trainspect: %s; this process records nothing into %s rather than mix two ranks' files "
-                    "(unset the stale variables, or let torch.distributed set them)", exc, layout.root)  # fmt: skip
+        log.warning(
+            "trainspect: %s; this process records nothing into %s rather than mix two ranks' files "
+            "(unset the stale variables, or let torch.distributed set them)",
+            exc,
+            layout.root,
+        )
         return JobIdentity(job_id or "", 0, 0, 1, "", "refused: " + str(exc))
     if ident is not None and job_id:
         ident = JobIdentity(job_id, ident.rank, ident.local_rank, ident.world_size, ident.node, ident.source)
@@ -92,15 +96,28 @@ def open_worker(
     except RunDirectoryInUse as exc:
         log.warning("trainspect: %s; nothing is recorded, training goes on", exc)
         return False
-    fields = {"node": ident.node, "rank": ident.rank, "local_rank": ident.local_rank, "world_size": ident.world_size,
-              "rank_source": ident.source, "records_tensors": tensors, "start_time": time.time()}  # fmt: skip
+    fields = {
+        "node": ident.node,
+        "rank": ident.rank,
+        "local_rank": ident.local_rank,
+        "world_size": ident.world_size,
+        "rank_source": ident.source,
+        "records_tensors": tensors,
+        "start_time": time.time(),
+    }
     holder = claim_worker(layout, worker, **fields)
     if holder is not None:
         log.warning(
             "trainspect: %s of %s is already recorded by pid %s on %s (rank %s from %s); this process (rank %s "
             "from %s) records nothing rather than mix two processes into one worker's files",
-            worker, Path(layout.root), holder.get("pid"), holder.get("host"), holder.get("rank"),
-            holder.get("rank_source", "its environment"), ident.rank, ident.source,
-        )  # fmt: skip
+            worker,
+            Path(layout.root),
+            holder.get("pid"),
+            holder.get("host"),
+            holder.get("rank"),
+            holder.get("rank_source", "its environment"),
+            ident.rank,
+            ident.source,
+        )
         return False
     return True

@@ -143,13 +143,19 @@ class ShutdownCloser:
         if self._signals < _CUT_AT:
             if self._held is None:
                 self._held = signum
-            log.warning("trainspect: %s received while closing the run; finishing the close first (another "
-                        "signal ends it)", name)  # fmt: skip
+            log.warning(
+                "trainspect: %s received while closing the run; finishing the close first (another signal ends it)",
+                name,
+            )
             return
         runs = list(dict.fromkeys(self._closing))
         missing = [r for r in runs if not (Path(r) / "training_job_end.ts").exists()]
-        log.warning("trainspect: %s received again; the close was cut: not written in %s: the end marker, the "
-                    "steps still queued and the final verdicts", name, ", ".join(missing or runs))  # fmt: skip
+        log.warning(
+            "trainspect: %s received again; the close was cut: not written in %s: the end marker, the "
+            "steps still queued and the final verdicts",
+            name,
+            ", ".join(missing or runs),
+        )
         for handler in logging.getLogger("trainspect").handlers + logging.getLogger().handlers:
             handler.flush()
         signal.signal(signum, signal.SIG_DFL)
@@ -186,9 +192,13 @@ class ShutdownCloser:
                 continue
             if done is False:
                 where = getattr(obj, "out_dir", None) or type(obj).__name__
-                log.warning("trainspect: a signal arrived and %s was not flushed within %g s: the steps still queued "
-                            "may not be on disk (not written yet: the end marker, the final verdicts); the previous "
-                            "handler runs now", where, _FLUSH_SECONDS)  # fmt: skip
+                log.warning(
+                    "trainspect: a signal arrived and %s was not flushed within %g s: the steps still queued "
+                    "may not be on disk (not written yet: the end marker, the final verdicts); the previous "
+                    "handler runs now",
+                    where,
+                    _FLUSH_SECONDS,
+                )
 
     # --- installation ----------------------------------------------------------------------------------------
     def _install(self) -> None:
@@ -298,6 +308,7 @@ class _Deferred:
 def _no_new_frames(frame: FrameType, event: str, arg: object) -> None:
     """The thread's trace function while a signal is held: no frame but the held one's is traced."""
     return None
+
 
 def _note_signals_for_the_wrapper() -> None:
     """Under ``trainspect run``, have the interpreter note each signal it gets on the wrapper's pipe.

@@ -124,8 +124,13 @@ def _failed(where: str, exc: Exception) -> None:
     """An internal error in a wrapper: the tap stops listening, with one warning; training goes on."""
     if env.TRAINSPECT_TESTING.get():
         raise exc
-    log.warning("trainspect: recording losses failed in %s (%s: %s); losses of backward passes and functional "
-                "losses are no longer recorded", where, type(exc).__name__, exc)  # fmt: skip
+    log.warning(
+        "trainspect: recording losses failed in %s (%s: %s); losses of backward passes and functional "
+        "losses are no longer recorded",
+        where,
+        type(exc).__name__,
+        exc,
+    )
     STATE.listeners = ()
 
 

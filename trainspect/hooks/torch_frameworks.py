@@ -93,10 +93,14 @@ def framework_targets() -> list[tuple[Any, str, Callable[[Any], Any]]]:
     return targets
 
 
-_WATCHED = frozenset({
-    f"{pkg}.loops.{mod}" for pkg in ("lightning.pytorch", "pytorch_lightning")
-    for mod in ("prediction_loop", "optimization.automatic")
-} | {"transformers.trainer"})  # fmt: skip
+_WATCHED = frozenset(
+    {
+        f"{pkg}.loops.{mod}"
+        for pkg in ("lightning.pytorch", "pytorch_lightning")
+        for mod in ("prediction_loop", "optimization.automatic")
+    }
+    | {"transformers.trainer"}
+)
 """Modules whose import installs their patches (``autolog()`` starts before the script imports them)."""
 
 

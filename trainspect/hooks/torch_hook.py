@@ -95,12 +95,23 @@ class Hook(HookAPI):
         on_backlog: str = "degrade",
     ) -> None:
         self._setup(
-            "pytorch", out_dir, export_tensorboard=export_tensorboard, tensorboard_dir=tensorboard_dir,
-            dry_run=dry_run, reduction_config=reduction_config, save_config=save_config, include_regex=include_regex,
-            include_collections=include_collections, save_all=save_all, include_workers=include_workers, rules=rules,
-            profiler_config=profiler_config, mlflow_run=mlflow_run, local_gradients=local_gradients,
+            "pytorch",
+            out_dir,
+            export_tensorboard=export_tensorboard,
+            tensorboard_dir=tensorboard_dir,
+            dry_run=dry_run,
+            reduction_config=reduction_config,
+            save_config=save_config,
+            include_regex=include_regex,
+            include_collections=include_collections,
+            save_all=save_all,
+            include_workers=include_workers,
+            rules=rules,
+            profiler_config=profiler_config,
+            mlflow_run=mlflow_run,
+            local_gradients=local_gradients,
             on_backlog=on_backlog,
-        )  # fmt: skip
+        )
         self._handles: list[Any] = []
         self._state = self.collector.state  # IDLE / OPEN / CLOSED, and whether the open step saves
         self._step = TrainingStep()  # forward depth, optimizer seen/stepped, what a saving step captures
@@ -347,9 +358,13 @@ class Hook(HookAPI):
     def _on_follower_forward_pre(self, module: nn.Module, args: Any) -> None:
         """A container's later child (``decoder`` after ``encoder``): it joins the open step of its mode."""
         step, collector = self._step, self.collector
-        if self.disabled or not self._state.open or step.optimizer_stepped or step.forward_depth or not (
-            self._mode_explicit or infer_mode(module, collector.mode, True) is collector.mode
-        ):  # fmt: skip
+        if (
+            self.disabled
+            or not self._state.open
+            or step.optimizer_stepped
+            or step.forward_depth
+            or not (self._mode_explicit or infer_mode(module, collector.mode, True) is collector.mode)
+        ):
             self._on_top_forward_pre(module, args)
             return
         step.forward_depth = 1

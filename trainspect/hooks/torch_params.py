@@ -32,8 +32,15 @@ from trainspect.hooks.torch_placements import Unrecordable, dtensor_piece, is_dt
 from trainspect.shard import Shard
 
 __all__ = [
-    "ParamView", "Piece", "parameter_views", "model_name", "unwrap", "clean_path", "fingerprint", "warn_one_worker",
-]  # fmt: skip
+    "ParamView",
+    "Piece",
+    "parameter_views",
+    "model_name",
+    "unwrap",
+    "clean_path",
+    "fingerprint",
+    "warn_one_worker",
+]
 
 log = logging.getLogger(__name__)
 
@@ -230,8 +237,10 @@ def _fsdp2_sharded(model: nn.Module, warn: Callable[[str, str], None]) -> dict[t
             for group in module._get_fsdp_state()._fsdp_param_groups:
                 for fsdp_param in group.fsdp_params:
                     info = fsdp_param._module_info
-                    for owner, attr in [(info.module, info.param_name),
-                                        *zip(info.shared_modules, info.shared_param_names, strict=True)]:  # fmt: skip
+                    for owner, attr in [
+                        (info.module, info.param_name),
+                        *zip(info.shared_modules, info.shared_param_names, strict=True),
+                    ]:
                         found[(id(owner), attr)] = fsdp_param.sharded_param
         except AttributeError as exc:
             warn(type(module).__name__, f"its FSDP2 state cannot be read ({exc}); its parameters are read as held")
@@ -356,8 +365,9 @@ def warn_one_worker(views: list[ParamView]) -> bool:
     if sharded:
         log.warning(
             "trainspect: %s and %d other parameters were sharded after recording began, and with "
-            "include_workers=\"one\" only rank 0 records its pieces: the full tensors cannot be assembled; shard "
-            "the model before its first step, or pass include_workers=\"all\"",
-            sharded[0], len(sharded) - 1,
-        )  # fmt: skip
+            'include_workers="one" only rank 0 records its pieces: the full tensors cannot be assembled; shard '
+            'the model before its first step, or pass include_workers="all"',
+            sharded[0],
+            len(sharded) - 1,
+        )
     return bool(sharded)

@@ -213,10 +213,15 @@ class TorchProfilingWindow:
             found = [(e, float(getattr(e, self_attr, 0.0) or 0.0)) for e in averages]
             found = sorted((p for p in found if p[1] > 0), key=lambda p: -p[1])[:_TOP]
             rows += [
-                {"device": device, "name": e.key, "calls": int(e.count), "self_time_us": t,
-                 "total_time_us": float(getattr(e, total_attr, 0.0) or 0.0)}
+                {
+                    "device": device,
+                    "name": e.key,
+                    "calls": int(e.count),
+                    "self_time_us": t,
+                    "total_time_us": float(getattr(e, total_attr, 0.0) or 0.0),
+                }
                 for e, t in found
-            ]  # fmt: skip
+            ]
         write_table(self.directory, "operators", self.worker, start, end, rows)
 
     # --- cProfile ------------------------------------------------------------------------------------
@@ -232,10 +237,16 @@ class TorchProfilingWindow:
         stats = _for_the_job(pstats.Stats(prof).stats)  # type: ignore[attr-defined]
         top = sorted(stats.items(), key=lambda kv: -kv[1][2])[:_TOP]
         rows = [
-            {"function": func, "filename": filename, "line": int(line), "calls": int(nc), "total_time_s": float(tt),
-             "cumulative_time_s": float(ct)}
+            {
+                "function": func,
+                "filename": filename,
+                "line": int(line),
+                "calls": int(nc),
+                "total_time_s": float(tt),
+                "cumulative_time_s": float(ct),
+            }
             for (filename, line, func), (_cc, nc, tt, ct, _callers) in top
-        ]  # fmt: skip
+        ]
         write_table(self.directory, "python", self.worker, start, end, rows)
 
 

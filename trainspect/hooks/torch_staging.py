@@ -36,7 +36,7 @@ from trainspect.hooks.torch_tensors import (
     record_fence,
     stage,
     stage_batch,
-)  # fmt: skip
+)
 from trainspect.shard import Shard
 from trainspect.step import Scalar
 
@@ -302,9 +302,13 @@ class StepLosses:
         return scalars, False
 
     def _flush_one(
-        self, staging: StepStaging, name: str, values: list[HostScalar | torch.Tensor], quiet: bool,
+        self,
+        staging: StepStaging,
+        name: str,
+        values: list[HostScalar | torch.Tensor],
+        quiet: bool,
         scalars: list[Scalar],
-    ) -> None:  # fmt: skip
+    ) -> None:
         plan = self._plans.get(name)
         if plan is None:
             plan = self._plans[name] = staging.collector.planner.plan(name, _LOSSES)

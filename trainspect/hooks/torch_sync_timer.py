@@ -172,6 +172,10 @@ class SyncTimer:
         except Exception as exc:
             if env.TRAINSPECT_TESTING.get():
                 raise
-            log.warning("trainspect: timing the backward pass's synchronisation failed (%s: %s); it is no longer "
-                        "recorded, training goes on", type(exc).__name__, exc)  # fmt: skip
+            log.warning(
+                "trainspect: timing the backward pass's synchronisation failed (%s: %s); it is no longer "
+                "recorded, training goes on",
+                type(exc).__name__,
+                exc,
+            )
             self.close()

@@ -33,9 +33,19 @@ from trainspect.shard import PARTIAL_KEYS, Shard
 from trainspect.step import ReductionKey
 
 __all__ = [
-    "Staged", "stage", "batchable", "stage_batch", "materialize", "record_fence", "device_kind", "reduction_dtype",
-    "snapshot", "combine", "HostScalar", "partials_dict",
-]  # fmt: skip
+    "Staged",
+    "stage",
+    "batchable",
+    "stage_batch",
+    "materialize",
+    "record_fence",
+    "device_kind",
+    "reduction_dtype",
+    "snapshot",
+    "combine",
+    "HostScalar",
+    "partials_dict",
+]
 
 
 @dataclass
@@ -70,18 +80,35 @@ _OPS: dict[str, Any] = device_table(
 )
 
 
-_NUMPY_DTYPES = frozenset({
-    torch.float16, torch.float32, torch.float64, torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8,
-    torch.bool, torch.complex64, torch.complex128,
-})  # fmt: skip
+_NUMPY_DTYPES = frozenset(
+    {
+        torch.float16,
+        torch.float32,
+        torch.float64,
+        torch.int8,
+        torch.int16,
+        torch.int32,
+        torch.int64,
+        torch.uint8,
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    }
+)
 
 
 _SCALAR_DTYPES: dict[torch.dtype, np.dtype] = {
-    torch.float32: np.dtype(np.float32), torch.float64: np.dtype(np.float64), torch.float16: np.dtype(np.float16),
-    torch.bfloat16: np.dtype(np.float32), torch.int64: np.dtype(np.int64), torch.int32: np.dtype(np.int32),
-    torch.int16: np.dtype(np.int16), torch.int8: np.dtype(np.int8), torch.uint8: np.dtype(np.uint8),
+    torch.float32: np.dtype(np.float32),
+    torch.float64: np.dtype(np.float64),
+    torch.float16: np.dtype(np.float16),
+    torch.bfloat16: np.dtype(np.float32),
+    torch.int64: np.dtype(np.int64),
+    torch.int32: np.dtype(np.int32),
+    torch.int16: np.dtype(np.int16),
+    torch.int8: np.dtype(np.int8),
+    torch.uint8: np.dtype(np.uint8),
     torch.bool: np.dtype(np.bool_),
-}  # fmt: skip
+}
 """Dtypes whose CPU scalars :func:`snapshot` takes (``Tensor.item()`` is exact for each; bfloat16 as float32)."""
 
 
@@ -115,8 +142,11 @@ def combine(values: list[HostScalar | torch.Tensor]) -> tuple[HostScalar | torch
         host = np.array([v[0] for v in scalars], dtype=dtype)
         return (host.mean().item(), host.dtype), torch.from_numpy(host)
     tensors = [torch.as_tensor(v[0]) if isinstance(v, tuple) else v.reshape(()) for v in values]
-    device = next(t.device for t in tensors if t.device.type != "cpu") if any(
-        t.device.type != "cpu" for t in tensors) else torch.device("cpu")  # fmt: skip
+    device = (
+        next(t.device for t in tensors if t.device.type != "cpu")
+        if any(t.device.type != "cpu" for t in tensors)
+        else torch.device("cpu")
+    )
     micro = torch.stack([t.to(device) for t in tensors])
     return (micro if micro.is_floating_point() else micro.to(reduction_dtype(device.type))).mean(), micro
 
@@ -195,10 +225,20 @@ def _partials(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     a = x.abs()
     total, abs_total = x.sum(), a.sum()
     n = x.numel()
-    return torch.stack([
-        total, x.square().sum(), (x - total / n).square().sum(), x.min(), x.max(),
-        abs_total, (a - abs_total / n).square().sum(), a.min(), a.max(), x.prod(),
-    ])  # fmt: skip
+    return torch.stack(
+        [
+            total,
+            x.square().sum(),
+            (x - total / n).square().sum(),
+            x.min(),
+            x.max(),
+            abs_total,
+            (a - abs_total / n).square().sum(),
+            a.min(),
+            a.max(),
+            x.prod(),
+        ]
+    )
 
 
 def partials_dict(staged: Staged) -> dict[str, float] | None:

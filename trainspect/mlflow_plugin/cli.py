@@ -17,9 +17,13 @@ _SYNC_EXAMPLES = """examples:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``mlflow-sync`` subcommand."""
-    s = sub.add_parser("mlflow-sync", help="upload a run directory to an MLflow run (after an outage)",
-                       description="Send an MLflow run what it misses of a run directory, each point once.",
-                       epilog=_SYNC_EXAMPLES, formatter_class=_RAW)  # fmt: skip
+    s = sub.add_parser(
+        "mlflow-sync",
+        help="upload a run directory to an MLflow run (after an outage)",
+        description="Send an MLflow run what it misses of a run directory, each point once.",
+        epilog=_SYNC_EXAMPLES,
+        formatter_class=_RAW,
+    )
     s.add_argument("dir", help="run directory")
     s.add_argument("--run-id", help="the MLflow run (default: the one recorded in DIR/mlflow/run.json)")
     s.add_argument("--tracking-uri", help="MLflow tracking URI (default: MLFLOW_TRACKING_URI / mlflow's default)")
@@ -32,14 +36,20 @@ def _sync(args: argparse.Namespace) -> int:
     try:
         from trainspect.mlflow_plugin.sync import sync_run
     except ImportError as exc:
-        print(f"trainspect mlflow-sync: MLflow is not installed ({exc}); pip install trainspect[mlflow]",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"trainspect mlflow-sync: MLflow is not installed ({exc}); pip install trainspect[mlflow]", file=sys.stderr
+        )
         return 2
     try:
         with Progress("mlflow-sync") as bar:
-            run_id = sync_run(args.dir, run_id=args.run_id, tracking_uri=args.tracking_uri,
-                              price_per_hour=args.price_per_hour, artifacts=args.artifacts,
-                              progress=bar.stage)  # fmt: skip
+            run_id = sync_run(
+                args.dir,
+                run_id=args.run_id,
+                tracking_uri=args.tracking_uri,
+                price_per_hour=args.price_per_hour,
+                artifacts=args.artifacts,
+                progress=bar.stage,
+            )
     except (ValueError, FileNotFoundError) as exc:
         print(f"trainspect mlflow-sync: {exc}", file=sys.stderr)
         return 2

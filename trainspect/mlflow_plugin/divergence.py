@@ -105,9 +105,14 @@ class Divergence:
         """The JSON of ``trainspect.diverged.detail`` (at most :data:`MAX_DETAIL_CHARS` characters)."""
         order = self._order()
         step = self.first[order[0]][0]
-        doc = {"step": step, "last_finite_step": step - 1, "values": len(order),
-               "first_nonfinite": {k: {"step": self.first[k][0], "value": self.first[k][1]}
-                                   for k in order[:_VALUES_IN_DETAIL]}}  # fmt: skip
+        doc = {
+            "step": step,
+            "last_finite_step": step - 1,
+            "values": len(order),
+            "first_nonfinite": {
+                k: {"step": self.first[k][0], "value": self.first[k][1]} for k in order[:_VALUES_IN_DETAIL]
+            },
+        }
         text = json.dumps(doc, separators=(",", ":"))
         while len(text) > MAX_DETAIL_CHARS and doc["first_nonfinite"]:
             first = doc["first_nonfinite"]

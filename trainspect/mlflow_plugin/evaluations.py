@@ -72,8 +72,9 @@ def train_steps_before(train_globals: Sequence[int], train_mode_steps: Sequence[
     return int(train_mode_steps[i - 1]) + 1 if i else 0
 
 
-def evaluation_metrics(points: Iterable[tuple[str, int, float, int]], train_globals: Sequence[int],
-                       train_mode_steps: Sequence[int]) -> list[Metric]:  # fmt: skip
+def evaluation_metrics(
+    points: Iterable[tuple[str, int, float, int]], train_globals: Sequence[int], train_mode_steps: Sequence[int]
+) -> list[Metric]:
     """Evaluation points ``(key, global step, value, wall ms)`` as one mean per key and evaluation.
 
     ``train_globals`` (sorted) and ``train_mode_steps``: the global and mode steps of the training steps.

@@ -11,9 +11,22 @@ from trainspect.profiler.metrics import CATALOGUE
 from trainspect.reductions import format_key
 from trainspect.step import StepRecord
 
-__all__ = ["system_key", "system_metrics", "step_metrics", "step_values", "loss_keys", "safe_key", "issues_tags",
-           "verdict_tags", "run_tags", "MAX_KEY_LENGTH", "ISSUES_TAG", "COUNTS_TAG", "GAPS_TAG",
-           "NAN_ORIGIN_TAG"]  # fmt: skip
+__all__ = [
+    "system_key",
+    "system_metrics",
+    "step_metrics",
+    "step_values",
+    "loss_keys",
+    "safe_key",
+    "issues_tags",
+    "verdict_tags",
+    "run_tags",
+    "MAX_KEY_LENGTH",
+    "ISSUES_TAG",
+    "COUNTS_TAG",
+    "GAPS_TAG",
+    "NAN_ORIGIN_TAG",
+]
 
 MAX_KEY_LENGTH = 250
 ISSUES_TAG = "trainspect.issues"

@@ -220,8 +220,9 @@ class MlflowLogger:
             self.unsent += len(metrics)
         except OSError as exc:
             self.lost += len(metrics)
-            log.warning("trainspect: %d MLflow metrics lost: could not keep them in the run directory: %s",
-                        len(metrics), exc)  # fmt: skip
+            log.warning(
+                "trainspect: %d MLflow metrics lost: could not keep them in the run directory: %s", len(metrics), exc
+            )
 
     def _before_divergence(self, rec: StepRecord, diverged: list[str]) -> list[Metric]:
         """The step before a divergence (when not logged yet) and each diverged value's last finite point."""
@@ -295,12 +296,22 @@ class MlflowLogger:
                 "trainspect: cannot log to MLflow run %s at %s (%s: %s); training goes on, metrics are buffered "
                 "(at most %d) and retried, the run directory keeps everything; upload later with: "
                 "trainspect mlflow-sync %s --run-id %s",
-                self.sink.run_id, self.sink.tracking_uri, type(exc).__name__, str(exc)[:200],
-                self._pending.maxlen, self.run_dir, self.sink.run_id,
-            )  # fmt: skip
+                self.sink.run_id,
+                self.sink.tracking_uri,
+                type(exc).__name__,
+                str(exc)[:200],
+                self._pending.maxlen,
+                self.run_dir,
+                self.sink.run_id,
+            )
 
-    def close(self, final_metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
-              artifacts: list[tuple[str, str]] | None = None, run_dir_artifacts: bool = False) -> bool:  # fmt: skip
+    def close(
+        self,
+        final_metrics: dict[str, float] | None = None,
+        tags: dict[str, str] | None = None,
+        artifacts: list[tuple[str, str]] | None = None,
+        run_dir_artifacts: bool = False,
+    ) -> bool:
         """Stop the thread, send the rest, the summary metrics, tags and artifacts; return whether all arrived.
 
         Args:
@@ -352,10 +363,14 @@ class MlflowLogger:
         if not self.record_sync:
             return
         doc: dict[str, Any] = {
-            "run_id": self.sink.run_id, "tracking_uri": self.sink.tracking_uri, "complete": complete,
-            "dropped_metrics": self.dropped, "unsent_metrics": self.unsent, "lost_metrics": self.lost,
+            "run_id": self.sink.run_id,
+            "tracking_uri": self.sink.tracking_uri,
+            "complete": complete,
+            "dropped_metrics": self.dropped,
+            "unsent_metrics": self.unsent,
+            "lost_metrics": self.lost,
             "updated": time.time(),
-        }  # fmt: skip
+        }
         if ended is not None:  # the job closed its hook: the MLflow run's real end
             doc.update(end_time=ended, end_status="FINISHED")
         try:
@@ -365,5 +380,10 @@ class MlflowLogger:
 
     def status(self) -> dict[str, Any]:
         """Counters for tests and benchmarks: ``requests``, ``pending``, ``dropped``, ``unsent``, ``warned``."""
-        return {"requests": self.requests, "pending": len(self._pending), "dropped": self.dropped,
-                "unsent": self.unsent, "warned": self.warned}  # fmt: skip
+        return {
+            "requests": self.requests,
+            "pending": len(self._pending),
+            "dropped": self.dropped,
+            "unsent": self.unsent,
+            "warned": self.warned,
+        }

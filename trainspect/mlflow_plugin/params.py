@@ -58,8 +58,12 @@ def _rules(rules: Any) -> str:
     return ", ".join(str(r) for r in rules) if isinstance(rules, list) and rules else "none"
 
 
-def hook_params(run_dir: str | os.PathLike[str], profiler_config: Any = None, log_every_n_steps: int | None = None,
-                profiler_known: bool = True) -> dict[str, str]:  # fmt: skip
+def hook_params(
+    run_dir: str | os.PathLike[str],
+    profiler_config: Any = None,
+    log_every_n_steps: int | None = None,
+    profiler_known: bool = True,
+) -> dict[str, str]:
     """The hook's configuration as params (from the manifest's config).
 
     ``profiler_known``: whether ``profiler_config`` is the hook's own, so that "off" is a fact, not a guess.

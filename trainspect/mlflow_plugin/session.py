@@ -29,8 +29,16 @@ from trainspect.mlflow_plugin.tags import context_tags
 from trainspect.step import StepRecord
 from trainspect.store.manifest import write_json_atomic
 
-__all__ = ["MlflowSession", "resolve_run", "experiment_for_new_run", "verdict_tags", "per_worker_steps",
-           "summary_metrics", "EXPERIMENT_KIND_TAG", "EXPERIMENT_KIND_TRAINING"]  # fmt: skip
+__all__ = [
+    "MlflowSession",
+    "resolve_run",
+    "experiment_for_new_run",
+    "verdict_tags",
+    "per_worker_steps",
+    "summary_metrics",
+    "EXPERIMENT_KIND_TAG",
+    "EXPERIMENT_KIND_TRAINING",
+]
 
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 """MLflow 3's experiment type tag: the UI opens an experiment in its GenAI or its classic (model training) view by it
@@ -186,20 +194,34 @@ class MlflowSession:
         experiment: the experiment (a name) of a run created for this job (see :func:`resolve_run`).
     """
 
-    def __init__(self, run_dir: str | os.PathLike[str], run_id: str, tracking_uri: str | None = None,
-                 owns_run: bool = False, captures: tuple[str, ...] = ("tensors",),
-                 interval_s: float = DEFAULT_INTERVAL_S, log_every_n_steps: int = DEFAULT_EVERY_N_STEPS,
-                 price_per_hour: float | None = None, log_run_dir: bool = False,
-                 worker: str | None = None, profiler_config: Any = _UNKNOWN) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        run_id: str,
+        tracking_uri: str | None = None,
+        owns_run: bool = False,
+        captures: tuple[str, ...] = ("tensors",),
+        interval_s: float = DEFAULT_INTERVAL_S,
+        log_every_n_steps: int = DEFAULT_EVERY_N_STEPS,
+        price_per_hour: float | None = None,
+        log_run_dir: bool = False,
+        worker: str | None = None,
+        profiler_config: Any = _UNKNOWN,
+    ) -> None:
         self.run_dir = Path(run_dir)
         self.sink = MlflowSink(run_id, tracking_uri)
         self.worker = worker
         self.logger = MlflowLogger(
-            run_dir, self.sink, interval_s=interval_s, log_every_n_steps=log_every_n_steps,
+            run_dir,
+            self.sink,
+            interval_s=interval_s,
+            log_every_n_steps=log_every_n_steps,
             owns_run=owns_run and worker is None,
-            tail_system=worker is None, key_prefix=f"{worker}/" if worker else "", record_sync=worker is None,
+            tail_system=worker is None,
+            key_prefix=f"{worker}/" if worker else "",
+            record_sync=worker is None,
             watch_verdicts=worker is None,
-        )  # fmt: skip
+        )
         self.captures = captures
         self.profiler_config = profiler_config
         self.price_per_hour = price_per_hour
@@ -220,13 +242,20 @@ class MlflowSession:
             if shared is None:
                 if _no_run_file(Path(run_dir)).exists():  # the chief logs to no run: neither does this rank
                     return None
-                log.warning("trainspect: %s found no MLflow run of the chief in %s; MLflow logging is off for it",
-                            worker, run_dir)  # fmt: skip
+                log.warning(
+                    "trainspect: %s found no MLflow run of the chief in %s; MLflow logging is off for it",
+                    worker,
+                    run_dir,
+                )
                 return None
             kwargs.setdefault("tracking_uri", shared[1])
             return cls(run_dir, shared[0], worker=worker, **kwargs)
-        resolved = resolve_run(mlflow_run, kwargs.get("tracking_uri"), run_name=Path(run_dir).name,
-                               experiment=None if experiment is None else str(experiment))  # fmt: skip
+        resolved = resolve_run(
+            mlflow_run,
+            kwargs.get("tracking_uri"),
+            run_name=Path(run_dir).name,
+            experiment=None if experiment is None else str(experiment),
+        )
         if resolved is None:
             _say_no_run(Path(run_dir))
             return None
@@ -243,8 +272,14 @@ class MlflowSession:
         self.logger.set_tags(context_tags(self.captures))
         if self.worker is None:
             known = self.profiler_config is not _UNKNOWN
-            self.logger.set_params(hook_params(self.run_dir, self.profiler_config if known else None,
-                                               self.logger.log_every_n_steps, profiler_known=known))  # fmt: skip
+            self.logger.set_params(
+                hook_params(
+                    self.run_dir,
+                    self.profiler_config if known else None,
+                    self.logger.log_every_n_steps,
+                    profiler_known=known,
+                )
+            )
         self.logger.start()
 
     def submit(self, record: StepRecord) -> None:
@@ -277,17 +312,24 @@ class MlflowSession:
         metrics = {**summary_metrics(summarize(ctx), loader), **per_worker_steps(ctx)}
         tmp = Path(tempfile.mkdtemp(prefix="trainspect-mlflow-"))
         verdicts_file = tmp / "verdicts.json"
-        verdicts_file.write_text(json.dumps({"schema_version": 1, "verdicts": [v.to_dict() for v in ctx.verdicts]},
-                                            indent=1), encoding="utf-8")  # fmt: skip
+        verdicts_file.write_text(
+            json.dumps({"schema_version": 1, "verdicts": [v.to_dict() for v in ctx.verdicts]}, indent=1),
+            encoding="utf-8",
+        )
         artifacts = [(str(verdicts_file), "trainspect")]
         if report is not None and report.exists():
             artifacts.append((str(report), "trainspect"))
-        ok = self.logger.close(metrics, {**verdict_tags(ctx.verdicts), **run_tags(self.run_dir)}, artifacts,
-                               self.log_run_dir)  # fmt: skip
+        ok = self.logger.close(
+            metrics, {**verdict_tags(ctx.verdicts), **run_tags(self.run_dir)}, artifacts, self.log_run_dir
+        )
         for f in tmp.iterdir():
             f.unlink()
         tmp.rmdir()
         if not ok and not self.logger.warned:
-            log.warning("trainspect: the MLflow run %s is incomplete; upload later with: trainspect mlflow-sync %s "
-                        "--run-id %s", self.run_id, self.run_dir, self.run_id)  # fmt: skip
+            log.warning(
+                "trainspect: the MLflow run %s is incomplete; upload later with: trainspect mlflow-sync %s --run-id %s",
+                self.run_id,
+                self.run_dir,
+                self.run_id,
+            )
         return ok

@@ -94,8 +94,9 @@ class MlflowSink:
         from mlflow.utils.rest_utils import http_request, verify_rest_response
 
         endpoint = "/api/2.0/mlflow/runs/get"
-        resp = http_request(self._creds(), endpoint, "GET", max_retries=0, timeout=_TIMEOUT_S,
-                            params={"run_id": self.run_id})  # fmt: skip
+        resp = http_request(
+            self._creds(), endpoint, "GET", max_retries=0, timeout=_TIMEOUT_S, params={"run_id": self.run_id}
+        )
         verify_rest_response(resp, endpoint)
         return {p["key"]: p["value"] for p in resp.json()["run"]["data"].get("params", [])}
 
@@ -205,8 +206,9 @@ class MlflowSink:
         try:
             http_request(self._creds(), "/health", "GET", max_retries=0, timeout=_TIMEOUT_S)
         except Exception as exc:
-            raise ConnectionError(f"the MLflow tracking server at {self.tracking_uri} does not answer "
-                                  f"({_why_no_answer(exc)})") from None  # fmt: skip
+            raise ConnectionError(
+                f"the MLflow tracking server at {self.tracking_uri} does not answer ({_why_no_answer(exc)})"
+            ) from None
 
     def log_artifact(self, path: str | os.PathLike[str], artifact_path: str | None = None) -> None:
         """Upload one file."""

@@ -240,8 +240,17 @@ def sync_run(
     info = sink.client.get_run(str(run_id)).info
     if info.status == "RUNNING":
         sink.client.set_terminated(str(run_id), status, end_time=end_ms)
-    write_json_atomic(sync_file(path), {**recorded, "run_id": str(run_id), "tracking_uri": sink.tracking_uri,
-                                        "complete": True, "unsent_metrics": 0, "synced": time.time()})  # fmt: skip
+    write_json_atomic(
+        sync_file(path),
+        {
+            **recorded,
+            "run_id": str(run_id),
+            "tracking_uri": sink.tracking_uri,
+            "complete": True,
+            "unsent_metrics": 0,
+            "synced": time.time(),
+        },
+    )
     log.info("trainspect: sent %d missing metrics to MLflow run %s", len(missing), run_id)
     return str(run_id)
 
@@ -257,8 +266,10 @@ def _upload_files(sink: MlflowSink, path: Path, ctx: Any, artifacts: bool) -> No
         report = RunLayout(path).report
     with tempfile.TemporaryDirectory(prefix="trainspect-mlflow-") as tmp:
         verdicts = Path(tmp) / "verdicts.json"
-        verdicts.write_text(json.dumps({"schema_version": 1, "verdicts": [v.to_dict() for v in ctx.verdicts]},
-                                       indent=1), encoding="utf-8")  # fmt: skip
+        verdicts.write_text(
+            json.dumps({"schema_version": 1, "verdicts": [v.to_dict() for v in ctx.verdicts]}, indent=1),
+            encoding="utf-8",
+        )
         sink.log_artifact(verdicts, "trainspect")
     if report.exists():
         sink.log_artifact(report, "trainspect")

@@ -48,14 +48,18 @@ def empty(message: str) -> str:
 
 def panel(width: int, height: int, body: str, label: str) -> str:
     """An ``<svg>`` of ``width`` x ``height`` pixels, its accessible label ``label``."""
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(label)}">{body}</svg>')  # fmt: skip
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(label)}">{body}</svg>'
+    )
 
 
 def text(x: float, y: float, value: object, anchor: str = "start", size: int = 11, extra: str = "") -> str:
     """One escaped ``<text>``."""
-    return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="#333"{extra}>'
-            f"{esc(value)}</text>")  # fmt: skip
+    return (
+        f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="#333"{extra}>'
+        f"{esc(value)}</text>"
+    )
 
 
 def axis_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -78,8 +82,14 @@ def _fmt(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
 
 
-def bars(edges: Sequence[float], counts: Sequence[int], title: str, x_label: str, fill: str = COLOURS[0],
-         size: tuple[int, int] = (260, 170)) -> str:  # fmt: skip
+def bars(
+    edges: Sequence[float],
+    counts: Sequence[int],
+    title: str,
+    x_label: str,
+    fill: str = COLOURS[0],
+    size: tuple[int, int] = (260, 170),
+) -> str:
     """A histogram panel: one bar per bin (hover: the bin and its count), x ticks, the y maximum."""
     w, h = size
     left, right, top, bottom = 34, 8, 18, 30
@@ -93,8 +103,10 @@ def bars(edges: Sequence[float], counts: Sequence[int], title: str, x_label: str
         x1 = left + (float(edges[i + 1]) - lo) / span * pw
         bh = c / peak * ph
         tip = esc(f"{_fmt(float(edges[i]))}-{_fmt(float(edges[i + 1]))}: {c}")
-        parts.append(f'<rect class="ts-bar" x="{x0:.1f}" y="{top + ph - bh:.1f}" width="{max(x1 - x0 - 0.5, 0.5):.1f}" '
-                     f'height="{bh:.1f}" fill="{fill}"><title>{tip}</title></rect>')  # fmt: skip
+        parts.append(
+            f'<rect class="ts-bar" x="{x0:.1f}" y="{top + ph - bh:.1f}" width="{max(x1 - x0 - 0.5, 0.5):.1f}" '
+            f'height="{bh:.1f}" fill="{fill}"><title>{tip}</title></rect>'
+        )
     parts.append(f'<line x1="{left}" y1="{top + ph}" x2="{left + pw}" y2="{top + ph}" stroke="#888"/>')
     for t in axis_ticks(lo, hi, 4):
         x = left + (t - lo) / span * pw
@@ -112,8 +124,14 @@ def _heat_colour(v: float) -> str:
     return f"rgb({r},{g},{b})"
 
 
-def heat_cells(rows: Sequence[str], values: Sequence[Sequence[float | None]], times: Sequence[str],
-               marks: Sequence[int], title: str, width: int = 900) -> str:  # fmt: skip
+def heat_cells(
+    rows: Sequence[str],
+    values: Sequence[Sequence[float | None]],
+    times: Sequence[str],
+    marks: Sequence[int],
+    title: str,
+    width: int = 900,
+) -> str:
     """A heatmap panel: one row of cells per name, one column per time bucket, orange lines at ``marks`` columns."""
     cols = max((len(r) for r in values), default=0)
     left, top, cell_h = 60, 20, 12
@@ -128,13 +146,17 @@ def heat_cells(rows: Sequence[str], values: Sequence[Sequence[float | None]], ti
             if v is None:
                 continue
             tip = esc(f"{name} {times[c] if c < len(times) else c}: {v:.1f} %")
-            parts.append(f'<rect class="ts-cell" x="{left + c * cw:.2f}" y="{y}" width="{cw + 0.3:.2f}" '
-                         f'height="{cell_h}" fill="{_heat_colour(v)}"><title>{tip}</title></rect>')  # fmt: skip
+            parts.append(
+                f'<rect class="ts-cell" x="{left + c * cw:.2f}" y="{y}" width="{cw + 0.3:.2f}" '
+                f'height="{cell_h}" fill="{_heat_colour(v)}"><title>{tip}</title></rect>'
+            )
     bottom = top + cell_h * len(rows)
     for m in marks:
         x = left + m * cw
-        parts.append(f'<line class="ts-step" x1="{x:.2f}" y1="{top}" x2="{x:.2f}" y2="{bottom}" stroke="#ff6f00" '
-                     'stroke-width="1" opacity="0.8"/>')  # fmt: skip
+        parts.append(
+            f'<line class="ts-step" x1="{x:.2f}" y1="{top}" x2="{x:.2f}" y2="{bottom}" stroke="#ff6f00" '
+            'stroke-width="1" opacity="0.8"/>'
+        )
     for c in sorted({0, cols // 2, cols - 1}) if cols else []:
         anchor = "end" if c == cols - 1 and c else "start"
         x = left + (c + 1) * cw if anchor == "end" else left + c * cw
@@ -156,8 +178,9 @@ def merge_intervals(x0: np.ndarray, x1: np.ndarray, gap: float = 0.5) -> list[tu
     return [(a, b) for a, b in out]
 
 
-def lanes(lanes_: Sequence[tuple[str, np.ndarray, np.ndarray, str]], t0: float, t1: float, title: str,
-          width: int = 900) -> str:  # fmt: skip
+def lanes(
+    lanes_: Sequence[tuple[str, np.ndarray, np.ndarray, str]], t0: float, t1: float, title: str, width: int = 900
+) -> str:
     """A timeline panel: one lane per ``(label, starts, ends, colour)``, intervals merged at pixel resolution."""
     left, top, lane_h = 150, 20, 16
     pw = width - left - 10
@@ -170,8 +193,10 @@ def lanes(lanes_: Sequence[tuple[str, np.ndarray, np.ndarray, str]], t0: float, 
         px0 = left + (np.asarray(starts, dtype=np.float64) - t0) / span * pw
         px1 = left + (np.asarray(ends, dtype=np.float64) - t0) / span * pw
         for a, b in merge_intervals(px0, px1):
-            parts.append(f'<rect class="ts-span" x="{a:.1f}" y="{y + 2}" width="{max(b - a, 0.6):.1f}" '
-                         f'height="{lane_h - 4}" fill="{fill}"/>')  # fmt: skip
+            parts.append(
+                f'<rect class="ts-span" x="{a:.1f}" y="{y + 2}" width="{max(b - a, 0.6):.1f}" '
+                f'height="{lane_h - 4}" fill="{fill}"/>'
+            )
     parts.append(_time_axis(left, pw, top + lane_h * len(lanes_), t1 - t0))
     return panel(width, h, "".join(parts), title)
 
@@ -185,8 +210,14 @@ def _time_axis(left: float, pw: float, y: float, span: float) -> str:
     return "".join(out)
 
 
-def polyline(series: Sequence[tuple[str, np.ndarray, np.ndarray]], t0: float, t1: float, title: str,
-             width: int = 900, y_max: float = 100.0) -> str:  # fmt: skip
+def polyline(
+    series: Sequence[tuple[str, np.ndarray, np.ndarray]],
+    t0: float,
+    t1: float,
+    title: str,
+    width: int = 900,
+    y_max: float = 100.0,
+) -> str:
     """A line panel on the timeline's axis: ``(label, times, values)`` series from 0 to ``y_max``, with a legend."""
     left, top, ph = 150, 20, 90
     pw = width - left - 10
@@ -198,8 +229,10 @@ def polyline(series: Sequence[tuple[str, np.ndarray, np.ndarray]], t0: float, t1
         ys = top + ph - np.clip(np.asarray(vs, dtype=np.float64)[ok], 0, y_max) / y_max * ph
         pts = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(xs, ys, strict=True))
         if pts:
-            parts.append(f'<polyline class="ts-line" points="{pts}" fill="none" stroke="{colour(i)}" '
-                         f'stroke-width="1.3"><title>{esc(label)}</title></polyline>')  # fmt: skip
+            parts.append(
+                f'<polyline class="ts-line" points="{pts}" fill="none" stroke="{colour(i)}" '
+                f'stroke-width="1.3"><title>{esc(label)}</title></polyline>'
+            )
         parts.append(f'<rect x="{left - 140}" y="{top + 4 + i * 14}" width="10" height="3" fill="{colour(i)}"/>')
         parts.append(text(left - 126, top + 9 + i * 14, label, "start", 10))
     parts.append(text(left - 3, top + 8, f"{y_max:g}", "end", 10))

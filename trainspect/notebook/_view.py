@@ -137,8 +137,9 @@ class View:
     def html(self) -> str:
         """The view as self-contained HTML (inline SVG, no script, nothing fetched)."""
         body = self._body()
-        return wrap(type(self).__name__, self.title, body if body is not None else empty(self.empty_message),
-                    self._note())  # fmt: skip
+        return wrap(
+            type(self).__name__, self.title, body if body is not None else empty(self.empty_message), self._note()
+        )
 
     def _repr_html_(self) -> str:
         return self.html()
@@ -150,6 +151,9 @@ class View:
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the view as a standalone HTML page; return its path."""
         out = Path(path)
-        out.write_text(f'<!doctype html><html><head><meta charset="utf-8"><title>{esc(self.title)}</title></head>'
-                       f"<body>{self.html()}</body></html>", encoding="utf-8")  # fmt: skip
+        out.write_text(
+            f'<!doctype html><html><head><meta charset="utf-8"><title>{esc(self.title)}</title></head>'
+            f"<body>{self.html()}</body></html>",
+            encoding="utf-8",
+        )
         return out

@@ -22,8 +22,14 @@ from trainspect.profiler.events import SystemEvent, TraceEvent
 from trainspect.profiler.histograms import histogram_edges
 from trainspect.profiler.readers import FrameworkMetricsReader, SystemMetricsReader
 
-__all__ = ["LocalSystemMetricsReader", "LocalAlgorithmMetricsReader", "MetricsHistogram", "StepHistogram",
-           "Heatmap", "smdebug_device"]  # fmt: skip
+__all__ = [
+    "LocalSystemMetricsReader",
+    "LocalAlgorithmMetricsReader",
+    "MetricsHistogram",
+    "StepHistogram",
+    "Heatmap",
+    "smdebug_device",
+]
 
 _US = 1e6
 
@@ -83,12 +89,17 @@ def _pick(rows: list[str], dimensions: Sequence[str], events: Sequence[str]) -> 
     """Rows whose smdebug dimension matches a dimension pattern and whose event matches an event pattern."""
     dims = [re.compile(p) for p in ([dimensions] if isinstance(dimensions, str) else dimensions)]
     evs = [re.compile(p) for p in ([events] if isinstance(events, str) else events)]
-    chosen = [r for r in rows if any(d.search(smdebug_device(r)[0]) for d in dims)
-              and any(e.search(smdebug_device(r)[1]) for e in evs)]  # fmt: skip
+    chosen = [
+        r
+        for r in rows
+        if any(d.search(smdebug_device(r)[0]) for d in dims) and any(e.search(smdebug_device(r)[1]) for e in evs)
+    ]
     if rows and not chosen:
         have = sorted({f"{d}/{e}" for d, e in map(smdebug_device, rows)})
-        raise ValueError(f"no metric matches select_dimensions={[d.pattern for d in dims]!r}, "
-                         f"select_events={[e.pattern for e in evs]!r}; this run has: {', '.join(have)}")  # fmt: skip
+        raise ValueError(
+            f"no metric matches select_dimensions={[d.pattern for d in dims]!r}, "
+            f"select_events={[e.pattern for e in evs]!r}; this run has: {', '.join(have)}"
+        )
     return chosen
 
 
@@ -104,8 +115,14 @@ class MetricsHistogram(_metrics.MetricsHistogram):
         self.select_events: Sequence[str] = [".*"]
         super().__init__(RunSource(metrics_reader), bins=histogram_edges(50).tolist())
 
-    def plot(self, starttime: float = 0, endtime: float | None = None, select_dimensions: Sequence[str] = (".*",),
-             select_events: Sequence[str] = (".*",), show_workers: bool = True) -> MetricsHistogram:  # fmt: skip
+    def plot(
+        self,
+        starttime: float = 0,
+        endtime: float | None = None,
+        select_dimensions: Sequence[str] = (".*",),
+        select_events: Sequence[str] = (".*",),
+        show_workers: bool = True,
+    ) -> MetricsHistogram:
         """Histograms of ``[starttime, endtime]`` (microseconds; default all) of the selected metrics; displayed."""
         self.start, self.end = _seconds(starttime), _seconds(endtime)
         self.select_dimensions, self.select_events = list(select_dimensions), list(select_events)
@@ -122,9 +139,15 @@ class StepHistogram(_steps.StepHistogram):
     def __init__(self, metrics_reader: Any, width: int = 500) -> None:
         super().__init__(RunSource(metrics_reader), events=None)
 
-    def plot(self, starttime: float = 0, endtime: float | None = None, select_events: Sequence[str] = (".*",),
-             select_dimensions: Sequence[str] = (".*",), show_workers: bool = True,
-             select_metrics: Sequence[str] | None = None) -> StepHistogram:  # fmt: skip
+    def plot(
+        self,
+        starttime: float = 0,
+        endtime: float | None = None,
+        select_events: Sequence[str] = (".*",),
+        select_dimensions: Sequence[str] = (".*",),
+        show_workers: bool = True,
+        select_metrics: Sequence[str] | None = None,
+    ) -> StepHistogram:
         """Duration histograms of the selected events in ``[starttime, endtime]`` (microseconds); displayed.
 
         ``select_events`` (or the older ``select_metrics``) chooses events, ``select_dimensions`` workers; one
@@ -140,14 +163,22 @@ class StepHistogram(_steps.StepHistogram):
 class Heatmap(_heatmap.Heatmap):
     """smdebug's ``Heatmap(system_metrics_reader, framework_metrics_reader, ...)``: drawn and displayed at once."""
 
-    def __init__(self, metrics_reader: Any, framework_metrics_reader: Any = None,
-                 select_dimensions: Sequence[str] = (".*CPU", ".*GPU"), select_events: Sequence[str] = (".*",),
-                 starttime: float = 0, endtime: float | None = None, plot_height: int = 350,
-                 show_workers: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        metrics_reader: Any,
+        framework_metrics_reader: Any = None,
+        select_dimensions: Sequence[str] = (".*CPU", ".*GPU"),
+        select_events: Sequence[str] = (".*",),
+        starttime: float = 0,
+        endtime: float | None = None,
+        plot_height: int = 350,
+        show_workers: bool = True,
+    ) -> None:
         self.select_dimensions, self.select_events = list(select_dimensions), list(select_events)
         self.plot_height = plot_height
-        super().__init__(RunSource(metrics_reader, framework_metrics_reader), start=_seconds(starttime),
-                         end=_seconds(endtime))  # fmt: skip
+        super().__init__(
+            RunSource(metrics_reader, framework_metrics_reader), start=_seconds(starttime), end=_seconds(endtime)
+        )
         display(self)
 
     def _chosen(self, rows: list[str]) -> list[str]:

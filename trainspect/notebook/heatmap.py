@@ -37,9 +37,17 @@ class Heatmap(View):
     title = "Utilisation heatmap"
     empty_message = "no CPU or GPU utilisation recorded yet (profile the run with a ProfilerConfig)"
 
-    def __init__(self, run: Run, framework_reader: Any = None, rows: Sequence[str] | None = None,
-                 nodes: Sequence[str] | None = None, start: float | None = None, end: float | None = None,
-                 max_columns: int = 200, max_marks: int = 100) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run: Run,
+        framework_reader: Any = None,
+        rows: Sequence[str] | None = None,
+        nodes: Sequence[str] | None = None,
+        start: float | None = None,
+        end: float | None = None,
+        max_columns: int = 200,
+        max_marks: int = 100,
+    ) -> None:
         self.source = run if isinstance(run, RunSource) else RunSource(run, framework_reader)
         self.rows, self.nodes = rows, nodes
         self.start, self.end = start, end
@@ -84,6 +92,8 @@ class Heatmap(View):
             marks = sorted({min(int((b - times[0]) / width), cols - 1) for b in hm["step_boundaries"]}) if cols else []
             marks = marks if len(marks) <= self.max_marks else []
             title = f"node {node}: % utilisation, {width:.3g} s per column" + (", orange: step starts" if marks else "")
-            out.append(f'<div class="ts-node" data-node="{esc(node)}">'
-                       f"{heat_cells(hm['rows'], hm['values'], labels, marks, title)}</div>")  # fmt: skip
+            out.append(
+                f'<div class="ts-node" data-node="{esc(node)}">'
+                f"{heat_cells(hm['rows'], hm['values'], labels, marks, title)}</div>"
+            )
         return "".join(out)

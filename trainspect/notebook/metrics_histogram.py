@@ -39,9 +39,15 @@ class MetricsHistogram(View):
     title = "Utilisation histograms"
     empty_message = "no system metrics recorded yet (profile the run with a ProfilerConfig)"
 
-    def __init__(self, run: Run, devices: Sequence[str] | None = None, nodes: Sequence[str] | None = None,
-                 bins: int | Sequence[float] = DEFAULT_BINS, start: float | None = None,
-                 end: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run: Run,
+        devices: Sequence[str] | None = None,
+        nodes: Sequence[str] | None = None,
+        bins: int | Sequence[float] = DEFAULT_BINS,
+        start: float | None = None,
+        end: float | None = None,
+    ) -> None:
         self.source = run if isinstance(run, RunSource) else RunSource(run)
         self.devices, self.nodes, self.bins = devices, nodes, bins
         self.start, self.end = start, end
@@ -71,8 +77,10 @@ class MetricsHistogram(View):
         out = []
         for node, devs in self.histograms.items():
             panels = [bars(h.edges, h.counts, _label(h), "utilisation %", colour(_family(d))) for d, h in devs.items()]
-            out.append(f'<div class="ts-node" data-node="{esc(node)}"><h4>node {esc(node)}</h4>'
-                       f'<div class="ts-grid">{"".join(panels)}</div></div>')  # fmt: skip
+            out.append(
+                f'<div class="ts-node" data-node="{esc(node)}"><h4>node {esc(node)}</h4>'
+                f'<div class="ts-grid">{"".join(panels)}</div></div>'
+            )
         return "".join(out)
 
 

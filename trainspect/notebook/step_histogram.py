@@ -14,8 +14,13 @@ from trainspect.profiler.arrays import SPAN_NAMES, FrameworkTables
 
 __all__ = ["StepHistogram", "event_durations", "outlier_threshold"]
 
-SPAN_EVENTS = {"forward": "Forward", "backward": "Backward", "optimizer": "Optimizer", "dataloader": "DataLoaderIter",
-               "backward_sync": "BackwardSync"}  # fmt: skip
+SPAN_EVENTS = {
+    "forward": "Forward",
+    "backward": "Backward",
+    "optimizer": "Optimizer",
+    "dataloader": "DataLoaderIter",
+    "backward_sync": "BackwardSync",
+}
 """Span kind -> the event name smdebug's readers give it (``FrameworkMetricsReader.get_events``)."""
 
 
@@ -62,9 +67,16 @@ def _histogram(d: np.ndarray, bins: int) -> dict[str, Any]:
     counts, edges = np.histogram(d, bins=bins, range=(lo, hi if hi > lo else lo + 1e-6))
     limit = outlier_threshold(d)
     p50, p95 = (float(v) for v in np.percentile(d, [50, 95])) if len(d) else (float("nan"),) * 2
-    return {"edges": edges.tolist(), "counts": counts.tolist(), "count": int(len(d)), "median": p50, "p95": p95,
-            "max": hi if len(d) else float("nan"), "outlier_threshold": limit,
-            "outliers": int((d > limit).sum()) if len(d) else 0}  # fmt: skip
+    return {
+        "edges": edges.tolist(),
+        "counts": counts.tolist(),
+        "count": int(len(d)),
+        "median": p50,
+        "p95": p95,
+        "max": hi if len(d) else float("nan"),
+        "outlier_threshold": limit,
+        "outliers": int((d > limit).sum()) if len(d) else 0,
+    }
 
 
 class StepHistogram(View):
@@ -90,9 +102,16 @@ class StepHistogram(View):
     title = "Step-duration histograms"
     empty_message = "no steps recorded yet (profile the run with a ProfilerConfig)"
 
-    def __init__(self, run: Run, events: Sequence[str] | None = ("^Step:",), workers: Sequence[str] | None = None,
-                 bins: int = 30, start: float | None = None, end: float | None = None,
-                 combine_workers: bool = False) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run: Run,
+        events: Sequence[str] | None = ("^Step:",),
+        workers: Sequence[str] | None = None,
+        bins: int = 30,
+        start: float | None = None,
+        end: float | None = None,
+        combine_workers: bool = False,
+    ) -> None:
         self.source = run if isinstance(run, RunSource) else RunSource(run)
         self.events, self.workers, self.bins = events, workers, int(bins)
         self.start, self.end, self.combine_workers = start, end, combine_workers
@@ -120,8 +139,10 @@ class StepHistogram(View):
         ``{worker: {event: {"edges", "counts", "count", "median", "p95", "max", "outlier_threshold", "outliers",
         "durations"}}}``.
         """
-        return {w: {e: {**_histogram(d, self.bins), "durations": d.tolist()} for e, d in evs.items()}
-                for w, evs in self.durations.items()}  # fmt: skip
+        return {
+            w: {e: {**_histogram(d, self.bins), "durations": d.tolist()} for e, d in evs.items()}
+            for w, evs in self.durations.items()
+        }
 
     def _body(self) -> str | None:
         if not self.durations:
@@ -134,6 +155,8 @@ class StepHistogram(View):
                 what = "steps" if event.startswith("Step:") else "spans"
                 label = f"{event}: {h['count']} {what}, median {h['median']:.3g} s, {h['outliers']} outliers"
                 panels.append(bars(h["edges"], h["counts"], label, "duration (s)", colour(i), (420, 170)))
-            out.append(f'<div class="ts-worker" data-worker="{esc(worker)}"><h4>{esc(worker)}</h4>'
-                       f'<div class="ts-grid">{"".join(panels)}</div></div>')  # fmt: skip
+            out.append(
+                f'<div class="ts-worker" data-worker="{esc(worker)}"><h4>{esc(worker)}</h4>'
+                f'<div class="ts-grid">{"".join(panels)}</div></div>'
+            )
         return "".join(out)

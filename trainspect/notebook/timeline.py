@@ -77,8 +77,14 @@ class Timeline(View):
     title = "Timeline"
     empty_message = "nothing recorded yet (profile the run with a ProfilerConfig)"
 
-    def __init__(self, run: Run, workers: Sequence[str] | None = None, start: float | None = None,
-                 end: float | None = None, width: int = 900) -> None:  # fmt: skip
+    def __init__(
+        self,
+        run: Run,
+        workers: Sequence[str] | None = None,
+        start: float | None = None,
+        end: float | None = None,
+        width: int = 900,
+    ) -> None:
         self.source = run if isinstance(run, RunSource) else RunSource(run)
         self.workers, self.start, self.end, self.width = workers, start, end, int(width)
         self.tables: dict[str, FrameworkTables] = {}
@@ -91,8 +97,9 @@ class Timeline(View):
         chosen = select(tables, self.workers, "worker")
         self.tables = {w: tables[w] for w in chosen}
         self.system = {n: a for n, a in sorted(self.source.system().items()) if len(a)}
-        times = [float(a.timestamps[0]) for a in self.system.values()] + [float(a.timestamps[-1])
-                                                                          for a in self.system.values()]  # fmt: skip
+        times = [float(a.timestamps[0]) for a in self.system.values()] + [
+            float(a.timestamps[-1]) for a in self.system.values()
+        ]
         times += [t for tab in self.tables.values() for t in (tab.first_time(), tab.last_time()) if t is not None]
         if not times:
             self.window = None
@@ -109,8 +116,12 @@ class Timeline(View):
         """
         steps = [t.steps_df() for t in self.tables.values() if t.step_count]
         spans = [t.spans_df() for t in self.tables.values() if len(t.spans["start"])]
-        phases = [{"worker": w, "phase": p, "start": b[0], "end": b[1]}
-                  for w, t in self.tables.items() for p, b in t.phases().items() if b is not None]  # fmt: skip
+        phases = [
+            {"worker": w, "phase": p, "start": b[0], "end": b[1]}
+            for w, t in self.tables.items()
+            for p, b in t.phases().items()
+            if b is not None
+        ]
         system: dict[str, dict[str, list[float]]] = {}
         lo, hi = self.window if self.window is not None else (0.0, 0.0)
         for node, arrays in self.system.items():
@@ -118,9 +129,13 @@ class Timeline(View):
             entry = {"time": series[0][1].tolist() if series else []}
             entry.update({label: ys.tolist() for label, _x, ys in series})
             system[node] = entry
-        return {"window": self.window, "steps": pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
-                "spans": pd.concat(spans, ignore_index=True) if spans else pd.DataFrame(), "phases": phases,
-                "system": system}  # fmt: skip
+        return {
+            "window": self.window,
+            "steps": pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(),
+            "spans": pd.concat(spans, ignore_index=True) if spans else pd.DataFrame(),
+            "phases": phases,
+            "system": system,
+        }
 
     def _body(self) -> str | None:
         if self.window is None:
@@ -129,10 +144,14 @@ class Timeline(View):
         out = []
         for worker, tab in self.tables.items():
             found = _lanes_of(tab, lo, hi)
-            out.append(f'<div class="ts-worker" data-worker="{esc(worker)}">'
-                       f"{lanes(found, lo, hi, f'{worker}: phases, steps and spans', self.width)}</div>")  # fmt: skip
+            out.append(
+                f'<div class="ts-worker" data-worker="{esc(worker)}">'
+                f"{lanes(found, lo, hi, f'{worker}: phases, steps and spans', self.width)}</div>"
+            )
         for node, arrays in self.system.items():
             series = _system_series(arrays, lo, hi, self.width)
-            out.append(f'<div class="ts-node" data-node="{esc(node)}">'
-                       f"{polyline(series, lo, hi, f'node {node}: system metrics', self.width)}</div>")  # fmt: skip
+            out.append(
+                f'<div class="ts-node" data-node="{esc(node)}">'
+                f"{polyline(series, lo, hi, f'node {node}: system metrics', self.width)}</div>"
+            )
         return "".join(out)

@@ -14,10 +14,24 @@ from trainspect.rules.verdict import Status, Verdict
 
 __all__ = ["Verdicts"]
 
-_STATUS_COLOUR = {Status.ISSUES_FOUND: "#c62828", Status.NO_ISSUES_FOUND: "#2e7d32", Status.IN_PROGRESS: "#1565c0",
-                  Status.NO_DATA: "#9e9e9e", Status.ERROR: "#6a1b9a"}  # fmt: skip
-_COLUMNS = ["rule", "status", "kind", "triggers", "datapoints", "first_trigger_step", "last_trigger_step", "message",
-            "recommendation"]  # fmt: skip
+_STATUS_COLOUR = {
+    Status.ISSUES_FOUND: "#c62828",
+    Status.NO_ISSUES_FOUND: "#2e7d32",
+    Status.IN_PROGRESS: "#1565c0",
+    Status.NO_DATA: "#9e9e9e",
+    Status.ERROR: "#6a1b9a",
+}
+_COLUMNS = [
+    "rule",
+    "status",
+    "kind",
+    "triggers",
+    "datapoints",
+    "first_trigger_step",
+    "last_trigger_step",
+    "message",
+    "recommendation",
+]
 
 
 def _status_bar(verdicts: Sequence[Verdict], width: int = 600) -> str:
@@ -31,8 +45,10 @@ def _status_bar(verdicts: Sequence[Verdict], width: int = 600) -> str:
             continue
         w = n / total * width
         fill = _STATUS_COLOUR[status]
-        parts.append(f'<rect class="ts-status" data-status="{esc(status.value)}" x="{x:.1f}" y="0" width="{w:.1f}" '
-                     f'height="14" fill="{fill}"><title>{esc(f"{status.value}: {n}")}</title></rect>')  # fmt: skip
+        parts.append(
+            f'<rect class="ts-status" data-status="{esc(status.value)}" x="{x:.1f}" y="0" width="{w:.1f}" '
+            f'height="14" fill="{fill}"><title>{esc(f"{status.value}: {n}")}</title></rect>'
+        )
         parts.append(f'<rect x="{legend_x:.1f}" y="20" width="10" height="10" fill="{fill}"/>')
         parts.append(text(legend_x + 14, 29, f"{status.value} ({n})", size=11))
         x += w
@@ -55,8 +71,7 @@ class Verdicts(View):
     title = "Rule verdicts"
     empty_message = "no verdicts recorded yet: run `trainspect rules RUN_DIR` or give the hook rules"
 
-    def __init__(self, run: Run, rules: Sequence[str] | None = None,
-                 verdicts: Sequence[Verdict] | None = None) -> None:  # fmt: skip
+    def __init__(self, run: Run, rules: Sequence[str] | None = None, verdicts: Sequence[Verdict] | None = None) -> None:
         self.source = run if isinstance(run, RunSource) else RunSource(run)
         self.rules = rules
         self._given = list(verdicts) if verdicts is not None else None
@@ -78,21 +93,36 @@ class Verdicts(View):
         Columns ``rule, status, kind, triggers, datapoints, first_trigger_step, last_trigger_step, message,
         recommendation``.
         """
-        rows = [[v.rule, v.status.value, v.kind, v.triggers, v.datapoints, v.first_trigger_step, v.last_trigger_step,
-                 v.message, v.recommendation] for v in self.verdicts]  # fmt: skip
+        rows = [
+            [
+                v.rule,
+                v.status.value,
+                v.kind,
+                v.triggers,
+                v.datapoints,
+                v.first_trigger_step,
+                v.last_trigger_step,
+                v.message,
+                v.recommendation,
+            ]
+            for v in self.verdicts
+        ]
         return pd.DataFrame(rows, columns=_COLUMNS)
 
     def _body(self) -> str | None:
         if not self.verdicts:
             return None
-        head = "".join(f"<th>{esc(c)}</th>" for c in ("rule", "status", "triggers", "first step", "message",
-                                                           "recommendation"))  # fmt: skip
+        head = "".join(
+            f"<th>{esc(c)}</th>" for c in ("rule", "status", "triggers", "first step", "message", "recommendation")
+        )
         rows = []
         for v in self.verdicts:
             colour = _STATUS_COLOUR.get(v.status, "#333")
             first = "" if v.first_trigger_step is None else v.first_trigger_step
-            rows.append(f'<tr data-rule="{esc(v.rule)}"><td>{esc(v.rule)}</td>'
-                        f'<td style="color:{colour};font-weight:600">{esc(v.status.value)}</td>'
-                        f"<td>{esc(v.triggers)}</td><td>{esc(first)}</td><td>{esc(v.message)}</td>"
-                        f"<td>{esc(v.recommendation)}</td></tr>")  # fmt: skip
+            rows.append(
+                f'<tr data-rule="{esc(v.rule)}"><td>{esc(v.rule)}</td>'
+                f'<td style="color:{colour};font-weight:600">{esc(v.status.value)}</td>'
+                f"<td>{esc(v.triggers)}</td><td>{esc(first)}</td><td>{esc(v.message)}</td>"
+                f"<td>{esc(v.recommendation)}</td></tr>"
+            )
         return f"{_status_bar(self.verdicts)}<table><tr>{head}</tr>{''.join(rows)}</table>"

@@ -216,10 +216,12 @@ def _build_tables(
         tables.close_time = max(float(e["time"]) for e in closes)  # type: ignore[arg-type]
     loaders = [e for e in events if e.get("event") == "dataloader" and isinstance(e.get("time"), (int, float))]
     tables.loaders = sorted(
-        ({"time": float(e["time"]), "num_workers": e.get("num_workers"), "batch_size": e.get("batch_size")}  # type: ignore[arg-type]
-         for e in loaders),
+        (
+            {"time": float(e["time"]), "num_workers": e.get("num_workers"), "batch_size": e.get("batch_size")}  # type: ignore[arg-type]
+            for e in loaders
+        ),
         key=lambda e: e["time"],
-    )  # fmt: skip
+    )
     workers = tables.spans["workers"]
     known = workers[workers >= 0]
     tables.dataloader_workers = int(known[-1]) if len(known) else None

@@ -104,8 +104,21 @@ def utilization_statistics(data: ProfilerData) -> pd.DataFrame:
             if not len(v):
                 continue
             p50, p90, p95, p99 = (float(x) for x in np.percentile(v, [50, 90, 95, 99]))
-            rows.append([node, key, CATALOGUE.describe(key).unit, float(v.min()), float(v.max()), float(v.mean()),
-                         p50, p90, p95, p99, len(v)])  # fmt: skip
+            rows.append(
+                [
+                    node,
+                    key,
+                    CATALOGUE.describe(key).unit,
+                    float(v.min()),
+                    float(v.max()),
+                    float(v.mean()),
+                    p50,
+                    p90,
+                    p95,
+                    p99,
+                    len(v),
+                ]
+            )
     cols = ["node", "metric", "unit", "min", "max", "mean", "p50", "p90", "p95", "p99", "samples"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -127,8 +140,20 @@ def step_statistics(data: ProfilerData) -> pd.DataFrame:
         s = grp.sort_values("start")
         gaps = (s["start"].to_numpy()[1:] - s["end"].to_numpy()[:-1]) if len(s) > 1 else np.zeros(0)
         p50, p95, p99 = (float(x) for x in np.percentile(d, [50, 95, 99]))
-        rows.append([worker, mode, len(d), float(d.mean()), float(d.min()), p50, p95, p99, float(d.max()),
-                     float(gaps.mean()) if len(gaps) else float("nan")])  # fmt: skip
+        rows.append(
+            [
+                worker,
+                mode,
+                len(d),
+                float(d.mean()),
+                float(d.min()),
+                p50,
+                p95,
+                p99,
+                float(d.max()),
+                float(gaps.mean()) if len(gaps) else float("nan"),
+            ]
+        )
     cols = ["worker", "mode", "count", "mean", "min", "p50", "p95", "p99", "max", "between_mean"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -337,9 +362,19 @@ def dataloader_statistics(data: ProfilerData) -> pd.DataFrame:
         d = (tab.spans["end"] - tab.spans["start"])[sel]
         loop = float(tab.steps["end"].max() - tab.steps["start"].min()) if tab.step_count else float("nan")
         loader = training_loader_of(tab) or {}
-        rows.append([worker, loader.get("num_workers"), len(d), float(d.mean()), float(np.percentile(d, 50)),
-                     float(np.percentile(d, 95)), float(d.max()), float(d.sum()),
-                     100.0 * float(d.sum()) / loop if loop and loop > 0 else float("nan")])  # fmt: skip
+        rows.append(
+            [
+                worker,
+                loader.get("num_workers"),
+                len(d),
+                float(d.mean()),
+                float(np.percentile(d, 50)),
+                float(np.percentile(d, 95)),
+                float(d.max()),
+                float(d.sum()),
+                100.0 * float(d.sum()) / loop if loop and loop > 0 else float("nan"),
+            ]
+        )
     cols = ["worker", "num_workers", "count", "mean_s", "p50_s", "p95_s", "max_s", "total_s", "loop_percent"]
     return pd.DataFrame(rows, columns=cols)
 
@@ -365,10 +400,28 @@ def cuda_memory_statistics(data: ProfilerData) -> pd.DataFrame:
                 continue
             reserved = np.asarray(metrics.get(f"gpu{d}_memory_reserved_bytes", [np.nan]), dtype=float)
             peak = np.asarray(metrics.get(f"gpu{d}_memory_peak_allocated_bytes", [np.nan]), dtype=float)
-            rows.append([worker, f"gpu{d}", int(alloc.size), float(alloc[0]), float(alloc[-1]), float(alloc.max()),
-                         float(np.nanmax(reserved)) if np.isfinite(reserved).any() else float("nan"),
-                         float(np.nanmax(peak)) if np.isfinite(peak).any() else float("nan"),
-                         float(alloc[-1] - alloc[0])])  # fmt: skip
-    cols = ["worker", "device", "steps", "allocated_first_bytes", "allocated_last_bytes", "allocated_max_bytes",
-            "reserved_max_bytes", "peak_bytes", "growth_bytes"]  # fmt: skip
+            rows.append(
+                [
+                    worker,
+                    f"gpu{d}",
+                    int(alloc.size),
+                    float(alloc[0]),
+                    float(alloc[-1]),
+                    float(alloc.max()),
+                    float(np.nanmax(reserved)) if np.isfinite(reserved).any() else float("nan"),
+                    float(np.nanmax(peak)) if np.isfinite(peak).any() else float("nan"),
+                    float(alloc[-1] - alloc[0]),
+                ]
+            )
+    cols = [
+        "worker",
+        "device",
+        "steps",
+        "allocated_first_bytes",
+        "allocated_last_bytes",
+        "allocated_max_bytes",
+        "reserved_max_bytes",
+        "peak_bytes",
+        "growth_bytes",
+    ]
     return pd.DataFrame(rows, columns=cols)

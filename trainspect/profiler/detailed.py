@@ -30,15 +30,38 @@ __all__ = ["OPERATOR_COLUMNS", "PYTHON_COLUMNS", "write_table", "read_tables"]
 logger = logging.getLogger(__name__)
 OPERATOR_COLUMNS = ["worker", "start_step", "end_step", "device", "name", "calls", "self_time_us", "total_time_us"]
 PYTHON_COLUMNS = [
-    "worker", "start_step", "end_step", "function", "filename", "line", "calls", "total_time_s", "cumulative_time_s",
-]  # fmt: skip
+    "worker",
+    "start_step",
+    "end_step",
+    "function",
+    "filename",
+    "line",
+    "calls",
+    "total_time_s",
+    "cumulative_time_s",
+]
 _HEAD = {"schema_version": int, "worker": str, "start_step": int, "end_step": int}
 _SHAPES = {
-    "operators": Obj({"rows": ListOf(Obj({"name": str, "calls": NUMBER, "self_time_us": NUMBER,
-                                          "total_time_us": NUMBER}, {"device": str}))}, _HEAD),
-    "python": Obj({"rows": ListOf(Obj({"function": str, "calls": NUMBER, "total_time_s": NUMBER,
-                                       "cumulative_time_s": NUMBER}, {"filename": str, "line": int}))}, _HEAD),
-}  # fmt: skip
+    "operators": Obj(
+        {
+            "rows": ListOf(
+                Obj({"name": str, "calls": NUMBER, "self_time_us": NUMBER, "total_time_us": NUMBER}, {"device": str})
+            )
+        },
+        _HEAD,
+    ),
+    "python": Obj(
+        {
+            "rows": ListOf(
+                Obj(
+                    {"function": str, "calls": NUMBER, "total_time_s": NUMBER, "cumulative_time_s": NUMBER},
+                    {"filename": str, "line": int},
+                )
+            )
+        },
+        _HEAD,
+    ),
+}
 """The shapes of ``operators_*.json`` and ``python_*.json``."""
 DAMAGED_TABLES = Kind("damaged profiler tables", "skipped profiler table ")
 NEWER_TABLES = Kind("profiler tables of a newer schema version", "skipped profiler table ")
@@ -67,8 +90,11 @@ def read_tables(detailed_root: Path, prefix: str, problems: list[str] | None = N
     """
     columns = OPERATOR_COLUMNS if prefix == "operators" else PYTHON_COLUMNS
     warn = Warner(deferred=True, kind=DAMAGED_TABLES, logger=logger)
-    frames = [frame for path in sorted(detailed_root.glob(f"*/{prefix}_*.json"))
-              if (frame := _read_table(path, prefix, columns, warn)) is not None]  # fmt: skip
+    frames = [
+        frame
+        for path in sorted(detailed_root.glob(f"*/{prefix}_*.json"))
+        if (frame := _read_table(path, prefix, columns, warn)) is not None
+    ]
     warn.flush()
     if problems is not None:
         problems += warn.lines()

@@ -39,22 +39,52 @@ __all__ = [
     "overlapping",
 ]
 
-SYSTEM_COLUMNS = {"timestamp": "float64", "node": "category", "metric": "category", "type": "category",
-                  "name": "category", "dimension": "category", "value": "float64"}  # fmt: skip
+SYSTEM_COLUMNS = {
+    "timestamp": "float64",
+    "node": "category",
+    "metric": "category",
+    "type": "category",
+    "name": "category",
+    "dimension": "category",
+    "value": "float64",
+}
 """Long system frame: ``metric`` is trainspect's key (``gpu0_utilization_percent``); ``type``, ``name`` and
 ``dimension`` are smdebug's names of it (``gpu``, ``gpu0``, ``GPUUtilization``). Text columns are categories."""
 _SPAN_KINDS = ("forward", "backward", "optimizer", "backward_sync", "dataloader")
-STEP_COLUMNS = {"worker": "category", "node": "category", "mode": "category", "mode_step": "int64",
-                "global_step": "int64", "start": "float64", "end": "float64", "duration": "float64",
-                **{k: "float64" for k in _SPAN_KINDS}}  # fmt: skip
+STEP_COLUMNS = {
+    "worker": "category",
+    "node": "category",
+    "mode": "category",
+    "mode_step": "int64",
+    "global_step": "int64",
+    "start": "float64",
+    "end": "float64",
+    "duration": "float64",
+    **{k: "float64" for k in _SPAN_KINDS},
+}
 """Steps frame: one row per timed step; ``forward`` … ``dataloader`` are the seconds of the step's spans of each
 kind (``dataloader``: the data-loader waits that fed it), 0 where none was recorded."""
-SPAN_COLUMNS = {"worker": "category", "node": "category", "kind": "category", "start": "float64", "end": "float64",
-                "duration": "float64", "global_step": "int64", "workers": "int64", "pid": "int64"}  # fmt: skip
+SPAN_COLUMNS = {
+    "worker": "category",
+    "node": "category",
+    "kind": "category",
+    "start": "float64",
+    "end": "float64",
+    "duration": "float64",
+    "global_step": "int64",
+    "workers": "int64",
+    "pid": "int64",
+}
 """Spans frame: ``kind`` forward, backward, optimizer, dataloader (a wait for the next batch) or backward_sync;
 ``global_step`` -1 when unknown; ``workers`` the data loader's worker processes (-1 unknown)."""
-PHASE_COLUMNS = {"worker": "category", "node": "category", "phase": "category", "start": "float64", "end": "float64",
-                 "duration": "float64"}  # fmt: skip
+PHASE_COLUMNS = {
+    "worker": "category",
+    "node": "category",
+    "phase": "category",
+    "start": "float64",
+    "end": "float64",
+    "duration": "float64",
+}
 """Phases frame: ``initialization``, ``training_loop`` and ``finalization`` of each worker, when known."""
 
 

@@ -44,8 +44,14 @@ class UtilisationHistogram:
 
     def to_dict(self) -> dict[str, object]:
         """Plain JSON-ready form: ``{"node", "device", "edges", "counts", "samples", "mean"}`` (mean None if NaN)."""
-        return {"node": self.node, "device": self.device, "edges": list(self.edges), "counts": list(self.counts),
-                "samples": self.samples, "mean": None if np.isnan(self.mean) else self.mean}  # fmt: skip
+        return {
+            "node": self.node,
+            "device": self.device,
+            "edges": list(self.edges),
+            "counts": list(self.counts),
+            "samples": self.samples,
+            "mean": None if np.isnan(self.mean) else self.mean,
+        }
 
 
 def histogram_edges(bins: int | Sequence[float] = DEFAULT_BINS) -> np.ndarray:
@@ -108,8 +114,9 @@ def _histogram(node: str, device: str, values: np.ndarray, edges: np.ndarray) ->
     clipped = np.clip(finite, edges[0], edges[-1])
     counts, _ = np.histogram(clipped, bins=edges)
     mean = float(finite.mean()) if len(finite) else float("nan")
-    return UtilisationHistogram(node, device, tuple(float(e) for e in edges), tuple(int(c) for c in counts),
-                                int(len(finite)), mean)  # fmt: skip
+    return UtilisationHistogram(
+        node, device, tuple(float(e) for e in edges), tuple(int(c) for c in counts), int(len(finite)), mean
+    )
 
 
 def _nodes(system_data: ProfilerData | Mapping[str, SystemArrays] | SystemArrays) -> dict[str, SystemArrays]:

@@ -42,9 +42,19 @@ import pandas as pd
 from trainspect.store.safe_files import open_regular
 
 __all__ = [
-    "HorovodTimeline", "read_horovod_timeline", "negotiations", "last_ready_counts", "phase_totals", "tensor_totals",
-    "SPAN_COLUMNS", "READY_COLUMNS", "NEGOTIATION_COLUMNS", "LAST_READY_COLUMNS", "PHASE_COLUMNS", "TENSOR_COLUMNS",
-]  # fmt: skip
+    "HorovodTimeline",
+    "read_horovod_timeline",
+    "negotiations",
+    "last_ready_counts",
+    "phase_totals",
+    "tensor_totals",
+    "SPAN_COLUMNS",
+    "READY_COLUMNS",
+    "NEGOTIATION_COLUMNS",
+    "LAST_READY_COLUMNS",
+    "PHASE_COLUMNS",
+    "TENSOR_COLUMNS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +72,16 @@ READY_COLUMNS = ["tensor", "call", "rank", "time_s", "cycle"]
 """Columns of :attr:`HorovodTimeline.ready`: one row per readiness marker in file order; ``cycle``: how many
 ``CYCLE_START`` marks came before it, less one (-1: none yet, or the file has none)."""
 NEGOTIATION_COLUMNS = [
-    "tensor", "call", "ranks", "first_rank", "last_rank", "first_ready_s", "last_ready_s", "wait_s", "clear",
-]  # fmt: skip
+    "tensor",
+    "call",
+    "ranks",
+    "first_rank",
+    "last_rank",
+    "first_ready_s",
+    "last_ready_s",
+    "wait_s",
+    "clear",
+]
 """Columns of :func:`negotiations`: ``ranks`` (distinct ranks with a marker), ``wait_s`` (last less first marker:
 how long the first rank's request waited), ``clear`` (the last rank's request came in a later coordinator cycle
 than every other's)."""
@@ -240,8 +258,13 @@ class _Builder:
             self._negotiated[pid] = kind == 0
         op = self.s_op[stack[0]] if stack else self._intern(name.removeprefix(_NEGOTIATE))
         stack.append(len(self.s_pid))
-        for column, value in ((self.s_pid, pid), (self.s_call, self._call[pid]), (self.s_kind, kind),
-                              (self.s_name, self._intern(name)), (self.s_op, op)):  # fmt: skip
+        for column, value in (
+            (self.s_pid, pid),
+            (self.s_call, self._call[pid]),
+            (self.s_kind, kind),
+            (self.s_name, self._intern(name)),
+            (self.s_op, op),
+        ):
             column.append(value)
         self.s_start.append(ts)
         self.s_end.append(math.nan)
@@ -263,8 +286,12 @@ class _Builder:
         name = ev.get("name")
         if not (isinstance(name, str) and name.isascii() and name.isdigit() and len(name) <= _MAX_RANK_DIGITS):
             return False
-        for column, value in ((self.r_pid, pid), (self.r_call, self._call.get(pid, -1)), (self.r_rank, int(name)),
-                              (self.r_cycle, self.cycle_marks - 1)):  # fmt: skip
+        for column, value in (
+            (self.r_pid, pid),
+            (self.r_call, self._call.get(pid, -1)),
+            (self.r_rank, int(name)),
+            (self.r_cycle, self.cycle_marks - 1),
+        ):
             column.append(value)
         self.r_ts.append(ts)
         return True
@@ -282,25 +309,34 @@ class _Builder:
         start, end = self._seconds(self.s_start), self._seconds(self.s_end)
         duration = (np.frombuffer(self.s_end, dtype=np.float64) - np.frombuffer(self.s_start, dtype=np.float64)) / 1e6
         args = [self.s_args.get(i, (None, None)) for i in range(len(self.s_pid))]
-        return pd.DataFrame({
-            "tensor": _text(self._tensors(np.frombuffer(self.s_pid, dtype=np.int64))),
-            "call": np.frombuffer(self.s_call, dtype=np.int64),
-            "kind": _text(_KINDS[np.frombuffer(self.s_kind, dtype=np.int64)]),
-            "name": _text(strings[np.frombuffer(self.s_name, dtype=np.int64)] if len(strings) else []),
-            "operation": _text(strings[np.frombuffer(self.s_op, dtype=np.int64)] if len(strings) else []),
-            "start_s": start, "end_s": end, "duration_s": duration,
-            "dtype": _text([a[0] for a in args]), "shape": _text([a[1] for a in args]),
-        }, columns=SPAN_COLUMNS)  # fmt: skip
+        return pd.DataFrame(
+            {
+                "tensor": _text(self._tensors(np.frombuffer(self.s_pid, dtype=np.int64))),
+                "call": np.frombuffer(self.s_call, dtype=np.int64),
+                "kind": _text(_KINDS[np.frombuffer(self.s_kind, dtype=np.int64)]),
+                "name": _text(strings[np.frombuffer(self.s_name, dtype=np.int64)] if len(strings) else []),
+                "operation": _text(strings[np.frombuffer(self.s_op, dtype=np.int64)] if len(strings) else []),
+                "start_s": start,
+                "end_s": end,
+                "duration_s": duration,
+                "dtype": _text([a[0] for a in args]),
+                "shape": _text([a[1] for a in args]),
+            },
+            columns=SPAN_COLUMNS,
+        )
 
     def ready(self) -> pd.DataFrame:
         """The readiness markers table (:data:`READY_COLUMNS`)."""
-        return pd.DataFrame({
-            "tensor": _text(self._tensors(np.frombuffer(self.r_pid, dtype=np.int64))),
-            "call": np.frombuffer(self.r_call, dtype=np.int64),
-            "rank": np.frombuffer(self.r_rank, dtype=np.int64),
-            "time_s": self._seconds(self.r_ts),
-            "cycle": np.frombuffer(self.r_cycle, dtype=np.int64),
-        }, columns=READY_COLUMNS)  # fmt: skip
+        return pd.DataFrame(
+            {
+                "tensor": _text(self._tensors(np.frombuffer(self.r_pid, dtype=np.int64))),
+                "call": np.frombuffer(self.r_call, dtype=np.int64),
+                "rank": np.frombuffer(self.r_rank, dtype=np.int64),
+                "time_s": self._seconds(self.r_ts),
+                "cycle": np.frombuffer(self.r_cycle, dtype=np.int64),
+            },
+            columns=READY_COLUMNS,
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -444,8 +480,14 @@ def last_ready_counts(ready: pd.DataFrame, world_size: int | None = None) -> pd.
     last = full[full["clear"].astype(bool)]["last_rank"].value_counts().reindex(ranks, fill_value=0)
     unclear = full[~full["clear"].astype(bool)]["last_rank"].value_counts().reindex(ranks, fill_value=0)
     total = len(full)
-    out = pd.DataFrame({"rank": list(ranks), "last": last.to_numpy(dtype=np.int64),
-                        "last_unclear": unclear.to_numpy(dtype=np.int64), "negotiations": total})  # fmt: skip
+    out = pd.DataFrame(
+        {
+            "rank": list(ranks),
+            "last": last.to_numpy(dtype=np.int64),
+            "last_unclear": unclear.to_numpy(dtype=np.int64),
+            "negotiations": total,
+        }
+    )
     out["last_percent"] = 100.0 * out["last"] / total if total else 0.0
     out = out.sort_values(["last", "last_unclear", "rank"], ascending=[False, False, True], kind="stable")
     return out[LAST_READY_COLUMNS].reset_index(drop=True)
@@ -468,8 +510,13 @@ def phase_totals(spans: pd.DataFrame, per_tensor: bool = False) -> pd.DataFrame:
         return pd.DataFrame(columns=columns)
     closed = spans["end_s"].notna()
     grp = spans.assign(_closed=closed, _open=~closed).groupby(keys, sort=False)
-    out = grp.agg(count=("_closed", "sum"), open=("_open", "sum"), total_s=("duration_s", "sum"),
-                  mean_s=("duration_s", "mean"), max_s=("duration_s", "max")).reset_index()  # fmt: skip
+    out = grp.agg(
+        count=("_closed", "sum"),
+        open=("_open", "sum"),
+        total_s=("duration_s", "sum"),
+        mean_s=("duration_s", "mean"),
+        max_s=("duration_s", "max"),
+    ).reset_index()
     out[["count", "open"]] = out[["count", "open"]].astype(np.int64)
     return out.sort_values("total_s", ascending=False, kind="stable")[columns].reset_index(drop=True)
 

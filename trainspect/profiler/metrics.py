@@ -24,8 +24,15 @@ UNITS = {"percent": "%", "bytes": "B", "bytes/s": "B/s", "count": "", "s": "s", 
 
 AGGREGATES = ("mean", "max", "min", "last")
 
-_SUFFIX_UNITS = (("_percent", "percent"), ("_bytes_per_second", "bytes/s"), ("_bytes", "bytes"), ("_watts", "W"),
-                 ("_celsius", "°C"), ("_seconds", "s"), ("_count", "count"))  # fmt: skip
+_SUFFIX_UNITS = (
+    ("_percent", "percent"),
+    ("_bytes_per_second", "bytes/s"),
+    ("_bytes", "bytes"),
+    ("_watts", "W"),
+    ("_celsius", "°C"),
+    ("_seconds", "s"),
+    ("_count", "count"),
+)
 _NAME_SUFFIX = re.compile(r"_(percent|bytes_per_second|bytes|watts|celsius|seconds)$")
 
 
@@ -97,8 +104,14 @@ class Metric:
             return None if text is None else text.replace("{i}", index)
 
         sm = None if self.smdebug is None else (self.smdebug[0], str(fill(self.smdebug[1])), self.smdebug[2])
-        return replace(self, key=str(fill(self.key)), label=fill(self.label), short=fill(self.short),
-                       smdebug=sm, mlflow=fill(self.mlflow))  # fmt: skip
+        return replace(
+            self,
+            key=str(fill(self.key)),
+            label=fill(self.label),
+            short=fill(self.short),
+            smdebug=sm,
+            mlflow=fill(self.mlflow),
+        )
 
     @property
     def display_label(self) -> str:
@@ -146,8 +159,10 @@ class MetricCatalogue:
         if metric.group and metric.group not in self._groups:
             raise ValueError(f"metric {metric.key!r}: group={metric.group!r}; declared: {', '.join(self._groups)}")
         if metric.group and self._groups[metric.group].unit != metric.unit:
-            raise ValueError(f"metric {metric.key!r}: unit {metric.unit!r} differs from its group's "
-                             f"({self._groups[metric.group].unit!r}); declare a group per unit")  # fmt: skip
+            raise ValueError(
+                f"metric {metric.key!r}: unit {metric.unit!r} differs from its group's "
+                f"({self._groups[metric.group].unit!r}); declare a group per unit"
+            )
         self._metrics[metric.key] = metric
         if metric.per_device:
             pattern = re.compile("^" + re.escape(metric.key).replace(r"\{i\}", r"(\d+)") + "$")
@@ -263,40 +278,116 @@ for _metric in (
     Metric("process_memory_used_bytes", "bytes", "Memory, training job's processes"),
     Metric("process_count", "count", "Processes of the training job"),
     Metric("cpu_total_utilization_percent", "percent", "CPU, whole host (mean of cores)", derived=True),
-    Metric("cpu{i}_utilization_percent", "percent", "CPU {i}", smdebug=("cpu", "cpu{i}", "CPUUtilization"),
-           mlflow="cpu_{i}_utilization_percentage", table=False),
-    Metric("cpu_utilization_percent", "percent", "CPU, whole host (all cores)", "CPU (all cores)", "cpu",
-           ("cpu", "total", "TotalCPUUtilization"), "cpu_utilization_percentage"),
-    Metric("cpu_memory_used_percent", "percent", "CPU memory, whole host", "memory used", "memory",
-           ("cpu", "MemoryUsedPercent", "Memory"), "system_memory_usage_percentage"),
-    Metric("cpu_memory_used_bytes", "bytes", "CPU memory used, whole host",
-           smdebug=("cpu", "MemoryUsedBytes", "Memory"), mlflow="system_memory_usage_megabytes", mlflow_factor=1e-6,
-           table=False),
-    Metric("cpu_iowait_percent", "percent", "I/O wait", "I/O wait", "cpu", ("cpu", "total", "I/OWaitPercentage"),
-           "cpu_iowait_percentage"),
+    Metric(
+        "cpu{i}_utilization_percent",
+        "percent",
+        "CPU {i}",
+        smdebug=("cpu", "cpu{i}", "CPUUtilization"),
+        mlflow="cpu_{i}_utilization_percentage",
+        table=False,
+    ),
+    Metric(
+        "cpu_utilization_percent",
+        "percent",
+        "CPU, whole host (all cores)",
+        "CPU (all cores)",
+        "cpu",
+        ("cpu", "total", "TotalCPUUtilization"),
+        "cpu_utilization_percentage",
+    ),
+    Metric(
+        "cpu_memory_used_percent",
+        "percent",
+        "CPU memory, whole host",
+        "memory used",
+        "memory",
+        ("cpu", "MemoryUsedPercent", "Memory"),
+        "system_memory_usage_percentage",
+    ),
+    Metric(
+        "cpu_memory_used_bytes",
+        "bytes",
+        "CPU memory used, whole host",
+        smdebug=("cpu", "MemoryUsedBytes", "Memory"),
+        mlflow="system_memory_usage_megabytes",
+        mlflow_factor=1e-6,
+        table=False,
+    ),
+    Metric(
+        "cpu_iowait_percent",
+        "percent",
+        "I/O wait",
+        "I/O wait",
+        "cpu",
+        ("cpu", "total", "I/OWaitPercentage"),
+        "cpu_iowait_percentage",
+    ),
     Metric("gpu_total_utilization_percent", "percent", "GPU (mean of GPUs)", derived=True),
-    Metric("disk_read_bytes_per_second", "bytes/s", "Disk read", "read", "io",
-           ("io", "DiskReadBytesPerSecond", "Disk")),
-    Metric("disk_write_bytes_per_second", "bytes/s", "Disk write", "write", "io",
-           ("io", "DiskWriteBytesPerSecond", "Disk")),
-    Metric("network_sent_bytes_per_second", "bytes/s", "Network sent", "sent", "network",
-           ("network", "NetworkSentBytesPerSecond", "Algorithm")),
-    Metric("network_received_bytes_per_second", "bytes/s", "Network received", "received", "network",
-           ("network", "NetworkReceivedBytesPerSecond", "Algorithm")),
-    Metric("gpu{i}_utilization_percent", "percent", smdebug=("gpu", "gpu{i}", "GPUUtilization"),
-           mlflow="gpu_{i}_utilization_percentage"),
-    Metric("gpu{i}_memory_used_percent", "percent", group="gpu_memory",
-           smdebug=("gpu", "gpu{i}", "GPUMemoryUtilization"), mlflow="gpu_{i}_memory_usage_percentage"),
-    Metric("gpu{i}_memory_used_bytes", "bytes", smdebug=("gpu", "gpu{i}", "GPUMemoryUsedBytes"),
-           mlflow="gpu_{i}_memory_usage_megabytes", mlflow_factor=1e-6),
+    Metric(
+        "disk_read_bytes_per_second", "bytes/s", "Disk read", "read", "io", ("io", "DiskReadBytesPerSecond", "Disk")
+    ),
+    Metric(
+        "disk_write_bytes_per_second", "bytes/s", "Disk write", "write", "io", ("io", "DiskWriteBytesPerSecond", "Disk")
+    ),
+    Metric(
+        "network_sent_bytes_per_second",
+        "bytes/s",
+        "Network sent",
+        "sent",
+        "network",
+        ("network", "NetworkSentBytesPerSecond", "Algorithm"),
+    ),
+    Metric(
+        "network_received_bytes_per_second",
+        "bytes/s",
+        "Network received",
+        "received",
+        "network",
+        ("network", "NetworkReceivedBytesPerSecond", "Algorithm"),
+    ),
+    Metric(
+        "gpu{i}_utilization_percent",
+        "percent",
+        smdebug=("gpu", "gpu{i}", "GPUUtilization"),
+        mlflow="gpu_{i}_utilization_percentage",
+    ),
+    Metric(
+        "gpu{i}_memory_used_percent",
+        "percent",
+        group="gpu_memory",
+        smdebug=("gpu", "gpu{i}", "GPUMemoryUtilization"),
+        mlflow="gpu_{i}_memory_usage_percentage",
+    ),
+    Metric(
+        "gpu{i}_memory_used_bytes",
+        "bytes",
+        smdebug=("gpu", "gpu{i}", "GPUMemoryUsedBytes"),
+        mlflow="gpu_{i}_memory_usage_megabytes",
+        mlflow_factor=1e-6,
+    ),
     Metric("gpu{i}_power_watts", "W", smdebug=("gpu", "gpu{i}", "GPUPowerWatts"), mlflow="gpu_{i}_power_usage_watts"),
-    Metric("gpu{i}_temperature_celsius", "°C", smdebug=("gpu", "gpu{i}", "GPUTemperatureCelsius"),
-           mlflow="gpu_{i}_temperature_celsius"),
-    Metric("gpu{i}_process_memory_used_bytes", "bytes", "GPU {i} memory, training job's processes",
-           smdebug=("gpu", "gpu{i}", "GPUProcessMemoryUsedBytes"),
-           mlflow="gpu_{i}_process_memory_usage_megabytes", mlflow_factor=1e-6),
-    Metric("gpu{i}_process_memory_used_percent", "percent", "GPU {i} memory, training job's processes (%)",
-           "job's memory", "gpu_memory", smdebug=("gpu", "gpu{i}", "GPUProcessMemoryUtilization"),
-           mlflow="gpu_{i}_process_memory_usage_percentage"),
-):  # fmt: skip
+    Metric(
+        "gpu{i}_temperature_celsius",
+        "°C",
+        smdebug=("gpu", "gpu{i}", "GPUTemperatureCelsius"),
+        mlflow="gpu_{i}_temperature_celsius",
+    ),
+    Metric(
+        "gpu{i}_process_memory_used_bytes",
+        "bytes",
+        "GPU {i} memory, training job's processes",
+        smdebug=("gpu", "gpu{i}", "GPUProcessMemoryUsedBytes"),
+        mlflow="gpu_{i}_process_memory_usage_megabytes",
+        mlflow_factor=1e-6,
+    ),
+    Metric(
+        "gpu{i}_process_memory_used_percent",
+        "percent",
+        "GPU {i} memory, training job's processes (%)",
+        "job's memory",
+        "gpu_memory",
+        smdebug=("gpu", "gpu{i}", "GPUProcessMemoryUtilization"),
+        mlflow="gpu_{i}_process_memory_usage_percentage",
+    ),
+):
     CATALOGUE.declare(_metric)

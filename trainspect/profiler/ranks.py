@@ -82,8 +82,9 @@ def _spans(tab: FrameworkTables, code: int) -> tuple[np.ndarray, np.ndarray, np.
     return tab.spans["start"][sel], tab.spans["end"][sel], tab.spans["global_step"][sel]
 
 
-def _inside_steps(tab: FrameworkTables, code: int, start: np.ndarray, end: np.ndarray, glob: np.ndarray,
-                  by_step: bool) -> np.ndarray:  # fmt: skip
+def _inside_steps(
+    tab: FrameworkTables, code: int, start: np.ndarray, end: np.ndarray, glob: np.ndarray, by_step: bool
+) -> np.ndarray:
     """Per step, the total duration of the spans of kind ``code`` inside it (by their global step, else by time)."""
     s_start, s_end, s_step = _spans(tab, code)
     idx = np.searchsorted(start, s_start, "right") - 1  # the last step starting at or before the span
@@ -162,7 +163,9 @@ def rank_times(data: ProfilerData, min_cycles: int = 1) -> pd.DataFrame:
         cyc = step_cycles(tab)
         if len(cyc) < max(1, min_cycles):
             continue
-        med = [float(np.median(a)) for a in (cyc.compute_s, cyc.loader_s, cyc.between_s, cyc.sync_s, cyc.busy_s,
-                                             cyc.step_s)]  # fmt: skip
+        med = [
+            float(np.median(a))
+            for a in (cyc.compute_s, cyc.loader_s, cyc.between_s, cyc.sync_s, cyc.busy_s, cyc.step_s)
+        ]
         rows.append([worker, len(cyc), *med, cyc.sync_recorded])
     return pd.DataFrame(rows, columns=RANK_COLUMNS)

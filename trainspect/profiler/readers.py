@@ -36,8 +36,13 @@ from trainspect.store.remote import localize
 
 __all__ = ["SystemMetricsReader", "FrameworkMetricsReader", "resolve_profiler_root"]
 
-_SPAN_EVENT = {"forward": "Forward", "backward": "Backward", "optimizer": "Optimizer", "dataloader": "DataLoaderIter",
-               "backward_sync": "BackwardSync"}  # fmt: skip
+_SPAN_EVENT = {
+    "forward": "Forward",
+    "backward": "Backward",
+    "optimizer": "Optimizer",
+    "dataloader": "DataLoaderIter",
+    "backward_sync": "BackwardSync",
+}
 _PHASE_EVENT = {"initialization": "Initialization", "training_loop": "TrainingLoop", "finalization": "Finalization"}
 
 
@@ -373,8 +378,12 @@ class FrameworkMetricsReader(_Reader):
         return pd.DataFrame(rows, columns=cols)
 
 
-_TABLES = {"steps": frames.steps_frame, "spans": frames.spans_frame, "phases": frames.phases_frame,
-           "step_metrics": frames.step_metrics_frame}  # fmt: skip
+_TABLES = {
+    "steps": frames.steps_frame,
+    "spans": frames.spans_frame,
+    "phases": frames.phases_frame,
+    "step_metrics": frames.step_metrics_frame,
+}
 
 
 def _half_open(arrays: SystemArrays, start: float | None, end: float | None) -> SystemArrays:

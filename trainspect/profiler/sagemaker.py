@@ -55,9 +55,14 @@ def _record(line: str) -> SystemRecord:
     rec = json.loads(line)
     type_, name, dim = str(rec.get("Type", "")), str(rec.get("Name", "")), str(rec.get("Dimension", ""))
     return SystemRecord(
-        float(rec["Timestamp"]), type_, name, dim, float(rec["Value"]), str(rec.get("NodeId", "algo-1")),
+        float(rec["Timestamp"]),
+        type_,
+        name,
+        dim,
+        float(rec["Value"]),
+        str(rec.get("NodeId", "algo-1")),
         key_for(type_, name, dim),
-    )  # fmt: skip
+    )
 
 
 def read_system_file(path: Path) -> tuple[list[SystemRecord], str | None]:

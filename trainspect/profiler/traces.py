@@ -32,8 +32,16 @@ _META = re.compile(r"^(.+)_(\d+)_(\d+)\.metadata$")
 _DAMAGED = "truncated or malformed trace; readable events kept"
 
 
-_PER_US = {"s": 1_000_000, "seconds": 1_000_000, "ms": 1000, "milliseconds": 1000, "us": 1, "microseconds": 1,
-           "ns": 0.001, "nanoseconds": 0.001}
+_PER_US = {
+    "s": 1_000_000,
+    "seconds": 1_000_000,
+    "ms": 1000,
+    "milliseconds": 1000,
+    "us": 1,
+    "microseconds": 1,
+    "ns": 0.001,
+    "nanoseconds": 0.001,
+}
 
 
 def to_us(value: float, unit: str) -> float:

@@ -48,8 +48,13 @@ class Window:
 
     def frames(self) -> dict[str, pd.DataFrame]:
         """The frames by name: ``system``, ``steps``, ``spans``, ``loader_waits``, ``phases``."""
-        return {"system": self.system, "steps": self.steps, "spans": self.spans,
-                "loader_waits": self.loader_waits, "phases": self.phases}  # fmt: skip
+        return {
+            "system": self.system,
+            "steps": self.steps,
+            "spans": self.spans,
+            "loader_waits": self.loader_waits,
+            "phases": self.phases,
+        }
 
 
 def window(
@@ -123,5 +128,9 @@ def _check_inside(system: SystemMetricsReader, tables: dict, start: float, end: 
         return  # nothing recorded yet: empty frames
     lo, hi = min(firsts), max(lasts)
     if end <= lo or start > hi:
-        raise NotRecorded("data in the window", [f"[{start:.3f}, {end:.3f})"], [f"[{lo:.3f}, {hi:.3f}]"],
-                          where="(epoch s) of this run")  # fmt: skip
+        raise NotRecorded(
+            "data in the window",
+            [f"[{start:.3f}, {end:.3f})"],
+            [f"[{lo:.3f}, {hi:.3f}]"],
+            where="(epoch s) of this run",
+        )

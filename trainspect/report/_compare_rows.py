@@ -18,8 +18,18 @@ from typing import Any
 
 from trainspect.report.summary import RunSummary
 
-__all__ = ["Fairness", "fairness", "metric_rows", "loss_rows", "health_rows", "saving_row", "change_text",
-           "ratio_saving", "Z_95", "STEP_RATIO"]  # fmt: skip
+__all__ = [
+    "Fairness",
+    "fairness",
+    "metric_rows",
+    "loss_rows",
+    "health_rows",
+    "saving_row",
+    "change_text",
+    "ratio_saving",
+    "Z_95",
+    "STEP_RATIO",
+]
 
 Z_95 = 2.09  # Student's t, 97.5 % quantile for 19 degrees of freedom (batch means of 20 blocks)
 STEP_RATIO = 3.0  # runs whose step counts differ by more than this factor are unlike runs
@@ -268,15 +278,31 @@ def loss_rows(a: RunSummary, b: RunSummary) -> list[dict[str, Any]]:
         return []
     name = a.loss_name or b.loss_name or "loss"
     name = "" if name == "loss" else f" ({name})"
-    rows = [row(f"loss@{s}", f"training loss{name} at TRAIN step {s:,}", _fmt(a.train_loss[s]),
-                _fmt(b.train_loss[s]), change_text(a.train_loss[s], b.train_loss[s]), None)
-            for s in _matched_steps(a, b)]  # fmt: skip
+    rows = [
+        row(
+            f"loss@{s}",
+            f"training loss{name} at TRAIN step {s:,}",
+            _fmt(a.train_loss[s]),
+            _fmt(b.train_loss[s]),
+            change_text(a.train_loss[s], b.train_loss[s]),
+            None,
+        )
+        for s in _matched_steps(a, b)
+    ]
     fa, fb = a.final_loss, b.final_loss
     change = change_text(fa[1], fb[1]) if fa and fb else ""
     rows.append(row("final_loss", f"final training loss{name}", _final(a), _final(b), change, None))
     if a.eval_loss is not None or b.eval_loss is not None:
-        rows.append(row("eval_loss", "eval loss (last evaluation's mean)", _fmt(a.eval_loss), _fmt(b.eval_loss),
-                        change_text(a.eval_loss, b.eval_loss), None))  # fmt: skip
+        rows.append(
+            row(
+                "eval_loss",
+                "eval loss (last evaluation's mean)",
+                _fmt(a.eval_loss),
+                _fmt(b.eval_loss),
+                change_text(a.eval_loss, b.eval_loss),
+                None,
+            )
+        )
     return rows
 
 

@@ -22,8 +22,14 @@ from trainspect.rules.profiler.dataloader import MAX_LOADERS_PERCENT, MIN_LOADER
 from trainspect.rules.profiler.step_outlier import StepOutlier
 from trainspect.rules.verdict import Status, Verdict
 
-__all__ = ["PhaseRatioSection", "StepDurationSection", "OperatorSection", "PythonSection", "DataloaderSection",
-           "CudaMemorySection"]  # fmt: skip
+__all__ = [
+    "PhaseRatioSection",
+    "StepDurationSection",
+    "OperatorSection",
+    "PythonSection",
+    "DataloaderSection",
+    "CudaMemorySection",
+]
 
 log = logging.getLogger(__name__)
 
@@ -46,15 +52,20 @@ class PhaseRatioSection(Section):
         if modes:
             page.chart(charts.pie_chart(modes, "Training loop: TRAIN / EVAL / between steps (%)"), height=280)
             if modes.get("other", 0.0) > 25.0:
-                page.note(f"{modes['other']:.0f}% of the training loop was spent between steps (data loading, "
-                          "logging, checkpoints, evaluation outside the hook): increase dataloader workers or "
-                          "pre-fetch data.", warn=True)  # fmt: skip
+                page.note(
+                    f"{modes['other']:.0f}% of the training loop was spent between steps (data loading, "
+                    "logging, checkpoints, evaluation outside the hook): increase dataloader workers or "
+                    "pre-fetch data.",
+                    warn=True,
+                )
         if spans:
             page.chart(charts.pie_chart(spans, "Step time: forward / backward / optimizer / dataloader (%)"), 280)
             fwd, bwd = spans.get("forward", 0.0), spans.get("backward", 0.0)
             if fwd and bwd:
-                page.p(f"Forward to backward ratio: {fwd / bwd:.2f} (backward passes usually take about twice as "
-                       "long as forward passes).")  # fmt: skip
+                page.p(
+                    f"Forward to backward ratio: {fwd / bwd:.2f} (backward passes usually take about twice as "
+                    "long as forward passes)."
+                )
 
 
 class StepDurationSection(Section):
@@ -68,14 +79,24 @@ class StepDurationSection(Section):
     def build(self, ctx: ReportContext, page: Page) -> None:
         """Add the statistics table, histogram and duration over time."""
         stats = step_statistics(ctx.profiler)
-        page.table(["worker", "mode", "steps", "mean (s)", "min", "p50", "p95", "p99", "max", "between steps (s)"],
-                   stats.itertuples(index=False, name=None))  # fmt: skip
+        page.table(
+            ["worker", "mode", "steps", "mean (s)", "min", "p50", "p95", "p99", "max", "between steps (s)"],
+            stats.itertuples(index=False, name=None),
+        )
         hist = step_histogram(ctx.profiler, bins=50)
         for (worker, mode), grp in hist.groupby(["worker", "mode"], sort=True):
             cats = [_ms((a + b) / 2) for a, b in zip(grp["bin_start"], grp["bin_end"], strict=True)]
-            page.chart(charts.bar_chart(cats, {"steps": grp["count"].tolist()}, f"Step duration histogram "
-                                        f"({worker}, {mode})", x_name="step duration", y_name="steps",
-                                        y_unit="count"), height=260)  # fmt: skip
+            page.chart(
+                charts.bar_chart(
+                    cats,
+                    {"steps": grp["count"].tolist()},
+                    f"Step duration histogram ({worker}, {mode})",
+                    x_name="step duration",
+                    y_name="steps",
+                    y_unit="count",
+                ),
+                height=260,
+            )
         series = {}
         for worker, tab in sorted(ctx.profiler.framework.items()):
             if tab.step_count:
@@ -98,8 +119,11 @@ def step_outlier_verdict(ctx: ReportContext) -> Verdict | None:
 
 def outlier_steps(verdict: Verdict) -> dict[str, list[int]]:
     """The steps StepOutlier found longer than its threshold, per worker and mode (``"worker_0/TRAIN"``)."""
-    return {label: [int(s) for s in d.get("step_numbers") or ()] for label, d in sorted(verdict.details.items())
-            if isinstance(d, dict) and d.get("number_of_outliers")}  # fmt: skip
+    return {
+        label: [int(s) for s in d.get("step_numbers") or ()]
+        for label, d in sorted(verdict.details.items())
+        if isinstance(d, dict) and d.get("number_of_outliers")
+    }
 
 
 def _threshold_rule(verdict: Verdict) -> str:
@@ -121,12 +145,16 @@ def _listed(steps: list[int], count: int) -> str:
 def _outliers_text(verdict: Verdict, label: str, steps: list[int]) -> str:
     d = verdict.details[label]
     count = int(d["number_of_outliers"])
-    text = (f"{label}: {count} step(s) longer than StepOutlier's threshold {_ms(float(d['threshold_s']))}"
-            f"{_threshold_rule(verdict)}: steps {_listed(steps, count)}")  # fmt: skip
+    text = (
+        f"{label}: {count} step(s) longer than StepOutlier's threshold {_ms(float(d['threshold_s']))}"
+        f"{_threshold_rule(verdict)}: steps {_listed(steps, count)}"
+    )
     stalls = [int(s) for s in d.get("stall_step_numbers") or ()]
     if verdict.status is Status.ISSUES_FOUND and stalls and "lost_percent" in d:
-        text += (f"; the stalls among them (steps {_listed(stalls, len(stalls))}) cost "
-                 f"{float(d['lost_percent']):.1f}% of the training loop")  # fmt: skip
+        text += (
+            f"; the stalls among them (steps {_listed(stalls, len(stalls))}) cost "
+            f"{float(d['lost_percent']):.1f}% of the training loop"
+        )
     return text
 
 
@@ -138,11 +166,16 @@ def _long_steps_note(ctx: ReportContext, page: Page) -> None:
         return
     lines = ". ".join(_outliers_text(verdict, label, steps) for label, steps in found.items())
     if verdict.status is Status.ISSUES_FOUND:
-        page.note(f"{lines}. StepOutlier finds they cost a real share of the training loop: look for CPU or I/O "
-                  "bottlenecks, garbage collection or checkpointing at those times.", warn=True)  # fmt: skip
+        page.note(
+            f"{lines}. StepOutlier finds they cost a real share of the training loop: look for CPU or I/O "
+            "bottlenecks, garbage collection or checkpointing at those times.",
+            warn=True,
+        )
         return
-    page.note(f"{lines}. StepOutlier finds they cost little of the training loop (scheduler noise on a loaded "
-              "machine, rare stalls).")  # fmt: skip
+    page.note(
+        f"{lines}. StepOutlier finds they cost little of the training loop (scheduler noise on a loaded "
+        "machine, rare stalls)."
+    )
 
 
 class OperatorSection(Section):
@@ -162,15 +195,27 @@ class OperatorSection(Section):
                 continue
             page.h3(f"{device.upper()} operators")
             top = ops.iloc[0]
-            page.p(f"The most expensive {device.upper()} operator is {top['name']} ({top['percent']:.1f}% of "
-                   f"{device.upper()} self time on {top['worker']}).")  # fmt: skip
-            page.table(["worker", "operator", "calls", "self time (µs)", "total time (µs)", "%"],
-                       ops[["worker", "name", "calls", "self_time_us", "total_time_us", "percent"]].itertuples(
-                           index=False, name=None))  # fmt: skip
+            page.p(
+                f"The most expensive {device.upper()} operator is {top['name']} ({top['percent']:.1f}% of "
+                f"{device.upper()} self time on {top['worker']})."
+            )
+            page.table(
+                ["worker", "operator", "calls", "self time (µs)", "total time (µs)", "%"],
+                ops[["worker", "name", "calls", "self_time_us", "total_time_us", "percent"]].itertuples(
+                    index=False, name=None
+                ),
+            )
             top10 = ops.head(10).iloc[::-1]
-            page.chart(charts.bar_chart(top10["name"].tolist(), {"self time": (top10["self_time_us"] / 1e6).tolist()},
-                                        f"{device.upper()} operators by self time", horizontal=True, y_unit="s"),
-                       300)  # fmt: skip
+            page.chart(
+                charts.bar_chart(
+                    top10["name"].tolist(),
+                    {"self time": (top10["self_time_us"] / 1e6).tolist()},
+                    f"{device.upper()} operators by self time",
+                    horizontal=True,
+                    y_unit="s",
+                ),
+                300,
+            )
 
 
 class PythonSection(Section):
@@ -184,8 +229,10 @@ class PythonSection(Section):
     def build(self, ctx: ReportContext, page: Page) -> None:
         """Add the hotspot table."""
         hot = python_hotspots(ctx.profiler, n=20)
-        page.table(["worker", "function", "file", "line", "calls", "own time (s)", "cumulative (s)"],
-                   hot.itertuples(index=False, name=None))  # fmt: skip
+        page.table(
+            ["worker", "function", "file", "line", "calls", "own time (s)", "cumulative (s)"],
+            hot.itertuples(index=False, name=None),
+        )
 
 
 class DataloaderSection(Section):
@@ -199,21 +246,35 @@ class DataloaderSection(Section):
     def build(self, ctx: ReportContext, page: Page) -> None:
         """Add the statistics, the wait histogram and worker-count advice."""
         stats = dataloader_statistics(ctx.profiler)
-        page.table(["worker", "num_workers", "waits", "mean (s)", "p50", "p95", "max", "total (s)", "% of loop"],
-                   stats.itertuples(index=False, name=None))  # fmt: skip
+        page.table(
+            ["worker", "num_workers", "waits", "mean (s)", "p50", "p95", "max", "total (s)", "% of loop"],
+            stats.itertuples(index=False, name=None),
+        )
         cores = max((len(a.cpu_cores) for a in ctx.profiler.system.values()), default=0)
         for _, row in stats.iterrows():
-            page.note(_advice(row["worker"], row["num_workers"], row["loop_percent"], cores),
-                      warn=bool(row["loop_percent"] > MIN_WAIT_PERCENT))  # fmt: skip
+            page.note(
+                _advice(row["worker"], row["num_workers"], row["loop_percent"], cores),
+                warn=bool(row["loop_percent"] > MIN_WAIT_PERCENT),
+            )
         waits = [tab.spans["end"] - tab.spans["start"] for tab in ctx.profiler.framework.values()]
-        waits = [w[k == 4] for w, k in zip(waits, [t.spans["kind"] for t in ctx.profiler.framework.values()],
-                                           strict=True)]  # fmt: skip
+        waits = [
+            w[k == 4] for w, k in zip(waits, [t.spans["kind"] for t in ctx.profiler.framework.values()], strict=True)
+        ]
         flat = np.concatenate(waits) if waits else np.zeros(0)
         if len(flat):
             counts, edges = np.histogram(flat, bins=40)
             cats = [_ms((edges[i] + edges[i + 1]) / 2) for i in range(len(counts))]
-            page.chart(charts.bar_chart(cats, {"waits": counts.tolist()}, "Dataloader wait times", x_name="wait",
-                                        y_name="waits", y_unit="count"), 240)  # fmt: skip
+            page.chart(
+                charts.bar_chart(
+                    cats,
+                    {"waits": counts.tolist()},
+                    "Dataloader wait times",
+                    x_name="wait",
+                    y_name="waits",
+                    y_unit="count",
+                ),
+                240,
+            )
 
 
 def _ms(seconds: float) -> str:
@@ -251,10 +312,34 @@ class CudaMemorySection(Section):
     def build(self, ctx: ReportContext, page: Page) -> None:
         """Add the per-device table: first, last and largest allocated memory, reserved, peak, growth."""
         stats = cuda_memory_statistics(ctx.profiler)
-        page.p("Memory PyTorch's CUDA allocator holds for this job at each step end (MiB); other processes on the "
-               "same GPU are not counted. Steady growth over the run suggests tensors kept across steps.")
-        page.table(["worker", "device", "steps", "allocated, first", "allocated, last", "allocated, max",
-                    "reserved, max", "peak", "growth"],
-                   [(r.worker, r.device, r.steps, _mib(r.allocated_first_bytes), _mib(r.allocated_last_bytes),
-                     _mib(r.allocated_max_bytes), _mib(r.reserved_max_bytes), _mib(r.peak_bytes),
-                     _mib(r.growth_bytes)) for r in stats.itertuples()])  # fmt: skip
+        page.p(
+            "Memory PyTorch's CUDA allocator holds for this job at each step end (MiB); other processes on the "
+            "same GPU are not counted. Steady growth over the run suggests tensors kept across steps."
+        )
+        page.table(
+            [
+                "worker",
+                "device",
+                "steps",
+                "allocated, first",
+                "allocated, last",
+                "allocated, max",
+                "reserved, max",
+                "peak",
+                "growth",
+            ],
+            [
+                (
+                    r.worker,
+                    r.device,
+                    r.steps,
+                    _mib(r.allocated_first_bytes),
+                    _mib(r.allocated_last_bytes),
+                    _mib(r.allocated_max_bytes),
+                    _mib(r.reserved_max_bytes),
+                    _mib(r.peak_bytes),
+                    _mib(r.growth_bytes),
+                )
+                for r in stats.itertuples()
+            ],
+        )

@@ -27,9 +27,11 @@ PINNED, IDLE, GOOD = HIGH_CORE_PERCENT, 50.0, UNDERUSED_P95
 """A core is pinned above ``PINNED`` % mean (CPUBottleneck's high core); GPUs under ``IDLE`` % are underused, from
 ``GOOD`` % (LowGPUUtilization's cut-off) well used."""
 
-GUIDANCE = ("How to read: a distribution centred at 80–90 % is good use of a device; one piled up near 0 % is an "
-            "idle or underused device; GPUs of one node whose distributions differ point at poor load distribution; "
-            "single cores pinned near 100 % while the GPUs idle point at a CPU (input) bottleneck.")  # fmt: skip
+GUIDANCE = (
+    "How to read: a distribution centred at 80–90 % is good use of a device; one piled up near 0 % is an "
+    "idle or underused device; GPUs of one node whose distributions differ point at poor load distribution; "
+    "single cores pinned near 100 % while the GPUs idle point at a CPU (input) bottleneck."
+)
 
 
 def bin_labels(edges: Sequence[float]) -> list[str]:
@@ -70,8 +72,9 @@ def charted_devices(hists: Mapping[str, UtilisationHistogram]) -> tuple[list[str
 
 
 def _means(hists: Mapping[str, UtilisationHistogram], prefix: str) -> dict[str, float]:
-    return {d: h.mean for d, h in hists.items() if d.startswith(prefix) and not d.endswith("_total")
-            and np.isfinite(h.mean)}  # fmt: skip
+    return {
+        d: h.mean for d, h in hists.items() if d.startswith(prefix) and not d.endswith("_total") and np.isfinite(h.mean)
+    }
 
 
 def histogram_findings(hists: Mapping[str, UtilisationHistogram]) -> list[tuple[str, bool]]:
@@ -88,20 +91,31 @@ def histogram_findings(hists: Mapping[str, UtilisationHistogram]) -> list[tuple[
     out: list[tuple[str, bool]] = []
     if len(gpus) > 1 and max(gpus.values()) - min(gpus.values()) > SPREAD_POINTS:
         hi, lo = max(gpus, key=gpus.__getitem__), min(gpus, key=gpus.__getitem__)
-        out.append((f"GPU means differ by {gpus[hi] - gpus[lo]:.0f} points ({hi} {gpus[hi]:.0f} %, {lo} "
-                    f"{gpus[lo]:.0f} %): poor load distribution over the GPUs.", True))  # fmt: skip
+        out.append(
+            (
+                f"GPU means differ by {gpus[hi] - gpus[lo]:.0f} points ({hi} {gpus[hi]:.0f} %, {lo} "
+                f"{gpus[lo]:.0f} %): poor load distribution over the GPUs.",
+                True,
+            )
+        )
     pinned = sorted((d for d, m in cores.items() if m >= PINNED), key=lambda d: -cores[d])
     if pinned and gpu_mean is not None and gpu_mean < IDLE:
-        out.append((f"{len(pinned)} CPU core(s) pinned near 100 % ({', '.join(pinned[:4])}) while the GPUs average "
-                    f"{gpu_mean:.0f} %: a CPU bottleneck is likely (data loading, preprocessing).", True))  # fmt: skip
+        out.append(
+            (
+                f"{len(pinned)} CPU core(s) pinned near 100 % ({', '.join(pinned[:4])}) while the GPUs average "
+                f"{gpu_mean:.0f} %: a CPU bottleneck is likely (data loading, preprocessing).",
+                True,
+            )
+        )
     if gpu_mean is not None and gpu_mean < IDLE:
         out.append((f"GPUs average {gpu_mean:.0f} %: underused; increase the batch size or feed them faster.", True))
     elif gpu_mean is not None and gpu_mean >= GOOD and not out:
         out.append((f"GPUs average {gpu_mean:.0f} %: good use.", False))
     if gpu_mean is None and "cpu_total" in hists and np.isfinite(hists["cpu_total"].mean):
         cpu = hists["cpu_total"].mean
-        out.append((f"No GPU recorded; the CPU averages {cpu:.0f} %" + (": underused." if cpu < IDLE else "."),
-                    cpu < IDLE))  # fmt: skip
+        out.append(
+            (f"No GPU recorded; the CPU averages {cpu:.0f} %" + (": underused." if cpu < IDLE else "."), cpu < IDLE)
+        )
     return out
 
 
@@ -110,8 +124,14 @@ def _chart(page: Page, node: str, kind: str, devices: list[str], hists: Mapping[
         return
     edges = hists[devices[0]].edges
     series = {d: [float(c) for c in hists[d].counts] for d in devices}
-    option = charts.bar_chart(bin_labels(edges), series, f"{kind} utilisation histogram ({node})",
-                              x_name="utilisation", y_name="samples", y_unit="count")  # fmt: skip
+    option = charts.bar_chart(
+        bin_labels(edges),
+        series,
+        f"{kind} utilisation histogram ({node})",
+        x_name="utilisation",
+        y_name="samples",
+        y_unit="count",
+    )
     page.chart(option, height=300)
 
 
@@ -127,8 +147,10 @@ def _node(page: Page, node: str, hists: Mapping[str, UtilisationHistogram]) -> N
     _chart(page, node, "GPU", gpu, hists)
     if left:
         names = ", ".join(left[:_NAMED]) + (f" and {len(left) - _NAMED} more" if len(left) > _NAMED else "")
-        page.p(f"Left out of the charts: {len(left)} of {len(hists)} devices ({names}); the charts keep the totals "
-               "and the busiest and least busy devices. The table lists every device.")  # fmt: skip
+        page.p(
+            f"Left out of the charts: {len(left)} of {len(hists)} devices ({names}); the charts keep the totals "
+            "and the busiest and least busy devices. The table lists every device."
+        )
     page.table(["device", "samples", "mean %"], [[d, h.samples, h.mean] for d, h in hists.items()])
 
 

@@ -51,17 +51,45 @@ class RulesSummarySection(Section):
         verdicts = sorted((v for v in ctx.verdicts if v.rule not in _HIDDEN), key=lambda v: (-v.triggers, v.rule))
         top = verdicts[0] if verdicts else None
         if top is not None and _triggered(top):
-            page.p(f"The rule that triggered most is {top.rule}: {top.triggers} times over {top.datapoints} "
-                   f"datapoints. {top.recommendation}")  # fmt: skip
+            page.p(
+                f"The rule that triggered most is {top.rule}: {top.triggers} times over {top.datapoints} "
+                f"datapoints. {top.recommendation}"
+            )
         elif verdicts:
             page.p("No rule found issues.")
-        rows = [[v.rule, v.kind, str(v.status), v.triggers, v.datapoints, v.message,
-                 v.recommendation if _triggered(v) else "", _params(v), _evaluated(v)] for v in verdicts]  # fmt: skip
-        page.table(["rule", "kind", "status", "triggers", "datapoints", "finding", "recommendation", "parameters",
-                    "evaluated"], rows)  # fmt: skip
-        page.p("Each rule's latest verdict from the run's record (rules/verdicts.json): live by the hook, offline by "
-               "`trainspect rules`, or by this report; `trainspect rules DIR` and the TensorBoard Rules tab show the "
-               "same set.")  # fmt: skip
+        rows = [
+            [
+                v.rule,
+                v.kind,
+                str(v.status),
+                v.triggers,
+                v.datapoints,
+                v.message,
+                v.recommendation if _triggered(v) else "",
+                _params(v),
+                _evaluated(v),
+            ]
+            for v in verdicts
+        ]
+        page.table(
+            [
+                "rule",
+                "kind",
+                "status",
+                "triggers",
+                "datapoints",
+                "finding",
+                "recommendation",
+                "parameters",
+                "evaluated",
+            ],
+            rows,
+        )
+        page.p(
+            "Each rule's latest verdict from the run's record (rules/verdicts.json): live by the hook, offline by "
+            "`trainspect rules`, or by this report; `trainspect rules DIR` and the TensorBoard Rules tab show the "
+            "same set."
+        )
 
 
 class TriggeredRulesSection(Section):
@@ -83,12 +111,19 @@ class TriggeredRulesSection(Section):
             for s in v.series:
                 x_type = "time" if s.x_unit in ("s", "time", "epoch_s", "second") else "value"
                 if len(s.x) < MIN_POINTS:
-                    page.note(f"{s.label}: only {len(s.x)} value(s) recorded, too few to chart: "
-                              + ", ".join(f"{x:g} → {y:.4g}" for x, y in zip(s.x, s.y, strict=False)))  # fmt: skip
+                    page.note(
+                        f"{s.label}: only {len(s.x)} value(s) recorded, too few to chart: "
+                        + ", ".join(f"{x:g} → {y:.4g}" for x, y in zip(s.x, s.y, strict=False))
+                    )
                     continue
-                opt = charts.line_chart({s.label: (np.asarray(s.x, float), np.asarray(s.y, float))},
-                                        f"{v.rule}: {s.label}", x_type=x_type, mark_x=s.trigger_x,
-                                        threshold=s.threshold, y_name=s.label)  # fmt: skip
+                opt = charts.line_chart(
+                    {s.label: (np.asarray(s.x, float), np.asarray(s.y, float))},
+                    f"{v.rule}: {s.label}",
+                    x_type=x_type,
+                    mark_x=s.trigger_x,
+                    threshold=s.threshold,
+                    y_name=s.label,
+                )
                 page.chart(opt, height=280)
 
 
@@ -147,8 +182,10 @@ class TensorSection(Section):
         """Add the loss curves and the tensor-rule table."""
         trial = ctx.trial
         losses = trial.tensor_names(collection="losses")
-        page.p(f"{len(trial.tensor_names())} tensors saved over {steps_text(ctx.step_counts())} by "
-               f"{len(trial.workers())} worker(s).")  # fmt: skip
+        page.p(
+            f"{len(trial.tensor_names())} tensors saved over {steps_text(ctx.step_counts())} by "
+            f"{len(trial.workers())} worker(s)."
+        )
         if not losses:
             page.note("No loss was saved: register the loss (hook.register_loss(loss_fn)) to see its curve.")
         for mode in trial.modes():
@@ -166,7 +203,15 @@ class TensorSection(Section):
                 page.chart(charts.line_chart(series, f"Loss ({mode.name})", x_type="value", y_name="loss"), 280)
         tensor_verdicts = [v for v in ctx.verdicts if v.kind == "tensor"]
         if tensor_verdicts:
-            rows = [[v.rule, str(v.status), v.triggers,
-                     _span(v.first_trigger_step, v.last_trigger_step),
-                     ", ".join(v.tensors[:10]), v.message] for v in tensor_verdicts]  # fmt: skip
+            rows = [
+                [
+                    v.rule,
+                    str(v.status),
+                    v.triggers,
+                    _span(v.first_trigger_step, v.last_trigger_step),
+                    ", ".join(v.tensors[:10]),
+                    v.message,
+                ]
+                for v in tensor_verdicts
+            ]
             page.table(["rule", "status", "triggers", "steps", "tensors", "finding"], rows)

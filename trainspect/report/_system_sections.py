@@ -69,8 +69,11 @@ class JobSummarySection(Section):
     def build(self, ctx: ReportContext, page: Page) -> None:
         """Add the job statistics table and the phases chart."""
         stats = job_statistics(ctx.profiler)
-        rows: list[tuple[str, Any]] = [("Start time", _when(stats.get("start"))), ("End time", _when(stats.get("end"))),
-                                       ("Job duration (s)", stats.get("duration_s"))]  # fmt: skip
+        rows: list[tuple[str, Any]] = [
+            ("Start time", _when(stats.get("start"))),
+            ("End time", _when(stats.get("end"))),
+            ("Job duration (s)", stats.get("duration_s")),
+        ]
         if "training_loop_s" not in stats:
             page.kv(rows)
             page.note("No step was recorded, so initialization and finalization cannot be told apart from training.")
@@ -86,12 +89,18 @@ class JobSummarySection(Section):
             ("Finalization %", stats["finalization_percent"]),
         ]
         page.kv(rows)
-        phases = {"Initialization": stats["initialization_s"], "Training loop": stats["training_loop_s"],
-                  "Finalization": stats["finalization_s"] or 0.0}  # fmt: skip
+        phases = {
+            "Initialization": stats["initialization_s"],
+            "Training loop": stats["training_loop_s"],
+            "Finalization": stats["finalization_s"] or 0.0,
+        }
         page.chart(charts.pie_chart(phases, "Job phases (seconds)"), height=280)
         if stats["initialization_s"] > stats["training_loop_s"]:
-            page.note("Initialization took longer than the training loop: check data download, model loading and "
-                      "compilation before the first step.", warn=True)  # fmt: skip
+            page.note(
+                "Initialization took longer than the training loop: check data download, model loading and "
+                "compilation before the first step.",
+                warn=True,
+            )
         if not ctx.profiler.job_ended:
             page.note("The job has not ended (no end marker): the figures cover what was recorded so far.")
 
@@ -109,20 +118,28 @@ def usage_advice(cpu_p95: float | None, gpu_p95: float | None, gpu_p50: float | 
     kind = usage_class(cpu_p95, gpu_p95, gpu_p50)
     if kind == "no_gpu":
         if cpu_p95 is not None and cpu_p95 < UNDERUSED_P95:
-            return (f"CPU utilisation p95 is {cpu_p95:.0f}%: the node is underused. Consider a smaller instance, or "
-                    "increase the batch size.")  # fmt: skip
+            return (
+                f"CPU utilisation p95 is {cpu_p95:.0f}%: the node is underused. Consider a smaller instance, or "
+                "increase the batch size."
+            )
         return "No GPU was recorded; the CPU is busy, which is expected for CPU training."
     if kind == "well_utilised":
         return f"GPUs are well utilised (p50 {gpu_p50:.0f}%)."
     if kind == "cpu_bottleneck":
-        return (f"GPU utilisation p95 is {gpu_p95:.0f}% while CPU p95 is {cpu_p95:.0f}%: a CPU bottleneck is likely. "
-                "Increase dataloader workers, pre-fetch data, or move preprocessing to the GPU.")  # fmt: skip
+        return (
+            f"GPU utilisation p95 is {gpu_p95:.0f}% while CPU p95 is {cpu_p95:.0f}%: a CPU bottleneck is likely. "
+            "Increase dataloader workers, pre-fetch data, or move preprocessing to the GPU."
+        )
     if kind == "uneven":
-        return (f"GPU utilisation p95 is {gpu_p95:.0f}% but p50 only {gpu_p50 or 0:.0f}%: the GPUs are busy in bursts "
-                "and idle between them. Look for waits between the busy phases (data loading, synchronisation, "
-                "logging), or increase the batch size.")  # fmt: skip
-    return (f"GPU utilisation p95 is {gpu_p95:.0f}% and CPU p95 {cpu_p95 or 0:.0f}%: the instance is underused. "
-            "Consider a smaller instance, or increase the batch size.")  # fmt: skip
+        return (
+            f"GPU utilisation p95 is {gpu_p95:.0f}% but p50 only {gpu_p50 or 0:.0f}%: the GPUs are busy in bursts "
+            "and idle between them. Look for waits between the busy phases (data loading, synchronisation, "
+            "logging), or increase the batch size."
+        )
+    return (
+        f"GPU utilisation p95 is {gpu_p95:.0f}% and CPU p95 {cpu_p95 or 0:.0f}%: the instance is underused. "
+        "Consider a smaller instance, or increase the batch size."
+    )
 
 
 def _p(stats: pd.DataFrame, node: str, metric: str, col: str) -> float | None:
@@ -139,8 +156,10 @@ def _cpu_p95(stats: pd.DataFrame, node: str, page: Page) -> float | None:
     if job is None:
         return host
     if host is not None:
-        page.p(f"CPU p95: the training job's processes {job:.1f}% of all cores; the whole host {host:.1f}% "
-               f"(the difference is other processes on the machine).")  # fmt: skip
+        page.p(
+            f"CPU p95: the training job's processes {job:.1f}% of all cores; the whole host {host:.1f}% "
+            f"(the difference is other processes on the machine)."
+        )
     return job
 
 
@@ -198,17 +217,25 @@ class SystemUsageSection(Section):
                     rows.append([metric.display_label] + [human(r[c], str(r["unit"])) for c in _COLS])
             page.table(["metric", *_COLS], rows, num=[False] + [True] * len(_COLS))
             if len(arr) < MIN_SAMPLES:
-                page.note(f"Only {len(arr)} system sample(s) were recorded on {node} (every {arr.interval_ms or '?'} "
-                          "ms): too few to chart; the table above shows them. Longer runs, or a shorter "
-                          "system_monitor_interval_millis, give time series.")  # fmt: skip
+                page.note(
+                    f"Only {len(arr)} system sample(s) were recorded on {node} (every {arr.interval_ms or '?'} "
+                    "ms): too few to chart; the table above shows them. Longer runs, or a shorter "
+                    "system_monitor_interval_millis, give time series."
+                )
                 continue
-            page.chart(charts.line_chart(_series(arr), f"Utilisation over time ({node})", y_name="utilisation",
-                                         y_unit="%"), height=340)  # fmt: skip
-            io = {CATALOGUE.describe(k).display_label: (arr.timestamps, arr.values[:, arr.keys.index(k)])
-                  for k in _rate_keys(arr)}  # fmt: skip
+            page.chart(
+                charts.line_chart(_series(arr), f"Utilisation over time ({node})", y_name="utilisation", y_unit="%"),
+                height=340,
+            )
+            io = {
+                CATALOGUE.describe(k).display_label: (arr.timestamps, arr.values[:, arr.keys.index(k)])
+                for k in _rate_keys(arr)
+            }
             if io:
-                page.chart(charts.line_chart(io, f"Disk and network ({node})", y_name="rate", y_unit="B/s", log=False),
-                           height=260)  # fmt: skip
+                page.chart(
+                    charts.line_chart(io, f"Disk and network ({node})", y_name="rate", y_unit="B/s", log=False),
+                    height=260,
+                )
 
 
 class HeatmapSection(Section):
@@ -221,10 +248,12 @@ class HeatmapSection(Section):
 
     def build(self, ctx: ReportContext, page: Page) -> None:
         """Add one heatmap per node."""
-        page.p("Each row is a CPU core or a GPU, each column a time bucket; darker means busier. Idle GPUs next to "
-               "busy cores point at an input pipeline bottleneck. The first rows are the training job's processes "
-               "(% of all cores) and the whole host (mean of cores): on a shared machine the host can be busy while "
-               "the job uses little of it.")  # fmt: skip
+        page.p(
+            "Each row is a CPU core or a GPU, each column a time bucket; darker means busier. Idle GPUs next to "
+            "busy cores point at an input pipeline bottleneck. The first rows are the training job's processes "
+            "(% of all cores) and the whole host (mean of cores): on a shared machine the host can be busy while "
+            "the job uses little of it."
+        )
         for node in sorted(ctx.profiler.system):
             hm = heatmap(ctx.profiler, node=node, max_columns=200)
             if len(ctx.profiler.system[node]) < MIN_SAMPLES:
@@ -279,10 +308,18 @@ class CostSection(Section):
         """Add the cost table and advice."""
         s = summarize(ctx)
         cost = f"${s.cost:.4f}" if s.cost is not None else None
-        page.kv([("Price per instance-hour", f"${ctx.price_per_hour:.3f}"), ("Instances (nodes)", s.instances),
-                 ("Duration (s)", s.duration_s), ("Cost", cost)])  # fmt: skip
+        page.kv(
+            [
+                ("Price per instance-hour", f"${ctx.price_per_hour:.3f}"),
+                ("Instances (nodes)", s.instances),
+                ("Duration (s)", s.duration_s),
+                ("Cost", cost),
+            ]
+        )
         util = s.gpu_p95 if s.gpu_p95 is not None else s.cpu_p95
         if util is not None and util < UNDERUSED_P95:
-            page.note(f"Utilisation p95 is {util:.0f}%: a smaller or cheaper instance would likely do the same "
-                      "work for less. Compare runs with `trainspect compare A B --price-per-hour A=.. B=..`.",
-                      warn=True)  # fmt: skip
+            page.note(
+                f"Utilisation p95 is {util:.0f}%: a smaller or cheaper instance would likely do the same "
+                "work for less. Compare runs with `trainspect compare A B --price-per-hour A=.. B=..`.",
+                warn=True,
+            )

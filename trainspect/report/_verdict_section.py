@@ -73,8 +73,11 @@ class VerdictSection(Section):
             page.verdict(f"Issues found. {counts.line()}", ok=False)
             rows = [[v.rule, first_seen(v), v.triggers, involved(v), v.message, v.recommendation] for v in hits]
             if rows:
-                page.table(["rule", "first seen", "triggers", "tensors / resource", "finding", "recommendation"],
-                           rows, css="verdict-table")  # fmt: skip
+                page.table(
+                    ["rule", "first seen", "triggers", "tensors / resource", "finding", "recommendation"],
+                    rows,
+                    css="verdict-table",
+                )
         elif counts.total:
             page.verdict(f"No issues. {counts.line()}", ok=True)
         else:
@@ -83,8 +86,9 @@ class VerdictSection(Section):
                 page.note("Pass rules='default' to the hook, or run `trainspect rules RUN_DIR`, to check this run.")
         errors = [v for v in ctx.verdicts if v.status is Status.ERROR]
         if errors:
-            page.note("Rules that failed to evaluate: " + ", ".join(f"{v.rule} ({v.message})" for v in errors),
-                      warn=True)  # fmt: skip
+            page.note(
+                "Rules that failed to evaluate: " + ", ".join(f"{v.rule} ({v.message})" for v in errors), warn=True
+            )
         for note in ctx.notes:
             page.note(note)
         page.kv(_job_line(ctx))

@@ -94,11 +94,24 @@ def _nonfinite(name: str, x: np.ndarray, y: np.ndarray, scale: float, top: float
         return []
     first = float(bad[0])
     where = f"step {first:.0f}" if unit == "step" else "here"
-    return [{"name": f"NaN/Inf in {name}", "type": "scatter", "symbol": "triangle", "symbolSize": 9, "z": 6,
-             "itemStyle": {"color": "#7b1fa2"}, "data": [[round(float(a) * scale, 3), top] for a in _spread(bad)],
-             "markLine": {"symbol": "none", "silent": True, "lineStyle": {"color": "#7b1fa2", "type": "dashed"},
-                          "label": {"formatter": f"first NaN/Inf: {where}", "position": "insideEndTop"},
-                          "data": [{"xAxis": round(first * scale, 3)}]}}]  # fmt: skip
+    return [
+        {
+            "name": f"NaN/Inf in {name}",
+            "type": "scatter",
+            "symbol": "triangle",
+            "symbolSize": 9,
+            "z": 6,
+            "itemStyle": {"color": "#7b1fa2"},
+            "data": [[round(float(a) * scale, 3), top] for a in _spread(bad)],
+            "markLine": {
+                "symbol": "none",
+                "silent": True,
+                "lineStyle": {"color": "#7b1fa2", "type": "dashed"},
+                "label": {"formatter": f"first NaN/Inf: {where}", "position": "insideEndTop"},
+                "data": [{"xAxis": round(first * scale, 3)}],
+            },
+        }
+    ]
 
 
 def _triggers(x: np.ndarray, y: np.ndarray, mark_x: Sequence[float], scale: float) -> dict[str, Any]:
@@ -111,8 +124,15 @@ def _triggers(x: np.ndarray, y: np.ndarray, mark_x: Sequence[float], scale: floa
         order = np.argsort(xs)
         idx = np.clip(np.searchsorted(xs[order], marks), 0, len(xs) - 1)
         data = [[round(float(m) * scale, 3), _r(float(ys[order][i]))] for m, i in zip(marks, idx, strict=True)]
-    return {"name": f"triggers ({len(mark_x)})", "type": "scatter", "symbol": "diamond", "symbolSize": 9, "z": 5,
-            "itemStyle": {"color": "#d32f2f"}, "data": data}  # fmt: skip
+    return {
+        "name": f"triggers ({len(mark_x)})",
+        "type": "scatter",
+        "symbol": "diamond",
+        "symbolSize": 9,
+        "z": 5,
+        "itemStyle": {"color": "#d32f2f"},
+        "data": data,
+    }
 
 
 def line_chart(
@@ -150,12 +170,22 @@ def line_chart(
     extra: list[dict[str, Any]] = []
     for i, (name, (x, y)) in enumerate(arrays.items()):
         xs, ys = downsample(x, y, max_points)
-        item: dict[str, Any] = {"name": name, "type": "line", "showSymbol": len(xs) < 40, "symbolSize": 4,
-                                "data": _pairs(xs, ys, scale), "lineStyle": {"width": 1.5}}  # fmt: skip
+        item: dict[str, Any] = {
+            "name": name,
+            "type": "line",
+            "showSymbol": len(xs) < 40,
+            "symbolSize": 4,
+            "data": _pairs(xs, ys, scale),
+            "lineStyle": {"width": 1.5},
+        }
         if i == 0 and threshold is not None and np.isfinite(threshold) and (threshold > 0 or not log):
-            item["markLine"] = {"symbol": "none", "silent": True, "data": [{"yAxis": float(threshold)}],
-                                "label": {"formatter": f"threshold {threshold:g}", "position": "insideEndTop"},
-                                "lineStyle": {"color": "#d32f2f", "type": "dashed"}}  # fmt: skip
+            item["markLine"] = {
+                "symbol": "none",
+                "silent": True,
+                "data": [{"yAxis": float(threshold)}],
+                "label": {"formatter": f"threshold {threshold:g}", "position": "insideEndTop"},
+                "lineStyle": {"color": "#d32f2f", "type": "dashed"},
+            }
         if i == 0 and len(mark_x):
             extra.append(_triggers(x, y, mark_x, scale))
         extra += _nonfinite(name, x, y, scale, top if top is not None else 0.0, "s" if t0 is not None else "step")
@@ -173,8 +203,13 @@ def line_chart(
     }
     if t0 is None:
         x_axis["minInterval"] = 1
-    y_axis: dict[str, Any] = {"type": "log" if log else "value", "name": y_name + (" (log scale)" if log else ""),
-                              "scale": True, "tsUnit": y_unit, "axisLabel": {"hideOverlap": True}}  # fmt: skip
+    y_axis: dict[str, Any] = {
+        "type": "log" if log else "value",
+        "name": y_name + (" (log scale)" if log else ""),
+        "scale": True,
+        "tsUnit": y_unit,
+        "axisLabel": {"hideOverlap": True},
+    }
     if y_unit == "count":
         y_axis["minInterval"] = 1
     return {
@@ -228,8 +263,14 @@ def bar_chart(
     label: dict[str, Any] = {"hideOverlap": True}
     if horizontal:
         label.update(width=150, overflow="truncate")
-    cat_axis = {"type": "category", "data": list(categories), "name": x_name, "axisLabel": label,
-                "nameLocation": "middle", "nameGap": 150 if horizontal else 26}  # fmt: skip
+    cat_axis = {
+        "type": "category",
+        "data": list(categories),
+        "name": x_name,
+        "axisLabel": label,
+        "nameLocation": "middle",
+        "nameGap": 150 if horizontal else 26,
+    }
     val_axis: dict[str, Any] = {"type": "value", "name": y_name, "tsUnit": y_unit}
     if y_unit == "count":
         val_axis["minInterval"] = 1
@@ -288,9 +329,13 @@ def heatmap_chart(hm: Mapping[str, Any], title: str = "", max_marks: int = 100) 
     }
     subtitle = ""
     if 0 < len(marks) <= max_marks:
-        series["markLine"] = {"symbol": "none", "silent": True, "label": {"show": False},
-                              "lineStyle": {"color": "#ff6f00", "width": 1.5, "type": "solid", "opacity": .9},
-                              "data": [{"xAxis": labels[m]} for m in marks]}  # fmt: skip
+        series["markLine"] = {
+            "symbol": "none",
+            "silent": True,
+            "label": {"show": False},
+            "lineStyle": {"color": "#ff6f00", "width": 1.5, "type": "solid", "opacity": 0.9},
+            "data": [{"xAxis": labels[m]} for m in marks],
+        }
         subtitle = "orange lines: step starts"
     elif marks:
         subtitle = f"step starts in {len(marks)} of {len(times)} time buckets (too dense to mark)"
@@ -298,11 +343,25 @@ def heatmap_chart(hm: Mapping[str, Any], title: str = "", max_marks: int = 100) 
         "title": {"text": title, "subtext": subtitle, "textStyle": {"fontSize": 13}},
         "tooltip": {"position": "top"},
         "grid": {"top": 60, "left": 60, "right": 90, "bottom": 50},
-        "xAxis": {"type": "category", "data": labels, "name": "time since start", "nameLocation": "middle",
-                  "nameGap": 26, "axisLabel": {"hideOverlap": True}},
+        "xAxis": {
+            "type": "category",
+            "data": labels,
+            "name": "time since start",
+            "nameLocation": "middle",
+            "nameGap": 26,
+            "axisLabel": {"hideOverlap": True},
+        },
         "yAxis": {"type": "category", "data": list(hm["rows"]), "inverse": True},
-        "visualMap": {"min": 0, "max": 100, "calculable": True, "orient": "vertical", "right": 10,
-                      "top": "middle", "itemHeight": 100, "formatter": "{value} %",
-                      "inRange": {"color": ["#f7fbff", "#6baed6", "#08306b"]}},
+        "visualMap": {
+            "min": 0,
+            "max": 100,
+            "calculable": True,
+            "orient": "vertical",
+            "right": 10,
+            "top": "middle",
+            "itemHeight": 100,
+            "formatter": "{value} %",
+            "inRange": {"color": ["#f7fbff", "#6baed6", "#08306b"]},
+        },
         "series": [series],
-    }  # fmt: skip
+    }

@@ -35,9 +35,13 @@ examples:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``report`` and ``compare`` subcommands."""
-    p = sub.add_parser("report", help="write the self-contained HTML report of a run directory",
-                       description="Write the HTML report of a run: verdicts first, then the job and its data.",
-                       epilog=_REPORT_EXAMPLES, formatter_class=_RAW)  # fmt: skip
+    p = sub.add_parser(
+        "report",
+        help="write the self-contained HTML report of a run directory",
+        description="Write the HTML report of a run: verdicts first, then the job and its data.",
+        epilog=_REPORT_EXAMPLES,
+        formatter_class=_RAW,
+    )
     p.add_argument("dir", help="run directory")
     p.add_argument(
         "-o", "--output", help="HTML file, or a directory to write report.html into (default: DIR/report.html)"
@@ -45,20 +49,42 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--price-per-hour", type=float, default=None, metavar="P", help="instance price, adds a cost part")
     p.set_defaults(func=_report)
 
-    c = sub.add_parser("compare", help="compare two runs per unit of work (directories or MLflow run ids)",
-                       description=_COMPARE_EXAMPLES.split("\n\n")[0], epilog=_COMPARE_EXAMPLES.split("\n\n")[1],
-                       formatter_class=_RAW)  # fmt: skip
+    c = sub.add_parser(
+        "compare",
+        help="compare two runs per unit of work (directories or MLflow run ids)",
+        description=_COMPARE_EXAMPLES.split("\n\n")[0],
+        epilog=_COMPARE_EXAMPLES.split("\n\n")[1],
+        formatter_class=_RAW,
+    )
     c.add_argument("a", help="run A (before): a run directory or an MLflow run id")
     c.add_argument("b", help="run B (after)")
-    c.add_argument("--price-per-hour", nargs="+", default=[], metavar="RUN=P",
-                   help="hourly price per instance: A=14.688 B=3.825, or one number for both")  # fmt: skip
-    c.add_argument("--batch-size", nargs="+", default=[], metavar="RUN=N",
-                   help="samples per step and worker, for samples/s: A=32 B=64, or one number for both")  # fmt: skip
-    c.add_argument("--steps-per-epoch", nargs="+", default=[], metavar="RUN=N",
-                   help="training steps per epoch, for the per-epoch rows: A=500 B=250, or one number")  # fmt: skip
+    c.add_argument(
+        "--price-per-hour",
+        nargs="+",
+        default=[],
+        metavar="RUN=P",
+        help="hourly price per instance: A=14.688 B=3.825, or one number for both",
+    )
+    c.add_argument(
+        "--batch-size",
+        nargs="+",
+        default=[],
+        metavar="RUN=N",
+        help="samples per step and worker, for samples/s: A=32 B=64, or one number for both",
+    )
+    c.add_argument(
+        "--steps-per-epoch",
+        nargs="+",
+        default=[],
+        metavar="RUN=N",
+        help="training steps per epoch, for the per-epoch rows: A=500 B=250, or one number",
+    )
     c.add_argument("-o", "--output", help="also write the comparison as HTML to this file")
-    c.add_argument("--no-mlflow-artifact", action="store_true",
-                   help="do not log the HTML page to MLflow run B when both runs are MLflow runs")  # fmt: skip
+    c.add_argument(
+        "--no-mlflow-artifact",
+        action="store_true",
+        help="do not log the HTML page to MLflow run B when both runs are MLflow runs",
+    )
     c.set_defaults(func=_compare)
 
 

@@ -27,8 +27,16 @@ from trainspect.report.summary import REPORT_ARTIFACT, RunSummary, summarize
 
 _RUN_ID = re.compile(r"^[0-9a-f]{32}$")
 
-__all__ = ["summary_for", "compare_runs", "compare_note", "compare_table", "render_compare", "saving_percent",
-           "time_saving_percent", "is_mlflow_run_id"]  # fmt: skip
+__all__ = [
+    "summary_for",
+    "compare_runs",
+    "compare_note",
+    "compare_table",
+    "render_compare",
+    "saving_percent",
+    "time_saving_percent",
+    "is_mlflow_run_id",
+]
 
 
 def is_mlflow_run_id(run: str | os.PathLike[str]) -> bool:
@@ -171,8 +179,15 @@ def compare_table(before: RunSummary, after: RunSummary) -> str:
     """
     rows = [r for r in compare_runs(before, after) if r["key"] != "rules"]  # the rule counts: below the table
     head = ("", f"A: {before.name}", f"B: {after.name}", "B vs A")
-    body = [(r["label"], r["a"] + (" *" if r["winner"] == "a" else ""), r["b"] + (" *" if r["winner"] == "b" else ""),
-             r["change"]) for r in rows]  # fmt: skip
+    body = [
+        (
+            r["label"],
+            r["a"] + (" *" if r["winner"] == "a" else ""),
+            r["b"] + (" *" if r["winner"] == "b" else ""),
+            r["change"],
+        )
+        for r in rows
+    ]
     widths = [max(len(str(x[i])) for x in (head, *body)) for i in range(4)]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in (head, *body)]
     lines.insert(1, "  ".join("-" * w for w in widths))

@@ -109,8 +109,9 @@ def _sections(ctx: ReportContext, registry: SectionRegistry) -> tuple[list[dict[
         except Exception as exc:
             log.warning("trainspect report: section %s failed: %s", section.id, exc, exc_info=True)
             page = Page(prefix=section.id)
-            page.note(f"This section could not be rendered ({type(exc).__name__}: {exc}); the data may be damaged.",
-                      warn=True)  # fmt: skip
+            page.note(
+                f"This section could not be rendered ({type(exc).__name__}: {exc}); the data may be damaged.", warn=True
+            )
         entry["blocks"] = page.blocks
         all_charts.update(page.charts)
         out.append(entry)

@@ -63,8 +63,16 @@ class Page:
         """Add a table (values formatted for display; numeric columns right-aligned and never wrapped)."""
         raw = [list(r) for r in rows]
         numeric = num or [bool(raw) and all(_is_num(r[i]) for r in raw if i < len(r)) for i in range(len(columns))]
-        self.blocks.append({"kind": "table", "columns": columns, "rows": [[_fmt(v) for v in r] for r in raw],
-                            "caption": caption, "num": numeric, "css": css})  # fmt: skip
+        self.blocks.append(
+            {
+                "kind": "table",
+                "columns": columns,
+                "rows": [[_fmt(v) for v in r] for r in raw],
+                "caption": caption,
+                "num": numeric,
+                "css": css,
+            }
+        )
 
     def verdict(self, text: str, ok: bool | None) -> None:
         """Add the one-line verdict banner (``ok``: green, ``False``: red, ``None``: grey)."""
@@ -186,5 +194,6 @@ class SectionRegistry:
 
         A broken plugin is skipped with one warning (:func:`~trainspect._entry_points.load_entry_points`).
         """
-        load_entry_points(ENTRY_POINT_GROUP, lambda obj: self.register(obj() if isinstance(obj, type) else obj),
-                          "report section")  # fmt: skip
+        load_entry_points(
+            ENTRY_POINT_GROUP, lambda obj: self.register(obj() if isinstance(obj, type) else obj), "report section"
+        )

@@ -30,14 +30,41 @@ __all__ = ["RunSummary", "summarize", "cost_of", "METRIC_PREFIX", "REPORT_ARTIFA
 METRIC_PREFIX = "trainspect/"
 REPORT_ARTIFACT = "trainspect/report.html"
 _INT_FIELDS = ("instances", "workers", "steps", "batch_size", "steps_per_epoch")
-_DERIVED = ("cost", "steps_per_s", "samples_per_s", "time_per_1k_steps_s", "cost_per_1k_steps", "time_per_epoch_s",
-            "cost_per_epoch")  # fmt: skip
+_DERIVED = (
+    "cost",
+    "steps_per_s",
+    "samples_per_s",
+    "time_per_1k_steps_s",
+    "cost_per_1k_steps",
+    "time_per_epoch_s",
+    "cost_per_epoch",
+)
 # MLflow summary metrics (``trainspect/<key>``): the fields and derived figures logged; the job's duration is logged
 # as ``job_s`` (MLflow shows its own run duration), ``duration_s`` of older runs is still read back
-_METRIC_KEYS = ("instances", "workers", "steps", "loop_s", "step_p50_s", "step_p95_s", "step_p99_s",
-                "dataloader_wait_percent", "cpu_mean", "cpu_p95", "gpu_mean", "gpu_p95", "memory_p95", "io_wait_p95",
-                "batch_size", "steps_per_epoch", "price_per_hour", "cost", "steps_per_s", "time_per_1k_steps_s",
-                "samples_per_s", "startup_s")  # fmt: skip
+_METRIC_KEYS = (
+    "instances",
+    "workers",
+    "steps",
+    "loop_s",
+    "step_p50_s",
+    "step_p95_s",
+    "step_p99_s",
+    "dataloader_wait_percent",
+    "cpu_mean",
+    "cpu_p95",
+    "gpu_mean",
+    "gpu_p95",
+    "memory_p95",
+    "io_wait_p95",
+    "batch_size",
+    "steps_per_epoch",
+    "price_per_hour",
+    "cost",
+    "steps_per_s",
+    "time_per_1k_steps_s",
+    "samples_per_s",
+    "startup_s",
+)
 _READ_BACK = ("duration_s", *(k for k in _METRIC_KEYS if k not in _DERIVED))
 _BATCHES = 20  # batch means: the standard error of the mean step cycle from up to 20 contiguous blocks
 

@@ -26,9 +26,12 @@ One or two zero records can be a parameter left out of a step (a branch not take
 batch, gradients zeroed without ``set_to_none``); three in a row, spaced by the save interval, are not."""
 
 DEAD_STEPS_PARAM = Param(
-    "dead_steps", int, DEAD_STEPS, "recorded steps a once non-zero gradient must stay exactly zero to count as dead",
+    "dead_steps",
+    int,
+    DEAD_STEPS,
+    "recorded steps a once non-zero gradient must stay exactly zero to count as dead",
     min=1,
-)  # fmt: skip
+)
 """The parameter of VanishingGradient and WeightUpdateRatio that says when a gradient is dead."""
 
 

@@ -199,8 +199,13 @@ def finish_webhooks(actions: Iterable[Action], budget: float = CLOSE_BUDGET_S, w
         hook.wait(max(0.0, deadline - time.monotonic()))
     lost = [f"{rule} -> {hook.url}" for hook in hooks for rule in hook.give_up()]
     if lost:
-        _log.warning("trainspect: %d webhook POST(s) not delivered within %.1f s %s: %s",
-                     len(lost), budget, when, "; ".join(lost))  # fmt: skip
+        _log.warning(
+            "trainspect: %d webhook POST(s) not delivered within %.1f s %s: %s",
+            len(lost),
+            budget,
+            when,
+            "; ".join(lost),
+        )
     return lost
 
 

@@ -213,8 +213,10 @@ class Rule(abc.ABC):
     @property
     def params(self) -> dict[str, Any]:
         """Every parameter's current value, by name (a new dict; set a parameter as ``self.<name> = value``)."""
-        return {p.name: self._shadowed[p.name] if p.name in self._shadowed else getattr(self, p.name)
-                for p in self.parameters}  # fmt: skip
+        return {
+            p.name: self._shadowed[p.name] if p.name in self._shadowed else getattr(self, p.name)
+            for p in self.parameters
+        }
 
     @property
     def name(self) -> str:

@@ -166,8 +166,10 @@ def _input_problem(args: argparse.Namespace) -> str:
     if args.stale_after is not None and not args.stale_after > 0:
         return f"--stale-after {args.stale_after:g}: expected a number of seconds > 0"
     if args.start_step is not None and args.end_step is not None and args.end_step <= args.start_step:
-        return (f"--start-step {args.start_step} --end-step {args.end_step}: the range is empty; --end-step "
-                "(exclusive) must be greater than --start-step")  # fmt: skip
+        return (
+            f"--start-step {args.start_step} --end-step {args.end_step}: the range is empty; --end-step "
+            "(exclusive) must be greater than --start-step"
+        )
     return ""
 
 

@@ -70,5 +70,7 @@ def evaluate_missing(trial: Any, rules: Sequence[TensorRule], over: bool) -> lis
         return evaluate(trial, list(rules), write=False, actions=False, final=over)
     except Exception as exc:  # noqa: BLE001 - one failed evaluation is its own verdict, not the report's
         _log.warning("trainspect: tensor rules could not be evaluated: %s", exc)
-        return [Verdict(rule=r.name, status=Status.ERROR, kind=r.kind, message=f"{type(exc).__name__}: {exc}")
-                for r in rules]  # fmt: skip
+        return [
+            Verdict(rule=r.name, status=Status.ERROR, kind=r.kind, message=f"{type(exc).__name__}: {exc}")
+            for r in rules
+        ]

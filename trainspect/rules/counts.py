@@ -66,8 +66,11 @@ class RuleCounts:
         latest: dict[str, Verdict] = {}
         for v in verdicts:
             latest[v.rule] = v
-        judged = [r for r, v in latest.items() if v.status in (Status.ISSUES_FOUND, Status.NO_ISSUES_FOUND,
-                                                                Status.IN_PROGRESS)]  # fmt: skip
+        judged = [
+            r
+            for r, v in latest.items()
+            if v.status in (Status.ISSUES_FOUND, Status.NO_ISSUES_FOUND, Status.IN_PROGRESS)
+        ]
         return cls(
             judged=tuple(judged),
             issues=tuple(r for r, v in latest.items() if v.status is Status.ISSUES_FOUND),
@@ -86,8 +89,9 @@ class RuleCounts:
         groups: dict[str, list[str]] = {}
         for rule, need in self.no_data:
             groups.setdefault(need, []).append(rule)
-        parts = [f"{', '.join(rules)}: {need}" if need else ", ".join(rules)
-                 for need, rules in list(groups.items())[:limit]]  # fmt: skip
+        parts = [
+            f"{', '.join(rules)}: {need}" if need else ", ".join(rules) for need, rules in list(groups.items())[:limit]
+        ]
         more = len(groups) - limit
         return "; ".join(parts) + (f"; {more} more" if more > 0 else "")
 

@@ -31,9 +31,15 @@ from trainspect.store.layout import RunLayout
 from trainspect.store.nan_origins import read_origins
 
 __all__ = [
-    "evaluate", "load_verdicts", "recorded_besides", "run_finished", "fire_actions", "open_trial",
-    "evaluate_tensor_rules", "with_mode",
-]  # fmt: skip
+    "evaluate",
+    "load_verdicts",
+    "recorded_besides",
+    "run_finished",
+    "fire_actions",
+    "open_trial",
+    "evaluate_tensor_rules",
+    "with_mode",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -136,8 +142,9 @@ def _note_missing_workers(trial: TrialView, verdicts: list[Verdict]) -> list[Ver
     out = []
     for v in verdicts:
         details = {**v.details, "missing_workers": {w: len(s) for w, s in per_worker.items()}}
-        out.append(replace(v, message=f"{v.message} [incomplete: {note}; those steps were not evaluated]",
-                           details=details))  # fmt: skip
+        out.append(
+            replace(v, message=f"{v.message} [incomplete: {note}; those steps were not evaluated]", details=details)
+        )
     return out
 
 

@@ -49,8 +49,12 @@ class ExplodingTensor(TensorRule):
         Param("only_nan", bool, False, "True: look for NaN only; False: NaN and ±Inf"),
         Param("origin", bool, True, "the PyTorch hook finds the module and gradient where NaN/Inf first appeared"),
         Param(
-            "amp_skips_allowed", int, 10, "steps in a row GradScaler may skip for inf/NaN gradients before it is an "
-            "issue (0: every skipped step's non-finite tensors are one, as smdebug)", min=0,
+            "amp_skips_allowed",
+            int,
+            10,
+            "steps in a row GradScaler may skip for inf/NaN gradients before it is an "
+            "issue (0: every skipped step's non-finite tensors are one, as smdebug)",
+            min=0,
         ),
     )
     collection_names: list[str] | None

@@ -206,8 +206,9 @@ class LiveRuleRunner:
         """
         if self._stoppers and self._stop is None and self.lag > _STOP_LAG and self._thread is not None:
             deadline = time.perf_counter() + _STOP_WAIT
-            while (self.lag > _STOP_LAG and self._stop is None and self._failure is None
-                   and time.perf_counter() < deadline):  # fmt: skip
+            while (
+                self.lag > _STOP_LAG and self._stop is None and self._failure is None and time.perf_counter() < deadline
+            ):
                 time.sleep(0.0005)
         return self._stop
 

@@ -83,8 +83,11 @@ class LiveProfilerRules:
             try:
                 self.evaluate_once()
             except Exception as exc:  # noqa: BLE001 - never into training: this part stops, the report still runs
-                _log.warning("trainspect: live profiler rules stopped (%s: %s); the report judges at the end",
-                             type(exc).__name__, exc)  # fmt: skip
+                _log.warning(
+                    "trainspect: live profiler rules stopped (%s: %s); the report judges at the end",
+                    type(exc).__name__,
+                    exc,
+                )
                 return
             wait = max(self.interval_s, (time.monotonic() - began) / _MAX_SHARE)
 
@@ -100,8 +103,9 @@ class LiveProfilerRules:
             try:
                 verdict = rule.evaluate(data)
             except Exception as exc:  # noqa: BLE001 - one rule's failure is its own verdict
-                verdict = Verdict(rule=rule.name, status=Status.ERROR, kind=rule.kind,
-                                  message=f"{type(exc).__name__}: {exc}")  # fmt: skip
+                verdict = Verdict(
+                    rule=rule.name, status=Status.ERROR, kind=rule.kind, message=f"{type(exc).__name__}: {exc}"
+                )
             if verdict.status in (Status.NO_ISSUES_FOUND, Status.NO_DATA):  # so far: the job goes on
                 verdict = verdict.with_status(Status.IN_PROGRESS)
             verdicts.append(verdict)

@@ -110,8 +110,13 @@ class LossNotDecreasing(TensorRule):
         Param("diff_percent", float, 0.1, "smallest relative decrease (%) that counts as decreasing", min=0, max=100),
         Param("increase_threshold_percent", float, 5.0, "largest rise (%) above the best loss tolerated", min=0),
         Param("mode", str, None, "TRAIN, EVAL, PREDICT or GLOBAL (None: every mode separately)"),
-        Param("judge_interleaved", bool, False, "also judge rises and stalls of loss series that alternate with "
-              "another optimizer's (a GAN's discriminator and generator)"),  # fmt: skip
+        Param(
+            "judge_interleaved",
+            bool,
+            False,
+            "also judge rises and stalls of loss series that alternate with "
+            "another optimizer's (a GAN's discriminator and generator)",
+        ),
         LITERAL,
     )
     collection_names: list[str] | None
@@ -233,9 +238,7 @@ class LossNotDecreasing(TensorRule):
         return _combine(results)
 
     # --- trainspect: windows ---------------------------------------------------------------------------
-    def _windowed(
-        self, state: _State, name: str, at: tuple[ModeKeys, int, int], loss: float | None
-    ) -> _Result | None:
+    def _windowed(self, state: _State, name: str, at: tuple[ModeKeys, int, int], loss: float | None) -> _Result | None:
         """One loss of one step (``at``: its mode, global step and mode step)."""
         if loss is None:
             return None
@@ -251,10 +254,15 @@ class LossNotDecreasing(TensorRule):
             track.returns += 1  # other losses were recorded since this one's last value: steps alternate
         track.last_step = step
         if self._alternates(track):
-            return 0.0, False, name, (
-                f"{mode_name(mode)} {name} alternates with another optimizer's loss series (steps take turns, "
-                "as a GAN's discriminator and generator): its rises and stalls are not judged (judge_interleaved=True "
-                "judges them); NaN/Inf still are"
+            return (
+                0.0,
+                False,
+                name,
+                (
+                    f"{mode_name(mode)} {name} alternates with another optimizer's loss series (steps take "
+                    "turns, as a GAN's discriminator and generator): its rises and stalls are not judged "
+                    "(judge_interleaved=True judges them); NaN/Inf still are"
+                ),
             )
         if track.series is None:
             track.series = WindowedSeries(self.num_steps)
@@ -288,8 +296,9 @@ class LossNotDecreasing(TensorRule):
             why = "rose"
         elif not track.progressed and series.closed + 1 >= MIN_WINDOWS and is_training(mode):
             why = "stalled"
-        detail = partial(_window_detail, what, (win, prev, best, first), why, (rise, diff, series.closed + 1,
-                                                                                self.num_steps))  # fmt: skip
+        detail = partial(
+            _window_detail, what, (win, prev, best, first), why, (rise, diff, series.closed + 1, self.num_steps)
+        )
         series.remember(win)
         return decrease, bool(why), name, detail
 
@@ -333,8 +342,9 @@ class LossNotDecreasing(TensorRule):
         return f"needs saved losses over at least two windows of num_steps={self.num_steps} steps"
 
 
-def _window_detail(what: str, wins: tuple[Window, Window, Window, Window], why: str,
-                   limits: tuple[float, float, int, int]) -> str:  # fmt: skip
+def _window_detail(
+    what: str, wins: tuple[Window, Window, Window, Window], why: str, limits: tuple[float, float, int, int]
+) -> str:
     """The detail of a judged window (made only when shown: most windows' never are)."""
     win, prev, best, first = wins
     rise, diff, windows, size = limits
@@ -383,9 +393,14 @@ def _checks(points: list[int], results: list[_Result]) -> Checks:
     """The datapoints of single results (what :func:`_combine` makes of each), their details made when asked for."""
     n = len(points)
     triggered = np.fromiter((r[1] for r in results), dtype=bool, count=n)
-    return Checks(np.array(points, dtype=np.int64), np.fromiter((r[0] for r in results), dtype=np.float64, count=n),
-                  triggered, lambda k: _text(results[k][3]), lambda k: (results[k][2],) if results[k][1] else (),
-                  np.ones(n, dtype=bool))  # fmt: skip
+    return Checks(
+        np.array(points, dtype=np.int64),
+        np.fromiter((r[0] for r in results), dtype=np.float64, count=n),
+        triggered,
+        lambda k: _text(results[k][3]),
+        lambda k: (results[k][2],) if results[k][1] else (),
+        np.ones(n, dtype=bool),
+    )
 
 
 def _text(detail: str | Callable[[], str]) -> str:

@@ -39,8 +39,15 @@ from trainspect.rules.worker_verdicts import merge_current
 from trainspect.store.manifest import write_text_atomic
 from trainspect.store.safe_files import load_json_bounded
 
-__all__ = ["VerdictRecord", "record_verdicts", "record_report_verdicts", "read_record", "stamp", "unfinished_rules",
-           "MAX_EVALUATIONS"]  # fmt: skip
+__all__ = [
+    "VerdictRecord",
+    "record_verdicts",
+    "record_report_verdicts",
+    "read_record",
+    "stamp",
+    "unfinished_rules",
+    "MAX_EVALUATIONS",
+]
 
 _log = logging.getLogger(__name__)
 _WARNED: set[str] = set()
@@ -139,8 +146,14 @@ def merge(doc: dict[str, Any], entry: dict[str, Any], verdicts: Sequence[Verdict
     evaluations = [e for e in doc.get("evaluations") or [] if isinstance(e, dict) and not _same(e, entry)]
     dropped = int(doc.get("evaluations_dropped") or 0)
     if "evaluations" not in doc and doc.get("verdicts"):  # a record of the first format: one evaluation
-        evaluations.append({"id": "earlier", "source": str(doc.get("source") or "unknown"),
-                            "final": bool(doc.get("final")), "verdicts": list(doc["verdicts"])})  # fmt: skip
+        evaluations.append(
+            {
+                "id": "earlier",
+                "source": str(doc.get("source") or "unknown"),
+                "final": bool(doc.get("final")),
+                "verdicts": list(doc["verdicts"]),
+            }
+        )
     evaluations.append(json_safe(entry, nonfinite="string"))
     if len(evaluations) > MAX_EVALUATIONS:
         dropped += len(evaluations) - MAX_EVALUATIONS

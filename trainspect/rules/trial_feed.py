@@ -29,9 +29,15 @@ from trainspect.step import ReductionKey, TensorRecord
 from trainspect.store.index import TrialIndex
 
 __all__ = [
-    "TrialFeed", "Needs", "roles_for", "reduce_series", "build_step", "StepAssembler", "note_damage",
+    "TrialFeed",
+    "Needs",
+    "roles_for",
+    "reduce_series",
+    "build_step",
+    "StepAssembler",
+    "note_damage",
     "trial_problems",
-]  # fmt: skip
+]
 
 _log = logging.getLogger(__name__)
 _GLOBAL = ModeKeys.GLOBAL
@@ -477,8 +483,17 @@ class StepAssembler:
         n = len(chunk)
         table = getattr(infos, "codes", None)
         if table is not None:  # a StepTable (trainspect.rules.column_feed): its arrays as they are
-            return Columns(infos.steps, infos.modes(), infos.mode_steps, infos.walls, worker, roles,  # type: ignore[attr-defined]
-                           lambda i: self.at(chunk[i], infos[i], worker), _codes=table)  # fmt: skip
+            steps: Any = infos
+            return Columns(
+                steps.steps,
+                steps.modes(),
+                steps.mode_steps,
+                steps.walls,
+                worker,
+                roles,
+                lambda i: self.at(chunk[i], infos[i], worker),
+                _codes=table,
+            )
         return Columns(
             np.fromiter(chunk, dtype=np.int64, count=n),
             [info[0] for info in infos],

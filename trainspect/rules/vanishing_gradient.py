@@ -62,7 +62,7 @@ class VanishingGradient(TensorRule):
             "loss / first loss below which tiny gradients are expected",
             min=0,
             max=1,
-        ),  # fmt: skip
+        ),
         DEAD_STEPS_PARAM,
         LITERAL,
     )

@@ -20,11 +20,25 @@ from trainspect.rules.verdict import Verdict
 __all__ = ["VERDICT_COLUMNS", "verdicts_frame"]
 
 VERDICT_COLUMNS = {
-    "rule": "str", "status": "str", "message": "str", "kind": "str", "datapoints": "int64", "triggers": "int64",
-    "first_trigger_step": "Int64", "last_trigger_step": "Int64", "first_trigger_time": "float64",
-    "last_trigger_time": "float64", "mode": "str", "workers": "str", "tensors": "str", "start_step": "Int64",
-    "end_step": "Int64", "source": "str", "evaluated_at": "float64", "recommendation": "str",
-}  # fmt: skip
+    "rule": "str",
+    "status": "str",
+    "message": "str",
+    "kind": "str",
+    "datapoints": "int64",
+    "triggers": "int64",
+    "first_trigger_step": "Int64",
+    "last_trigger_step": "Int64",
+    "first_trigger_time": "float64",
+    "last_trigger_time": "float64",
+    "mode": "str",
+    "workers": "str",
+    "tensors": "str",
+    "start_step": "Int64",
+    "end_step": "Int64",
+    "source": "str",
+    "evaluated_at": "float64",
+    "recommendation": "str",
+}
 """The columns and dtypes of :func:`verdicts_frame`: steps are nullable integers (``<NA>`` without a trigger), times
 epoch seconds (NaN when unknown), ``workers`` and ``tensors`` comma-separated, ``mode`` empty without a trigger."""
 _JOINED = ("workers", "tensors")

@@ -115,8 +115,9 @@ def combine_workers(parts: Sequence[Verdict], counts: tuple[int, int] | None = N
     entries: dict[str, dict[str, Any]] = {}
     for part in sorted(judged, key=lambda p: p.evaluated_at or 0.0):  # a later account of a worker wins
         entries.update(_entries(part))
-    datapoints, triggers = counts if counts is not None else (max(p.datapoints for p in judged),
-                                                              max(p.triggers for p in judged))  # fmt: skip
+    datapoints, triggers = (
+        counts if counts is not None else (max(p.datapoints for p in judged), max(p.triggers for p in judged))
+    )
     combined = replace(
         named,
         status=status,
@@ -195,7 +196,7 @@ def _message(combined: Verdict, named: Verdict, entries: dict[str, dict[str, Any
                 named.first_trigger_step,
                 mode,
                 str(detail),
-            )  # fmt: skip
+            )
             if detail is not None
             else f"{named.message} [in {worker}]"
         )
@@ -216,8 +217,10 @@ def _summary(entries: dict[str, dict[str, Any]], total: int, first: str) -> str:
     """
     hit = [(w, e) for w, e in entries.items() if e.get("triggers")]
     hit.sort(key=lambda item: (item[0] != first, item[1].get("first_trigger_step", sys.maxsize), rank_key(item[0])))
-    named = [f"{w} from step {e.get('first_trigger_step')} ({e.get('triggers')} of {e.get('datapoints')} steps)"
-             for w, e in hit[:_LISTED]]  # fmt: skip
+    named = [
+        f"{w} from step {e.get('first_trigger_step')} ({e.get('triggers')} of {e.get('datapoints')} steps)"
+        for w, e in hit[:_LISTED]
+    ]
     more = f" and {len(hit) - _LISTED} more" if len(hit) > _LISTED else ""
     return f"{len(hit)} of {total} workers triggered: {', '.join(named)}{more}"
 

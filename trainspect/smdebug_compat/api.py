@@ -11,9 +11,15 @@ from trainspect import env
 from trainspect.exceptions import SmdebugNotSupported
 
 __all__ = [
-    "pytorch_hook_class", "keras_hook_class", "get_hook_for", "set_hook", "del_hook", "get_collection",
-    "get_collections", "create_trial",
-]  # fmt: skip
+    "pytorch_hook_class",
+    "keras_hook_class",
+    "get_hook_for",
+    "set_hook",
+    "del_hook",
+    "get_collection",
+    "get_collections",
+    "create_trial",
+]
 
 log = logging.getLogger(__name__)
 _CURRENT: list[Any] = []  # smdebug's hook singleton (get_hook/set_hook): the script's one hook of the job

@@ -21,9 +21,12 @@ from trainspect.exceptions import (
 )
 
 __all__ = [
-    "Rule", "RequiredTensors", "RuleEvaluationConditionMet", "InsufficientInformationForRuleInvocation",
+    "Rule",
+    "RequiredTensors",
+    "RuleEvaluationConditionMet",
+    "InsufficientInformationForRuleInvocation",
     "invoke_rule",
-]  # fmt: skip
+]
 
 log = logging.getLogger(__name__)
 POLL_S = 2.0
@@ -112,8 +115,13 @@ class Rule:
         self.action_str = action_str
         self.rule_name = type(self).__name__
         self.req_tensors = RequiredTensors(base_trial, self.other_trials)
-        self.report: dict[str, Any] = {"RuleTriggered": 0, "Violations": 0, "Details": {}, "Datapoints": 0,
-                                       "RuleParameters": ""}  # fmt: skip
+        self.report: dict[str, Any] = {
+            "RuleTriggered": 0,
+            "Violations": 0,
+            "Details": {},
+            "Datapoints": 0,
+            "RuleParameters": "",
+        }
 
     def set_required_tensors(self, step: int) -> None:
         """Declare what ``invoke_at_step(step)`` reads (optional)."""

@@ -71,8 +71,12 @@ def _common() -> dict[str, Any]:
     from trainspect import modes
     from trainspect.config import ReductionConfig, SaveConfig, SaveConfigMode
 
-    return {"modes": modes, "SaveConfig": SaveConfig, "SaveConfigMode": SaveConfigMode,
-            "ReductionConfig": ReductionConfig}  # fmt: skip
+    return {
+        "modes": modes,
+        "SaveConfig": SaveConfig,
+        "SaveConfigMode": SaveConfigMode,
+        "ReductionConfig": ReductionConfig,
+    }
 
 
 def _modes() -> dict[str, Any]:
@@ -114,8 +118,10 @@ def _singletons(kind: str) -> dict[str, Any]:
 
 
 def _config_constants() -> dict[str, Any]:
-    return {"CONFIG_FILE_PATH_ENV_STR": "SMDEBUG_CONFIG_FILE_PATH",
-            "DEFAULT_CONFIG_FILE_PATH": "/opt/ml/input/config/debughookconfig.json"}  # fmt: skip
+    return {
+        "CONFIG_FILE_PATH_ENV_STR": "SMDEBUG_CONFIG_FILE_PATH",
+        "DEFAULT_CONFIG_FILE_PATH": "/opt/ml/input/config/debughookconfig.json",
+    }
 
 
 def _rules() -> dict[str, Any]:
@@ -135,9 +141,13 @@ def _exceptions() -> dict[str, Any]:
     from trainspect.smdebug_compat import rule
 
     names = ("TensorUnavailable", "TensorUnavailableForStep", "StepUnavailable", "StepNotYetAvailable", "NoMoreData")
-    return {**{name: getattr(exceptions, name) for name in names},
-            **{name: getattr(rule, name) for name in ("RuleEvaluationConditionMet",
-                                                      "InsufficientInformationForRuleInvocation")}}  # fmt: skip
+    return {
+        **{name: getattr(exceptions, name) for name in names},
+        **{
+            name: getattr(rule, name)
+            for name in ("RuleEvaluationConditionMet", "InsufficientInformationForRuleInvocation")
+        },
+    }
 
 
 def _core_collection() -> dict[str, Any]:

@@ -23,8 +23,14 @@ def holds_run(path: Path) -> bool:
     layout = RunLayout(path)
     if TrainspectSource.detect(path) or SmdebugSource.detect(path) or layout.end_marker.exists():
         return True
-    marks = (layout.profiler_dir, layout.verdicts.parent, layout.workers_dir, path / "system", path / "framework",
-             path / "profiler-output")  # fmt: skip
+    marks = (
+        layout.profiler_dir,
+        layout.verdicts.parent,
+        layout.workers_dir,
+        path / "system",
+        path / "framework",
+        path / "profiler-output",
+    )
     return any(p.is_dir() for p in marks)
 
 
@@ -40,8 +46,9 @@ def detect_source(path: Path) -> TrainspectSource | SmdebugSource:
     if not path.is_dir():
         raise NotARunDirectory(f"create_trial: {path} is a file, not a run directory")
     if not holds_run(path):
-        raise NotARunDirectory(f"create_trial: {path} holds no run (no trainspect.json, tensors/, profiler/ or smdebug "
-                               "index/ in it)")  # fmt: skip
+        raise NotARunDirectory(
+            f"create_trial: {path} holds no run (no trainspect.json, tensors/, profiler/ or smdebug index/ in it)"
+        )
     if SmdebugSource.detect(path) and not TrainspectSource.detect(path):
         return SmdebugSource(path)
     return TrainspectSource(path)

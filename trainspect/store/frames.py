@@ -312,9 +312,14 @@ def _saved_reductions(
 
 
 def _reduction_column(
-    tensor: Tensor, per_worker: list[dict[str, Entry]], steps: _Steps, key: str, column: str, worker: str | None,
+    tensor: Tensor,
+    per_worker: list[dict[str, Entry]],
+    steps: _Steps,
+    key: str,
+    column: str,
+    worker: str | None,
     sole: str | None = None,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """One reduction at every step: the saved one straight from the index, else ``reduction_value``'s."""
     fast = _saved_reductions(per_worker, key, worker, sole)
     if fast is not None:

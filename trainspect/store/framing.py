@@ -148,8 +148,9 @@ def scan_frames(buf: bytes | memoryview, base_offset: int = 0, newest: int = VER
         if pos + HEADER_SIZE <= n and (end := _newer_end(buf, pos, newest)) is not None:
             version = HEADER.unpack_from(buf, pos)[1]
             scan.newer += 1
-            scan.problems.append(f"record of framing version {version} (newer than {newest}) at byte "
-                                 f"{base_offset + pos} skipped")  # fmt: skip
+            scan.problems.append(
+                f"record of framing version {version} (newer than {newest}) at byte {base_offset + pos} skipped"
+            )
             pos = end
             continue
         nxt = _resync(buf, pos, newest)

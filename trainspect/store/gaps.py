@@ -64,8 +64,9 @@ def degrade(record: StepRecord, room: int) -> tuple[StepRecord, list[tuple[str, 
         assert t.value is not None
         need -= t.value.nbytes
         if t.reductions or t.partials:
-            tensors[name] = TensorRecord(t.name, None, t.reductions, t.collections, t.shape or tuple(t.value.shape),
-                                         t.shard, t.partials)  # fmt: skip
+            tensors[name] = TensorRecord(
+                t.name, None, t.reductions, t.collections, t.shape or tuple(t.value.shape), t.shard, t.partials
+            )
             dropped.append((name, int(t.value.nbytes), "reductions"))
         else:
             del tensors[name]
@@ -76,8 +77,13 @@ def degrade(record: StepRecord, room: int) -> tuple[StepRecord, list[tuple[str, 
 
 def gap_line(record: StepRecord, dropped: Iterable[tuple[str, int, str]], reason: str) -> str:
     """The JSON line of one step's gap."""
-    doc = {"step": record.global_step, "mode": record.mode.name, "mode_step": record.mode_step,
-           "reason": reason, "dropped": [list(d) for d in dropped]}  # fmt: skip
+    doc = {
+        "step": record.global_step,
+        "mode": record.mode.name,
+        "mode_step": record.mode_step,
+        "reason": reason,
+        "dropped": [list(d) for d in dropped],
+    }
     return json.dumps(doc, separators=(",", ":")) + "\n"
 
 
@@ -135,6 +141,8 @@ def gaps_summary(gaps: list[dict[str, Any]]) -> str:
     names = {d[0] for g in gaps for d in g["dropped"] if isinstance(d, list) and d}
     reduced = {d[0] for g in gaps for d in g["dropped"] if isinstance(d, list) and len(d) > 2 and d[2] == "reductions"}
     reasons = sorted({str(g.get("reason", "")) for g in gaps})
-    return (f"raw values of {len(names)} tensor(s) not written at {len({g['step'] for g in gaps})} step(s) (first at "
-            f"step {gaps[0]['step']}; {', '.join(reasons)}): losses and scalars were kept; {len(reduced)} kept its "
-            "reductions")  # fmt: skip
+    return (
+        f"raw values of {len(names)} tensor(s) not written at {len({g['step'] for g in gaps})} step(s) (first at "
+        f"step {gaps[0]['step']}; {', '.join(reasons)}): losses and scalars were kept; {len(reduced)} kept its "
+        "reductions"
+    )

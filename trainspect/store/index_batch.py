@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["IndexBatch", "BatchBuilder", "is_float_dtype"]
 
 
-
 @dataclass
 class IndexBatch:
     """The records of one worker read at once, as columns.
@@ -68,9 +67,14 @@ class IndexBatch:
         steps = self.steps[self.entry_rec].tolist()
         out = []
         for name, step, value, dtype, shape, obj in zip(
-            self.entry_name.tolist(), steps, self.values.tolist(), self.entry_dtype.tolist(),
-            self.entry_shape.tolist(), self.entry_obj.tolist(), strict=True,
-        ):  # fmt: skip
+            self.entry_name.tolist(),
+            steps,
+            self.values.tolist(),
+            self.entry_dtype.tolist(),
+            self.entry_shape.tolist(),
+            self.entry_obj.tolist(),
+            strict=True,
+        ):
             entry = objects[obj] if obj >= 0 else Entry(None, 0, 0, dtypes[dtype], shapes[shape], None, inline=value)
             out.append((names[name], step, entry))
         return out
@@ -134,11 +138,28 @@ class BatchBuilder:
         self._flush()
         a, b = int(lay.entry_start[lo]), int(lay.entry_start[hi])
         rec = np.repeat(np.arange(hi - lo), np.diff(lay.entry_start[lo : hi + 1]))
-        ids = [self._remap(table, keys, col[a:b]) for table, keys, col in
-               ((self._names, lay.names, lay.name), (self._dtypes, lay.dtypes, lay.dtype),
-                (self._shapes, lay.shapes, lay.shape))]  # fmt: skip
-        self._parts.append((lay.steps[lo:hi], lay.modes[lo:hi], lay.mode_steps[lo:hi], lay.walls[lo:hi], rec, ids[0],
-                            lay.values[a:b], ids[1], ids[2], np.full(b - a, -1, dtype=np.int64)))  # fmt: skip
+        ids = [
+            self._remap(table, keys, col[a:b])
+            for table, keys, col in (
+                (self._names, lay.names, lay.name),
+                (self._dtypes, lay.dtypes, lay.dtype),
+                (self._shapes, lay.shapes, lay.shape),
+            )
+        ]
+        self._parts.append(
+            (
+                lay.steps[lo:hi],
+                lay.modes[lo:hi],
+                lay.mode_steps[lo:hi],
+                lay.walls[lo:hi],
+                rec,
+                ids[0],
+                lay.values[a:b],
+                ids[1],
+                ids[2],
+                np.full(b - a, -1, dtype=np.int64),
+            )
+        )
 
     def _remap(self, table: dict[Any, int], keys: list[Any], codes: np.ndarray) -> np.ndarray:
         """``codes`` (indices into ``keys``) as indices into ``table``, new keys added in the order first used."""
@@ -156,12 +177,20 @@ class BatchBuilder:
             return
         n, ints = len(self._rows), np.int64
         steps, modes, mode_steps, walls = zip(*self._rows, strict=True)
-        self._parts.append((
-            np.fromiter(steps, dtype=ints, count=n), np.fromiter(modes, dtype=ints, count=n),
-            np.fromiter(mode_steps, dtype=ints, count=n), np.fromiter(walls, dtype=np.float64, count=n),
-            np.array(self._rec, dtype=ints), np.array(self._name, dtype=ints), np.array(self._value, dtype=np.float64),
-            np.array(self._dtype, dtype=ints), np.array(self._shape, dtype=ints), np.array(self._obj, dtype=ints),
-        ))  # fmt: skip
+        self._parts.append(
+            (
+                np.fromiter(steps, dtype=ints, count=n),
+                np.fromiter(modes, dtype=ints, count=n),
+                np.fromiter(mode_steps, dtype=ints, count=n),
+                np.fromiter(walls, dtype=np.float64, count=n),
+                np.array(self._rec, dtype=ints),
+                np.array(self._name, dtype=ints),
+                np.array(self._value, dtype=np.float64),
+                np.array(self._dtype, dtype=ints),
+                np.array(self._shape, dtype=ints),
+                np.array(self._obj, dtype=ints),
+            )
+        )
         self._rows, self._rec, self._name, self._value, self._dtype, self._shape, self._obj = [], [], [], [], [], [], []
 
     def build(self) -> IndexBatch | None:
@@ -177,6 +206,21 @@ class BatchBuilder:
             cols = [np.concatenate([part[i] for part in parts]) for i in range(10)]
             cols[4] = np.concatenate([part[4] + off for part, off in zip(parts, offsets.tolist(), strict=True)])
         steps, modes, mode_steps, walls, rec, name, value, dtype, shape, obj = cols
-        return IndexBatch(self.worker, steps, modes, mode_steps, walls, rec, name, value, dtype, shape, obj,
-                          list(self._names), list(self._dtypes) or [""], list(self._shapes) or [()], self._objects,
-                          dict(self._names))  # fmt: skip
+        return IndexBatch(
+            self.worker,
+            steps,
+            modes,
+            mode_steps,
+            walls,
+            rec,
+            name,
+            value,
+            dtype,
+            shape,
+            obj,
+            list(self._names),
+            list(self._dtypes) or [""],
+            list(self._shapes) or [()],
+            self._objects,
+            dict(self._names),
+        )

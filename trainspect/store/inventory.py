@@ -34,11 +34,27 @@ __all__ = [
 QUIET_S = 5.0
 """A run whose files have not changed for this long is treated as over (a killed job)."""
 MANIFEST_SHAPE = Obj(
-    optional={"format_version": int, "job_id": str, "created": NUMBER, "world_size": int, "config": dict,
-              "framework": str, "trainspect_version": str},
-)  # fmt: skip
-WORKER_SHAPE = Obj(optional={"worker": str, "pid": int, "start_time": NUMBER, "end_time": NUMBER, "last_step": int,
-                             "world_size": int, "rank": int})  # fmt: skip
+    optional={
+        "format_version": int,
+        "job_id": str,
+        "created": NUMBER,
+        "world_size": int,
+        "config": dict,
+        "framework": str,
+        "trainspect_version": str,
+    },
+)
+WORKER_SHAPE = Obj(
+    optional={
+        "worker": str,
+        "pid": int,
+        "start_time": NUMBER,
+        "end_time": NUMBER,
+        "last_step": int,
+        "world_size": int,
+        "rank": int,
+    }
+)
 
 
 def read_manifest(layout: RunLayout) -> tuple[dict[str, Any] | None, str | None]:
@@ -133,8 +149,10 @@ def tensor_problems(layout: RunLayout, over: bool | None = None) -> list[str]:
 def _tensor_folder_problems(layout: RunLayout, folder: Path, has_worker_manifest: bool) -> list[str]:
     problems = _pairs(folder, "data-{}.bin", "index-{}.idx", "the tensors of that file cannot be located", both=False)
     if not (folder / COLLECTIONS_FILE).exists():
-        problems.append(f"{folder / COLLECTIONS_FILE} is missing: collection membership is not known, the built-in "
-                        "collections' patterns are used")  # fmt: skip
+        problems.append(
+            f"{folder / COLLECTIONS_FILE} is missing: collection membership is not known, the built-in "
+            "collections' patterns are used"
+        )
     if not has_worker_manifest:
         problems.append(f"{layout.worker_manifest(folder.name)} (the worker manifest) is missing")
     if not any(folder.glob("index-*.idx")) and not any(folder.glob("data-*.bin")):

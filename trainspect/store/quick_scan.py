@@ -72,8 +72,23 @@ _NUMBER = rb"(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
 _FLOAT = rb'(?:"(NaN|-?Infinity)"|(-?(?:0|[1-9][0-9]*)(?:\.[0-9]+(?:[eE][+-]?[0-9]+)?|[eE][+-]?[0-9]+)))'
 _ENTRY = rb'\{"n":' + _TEXT + rb',"v":' + _FLOAT + rb',"d":' + _TEXT + rb',"s":\[((?:1(?:,1)*)?)\]\}'
 _BARE_ENTRY = _ENTRY.replace(b"(?:", b"(").replace(b"(", b"(?:")  # the same, capturing nothing
-_RECORD = (rb'\{"g":' + _INT + rb',"m":' + _INT + rb',"ms":' + _INT + rb',"t":' + _NUMBER + rb',"f":' + _TEXT
-           + rb',"e":\[((?:' + _BARE_ENTRY + rb"(?:," + _BARE_ENTRY + rb")*)?)\]\}")  # fmt: skip
+_RECORD = (
+    rb'\{"g":'
+    + _INT
+    + rb',"m":'
+    + _INT
+    + rb',"ms":'
+    + _INT
+    + rb',"t":'
+    + _NUMBER
+    + rb',"f":'
+    + _TEXT
+    + rb',"e":\[((?:'
+    + _BARE_ENTRY
+    + rb"(?:,"
+    + _BARE_ENTRY
+    + rb")*)?)\]\}"
+)
 _RECORD_RE = re.compile(_RECORD)
 _LINES_RE = re.compile(rb"^" + _RECORD + rb"$", re.MULTILINE)
 _SINGLE_RE = re.compile(rb"^" + _RECORD.split(rb',"e":')[0] + rb',"e":\[' + _ENTRY + rb"\]\}$", re.MULTILINE)
@@ -172,8 +187,9 @@ def _floats(nonfinite: tuple[bytes, ...], numbers: tuple[bytes, ...]) -> np.ndar
     return np.fromiter(map(float, texts), dtype=np.float64, count=k)
 
 
-def _columns(ok: np.ndarray, head: tuple[tuple[bytes, ...], ...], entries: tuple[tuple[bytes, ...], ...],
-             counts: np.ndarray) -> Layout:  # fmt: skip
+def _columns(
+    ok: np.ndarray, head: tuple[tuple[bytes, ...], ...], entries: tuple[tuple[bytes, ...], ...], counts: np.ndarray
+) -> Layout:
     """The columns of the matched records (``ok``: which ones; ``counts``: their entries); invalid ones left out."""
     n, m, ints = ok.size, len(head[0]), np.int64
     at = np.flatnonzero(ok)
@@ -185,9 +201,23 @@ def _columns(ok: np.ndarray, head: tuple[tuple[bytes, ...], ...], entries: tuple
     tables: tuple[dict[bytes, int], ...] = ({}, {}, {}, {})
     per_record[3, at] = _ids(head[4], tables[0])
     names, nonfinite, numbers, dtypes, shapes = entries
-    cols = Layout(ok, per_record[0], per_record[1], per_record[2], wall, per_record[3], [],
-                  np.zeros(n + 1, dtype=ints), _ids(names, tables[1]), _floats(nonfinite, numbers),
-                  _ids(dtypes, tables[2]), _ids(shapes, tables[3]), [], [], [])  # fmt: skip
+    cols = Layout(
+        ok,
+        per_record[0],
+        per_record[1],
+        per_record[2],
+        wall,
+        per_record[3],
+        [],
+        np.zeros(n + 1, dtype=ints),
+        _ids(names, tables[1]),
+        _floats(nonfinite, numbers),
+        _ids(dtypes, tables[2]),
+        _ids(shapes, tables[3]),
+        [],
+        [],
+        [],
+    )
     bad_entry = _decode(cols, *tables)
     bad = ~np.isin(cols.modes, _MODE_CODES) | ~_texts_ok(cols.files)[cols.file]
     bad[at[np.repeat(np.arange(m), counts)[bad_entry]]] = True
@@ -195,19 +225,25 @@ def _columns(ok: np.ndarray, head: tuple[tuple[bytes, ...], ...], entries: tuple
     if bool(bad.any()):  # parse the others again without them (rare: left to the JSON parser)
         keep = ~bad[at]
         starts = np.concatenate([[0], np.cumsum(counts)])
-        take = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in np.flatnonzero(keep).tolist()] or
-                              [np.zeros(0, dtype=ints)]).tolist()  # fmt: skip
+        take = np.concatenate(
+            [np.arange(starts[i], starts[i + 1]) for i in np.flatnonzero(keep).tolist()] or [np.zeros(0, dtype=ints)]
+        ).tolist()
         pick = np.flatnonzero(keep).tolist()
-        return _columns(ok & ~bad, tuple(tuple(col[i] for i in pick) for col in head),
-                        tuple(tuple(col[i] for i in take) for col in entries), counts[keep])  # fmt: skip
+        return _columns(
+            ok & ~bad,
+            tuple(tuple(col[i] for i in pick) for col in head),
+            tuple(tuple(col[i] for i in take) for col in entries),
+            counts[keep],
+        )
     full = np.zeros(n, dtype=ints)
     full[at] = counts
     np.cumsum(full, out=cols.entry_start[1:])
     return cols
 
 
-def _decode(cols: Layout, files: dict[bytes, int], names: dict[bytes, int], dtypes: dict[bytes, int],
-            shapes: dict[bytes, int]) -> np.ndarray:  # fmt: skip
+def _decode(
+    cols: Layout, files: dict[bytes, int], names: dict[bytes, int], dtypes: dict[bytes, int], shapes: dict[bytes, int]
+) -> np.ndarray:
     """Fill the text lists of ``cols``; return which entries cannot be read here.
 
     Those are the entries whose name is not UTF-8 or whose dtype is not a float.

@@ -83,9 +83,14 @@ class RunWriter:
         self._tb_dir = (tensorboard_dir or layout.tensorboard_dir(worker)) if tensorboard else None
         failures: list[BaseException] = []  # shared: a full disk stops both writers with one warning
         self._bg = BackgroundWriter(
-            "tensor capture", self._handle, self._flush, flush_interval=FLUSH_INTERVAL, on_failure=self._salvage,
-            failures=failures, max_pending_bytes=MAX_PENDING_BYTES if max_pending_bytes is None else max_pending_bytes,
-        )  # fmt: skip
+            "tensor capture",
+            self._handle,
+            self._flush,
+            flush_interval=FLUSH_INTERVAL,
+            on_failure=self._salvage,
+            failures=failures,
+            max_pending_bytes=MAX_PENDING_BYTES if max_pending_bytes is None else max_pending_bytes,
+        )
         self._tb_bg = BackgroundWriter(
             "TensorBoard export", self._handle_tb, self._flush_tb, flush_interval=0.5, failures=failures
         )
@@ -209,11 +214,13 @@ class RunWriter:
         assert tb is not None
         step, wall = record.global_step, record.wall_time
         hist = [t for t in record.tensors.values() if t.name in histograms and _histogram_of(t)] if histograms else []
-        events = dict(zip(
-            [t.name for t in hist],
-            tb.histogram_events([(tb_tag(t.name, record.mode), t.value) for t in hist], step, wall),  # type: ignore[misc]
-            strict=True,
-        ))  # fmt: skip
+        events = dict(
+            zip(
+                [t.name for t in hist],
+                tb.histogram_events([(tb_tag(t.name, record.mode), t.value) for t in hist], step, wall),  # type: ignore[misc]
+                strict=True,
+            )
+        )
         for t in record.tensors.values():
             tag = tb_tag(t.name, record.mode)
             if t.value is not None and t.value.size == 1 and t.value.dtype.kind in "fiub":

@@ -29,8 +29,16 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-__all__ = ["UnsafeFile", "JSON_CAP", "TRACE_CAP", "MAX_DEPTH", "open_regular", "read_capped", "loads_bounded",
-           "load_json_bounded"]  # fmt: skip
+__all__ = [
+    "UnsafeFile",
+    "JSON_CAP",
+    "TRACE_CAP",
+    "MAX_DEPTH",
+    "open_regular",
+    "read_capped",
+    "loads_bounded",
+    "load_json_bounded",
+]
 
 JSON_CAP = 64 << 20
 """Largest JSON side file read (manifests, verdicts, collections, index documents)."""
@@ -39,8 +47,13 @@ TRACE_CAP = 1 << 30
 MAX_DEPTH = 512
 """Deepest JSON nesting accepted."""
 
-_KINDS = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a character device", stat.S_IFBLK: "a block device",
-          stat.S_IFSOCK: "a socket", stat.S_IFDIR: "a directory"}  # fmt: skip
+_KINDS = {
+    stat.S_IFIFO: "a FIFO",
+    stat.S_IFCHR: "a character device",
+    stat.S_IFBLK: "a block device",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFDIR: "a directory",
+}
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 
 

@@ -40,8 +40,16 @@ class ScalarSeries:
         keep = np.isin(self.steps, wanted)
         if bool(keep.all()):
             return self
-        return ScalarSeries(self.name, self.steps[keep], self.values[keep], self.raw[keep], self.dtype[keep],
-                            self.shape[keep], self.dtypes, self.shapes)  # fmt: skip
+        return ScalarSeries(
+            self.name,
+            self.steps[keep],
+            self.values[keep],
+            self.raw[keep],
+            self.dtype[keep],
+            self.shape[keep],
+            self.dtypes,
+            self.shapes,
+        )
 
     def value(self, i: int) -> np.ndarray:
         """The value of the ``i``-th step as the Trial reads it (an array of its dtype and shape)."""
@@ -63,8 +71,15 @@ def series_of(batches: list[IndexBatch], name: str, worker: str | None) -> Scala
         dmap = np.array([dtypes.setdefault(d, len(dtypes)) for d in batch.dtypes], dtype=np.int64)
         smap = np.array([shapes.setdefault(s, len(shapes)) for s in batch.shapes], dtype=np.int64)
         rank = np.full(sel.size, ranks[batch.worker], dtype=np.int64)
-        parts.append((batch.steps[batch.entry_rec[sel]], rank, batch.values[sel], dmap[batch.entry_dtype[sel]],
-                      smap[batch.entry_shape[sel]]))  # fmt: skip
+        parts.append(
+            (
+                batch.steps[batch.entry_rec[sel]],
+                rank,
+                batch.values[sel],
+                dmap[batch.entry_dtype[sel]],
+                smap[batch.entry_shape[sel]],
+            )
+        )
     if not parts:
         return None
     steps, rank, raw, dtype, shape = (np.concatenate(col) for col in zip(*parts, strict=True))

@@ -34,11 +34,23 @@ _MODES = {int(m): m for m in ModeKeys}
 _NONFINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
 _NAMES = ListOf(str)
 COLLECTIONS_SHAPE = Obj(
-    {"collections": DictOf(Obj({"name": str}, {"include_regex": _NAMES, "tensor_names": _NAMES, "save_config": dict,
-                                                "reduction_config": dict, "module_types": _NAMES,
-                                                "module_names": _NAMES}))},
+    {
+        "collections": DictOf(
+            Obj(
+                {"name": str},
+                {
+                    "include_regex": _NAMES,
+                    "tensor_names": _NAMES,
+                    "save_config": dict,
+                    "reduction_config": dict,
+                    "module_types": _NAMES,
+                    "module_names": _NAMES,
+                },
+            )
+        )
+    },
     {"schema_version": int},
-)  # fmt: skip
+)
 """The shape of ``tensors/<worker>/collections.json``."""
 UNREADABLE = Kind("unreadable index files")
 CORRUPT = Kind("corrupt index records", per_file=False)
@@ -47,8 +59,10 @@ WRONG_SHAPE = Kind("index records of the wrong shape", per_file=False)
 MISSING_DATA = Kind("missing data files")
 MALFORMED = {"sh": Kind("malformed shard descriptions"), "pt": Kind("malformed partials descriptions")}
 DAMAGED_COLLECTIONS = Kind("damaged collections files")
-MISSING_TEXT = ("it is missing: the raw tensor values its index points to cannot be read (losses and saved reductions "
-                "stay readable)")  # fmt: skip
+MISSING_TEXT = (
+    "it is missing: the raw tensor values its index points to cannot be read (losses and saved reductions "
+    "stay readable)"
+)
 
 
 RELEASE_BYTES = 256 << 20
@@ -118,8 +132,12 @@ class TrainspectSource:
             detail = f": {scan.problems[0]}" if scan.problems else ""
             self._warn(path, f"skipped {scan.corrupt} corrupt index record(s){detail}", CORRUPT, scan.corrupt)
         if scan.truncated:
-            self._warn(path, f"skipped an incomplete last record at byte {scan.resume_at} (still being written, or "
-                             "the job was killed while writing it); it is read once complete", INCOMPLETE)  # fmt: skip
+            self._warn(
+                path,
+                f"skipped an incomplete last record at byte {scan.resume_at} (still being written, or "
+                "the job was killed while writing it); it is read once complete",
+                INCOMPLETE,
+            )
         folder = path.parent
         records = quick.payloads if quick else [r.payload for r in getattr(scan, "records", ()) if r.kind == KIND_INDEX]
         batch = BatchBuilder(worker)
@@ -170,8 +188,7 @@ class TrainspectSource:
             elif entry is not None:
                 batch.entry(name, entry)
 
-    def _add_piece_fields(self, docs: list[dict[str, Any]], entries: list[_Parsed], folder: Path,
-                          step: int) -> None:  # fmt: skip
+    def _add_piece_fields(self, docs: list[dict[str, Any]], entries: list[_Parsed], folder: Path, step: int) -> None:
         """Give the entries their ``shard`` and ``partials``; a malformed one is dropped with one warning per worker."""
         for doc, (name, entry, _) in zip(docs, entries, strict=True):
             for key, parse, field in (("sh", parse_shard, "shard"), ("pt", parse_partials, "partials")):
@@ -180,10 +197,13 @@ class TrainspectSource:
                 try:
                     setattr(entry, field, parse(doc[key], entry.shape))
                 except (ValueError, TypeError) as exc:
-                    self._warn(folder, f"dropped the malformed {field} description ({key!r}) of {name} at step "
-                                       f"{step} ({exc}), and any later one of this worker without another warning; "
-                                       f'the piece stays readable with value(step, worker="{folder.name}")',
-                               MALFORMED[key])  # fmt: skip
+                    self._warn(
+                        folder,
+                        f"dropped the malformed {field} description ({key!r}) of {name} at step "
+                        f"{step} ({exc}), and any later one of this worker without another warning; "
+                        f'the piece stays readable with value(step, worker="{folder.name}")',
+                        MALFORMED[key],
+                    )
 
     def _data_path(self, folder: Path, name: Any) -> str:
         """``str(folder / name)``, remembered (every index record names its data file; there are few)."""

@@ -120,11 +120,15 @@ def _histogram_proto(fields: tuple[float, ...], limits: list[float], counts: np.
 
 def _event(wall_time: float, step: int, summary: bytes) -> bytes:
     """A serialised ``Event`` (wall_time, step, summary), as protobuf writes it."""
-    return b"".join((
-        b"\x09" + _PACK_F64(wall_time) if wall_time or math.copysign(1.0, wall_time) < 0 else b"",
-        b"\x10" + _varint(step) if step else b"",
-        b"\x2a", _varint(len(summary)), summary,
-    ))  # fmt: skip
+    return b"".join(
+        (
+            b"\x09" + _PACK_F64(wall_time) if wall_time or math.copysign(1.0, wall_time) < 0 else b"",
+            b"\x10" + _varint(step) if step else b"",
+            b"\x2a",
+            _varint(len(summary)),
+            summary,
+        )
+    )
 
 
 def tb_tag(name: str, mode: ModeKeys) -> str:
@@ -235,11 +239,16 @@ class TensorBoardWriter:
             value_head = self._scalar_tags[tag] = b"\x0a" + _varint(len(tag_bytes)) + tag_bytes + b"\x15"
         value_msg = value_head + _PACK_F32(value)
         summary = b"\x0a" + _varint(len(value_msg)) + value_msg
-        event = b"".join((
-            b"\x09", _PACK_F64(wall_time),
-            b"\x10" + _varint(step) if step else b"",
-            b"\x2a", _varint(len(summary)), summary,
-        ))  # fmt: skip
+        event = b"".join(
+            (
+                b"\x09",
+                _PACK_F64(wall_time),
+                b"\x10" + _varint(step) if step else b"",
+                b"\x2a",
+                _varint(len(summary)),
+                summary,
+            )
+        )
         self._write(event)
 
     def histogram(self, tag: str, values: np.ndarray, step: int, wall_time: float) -> None:

@@ -144,10 +144,13 @@ class Tensor:
         if bare:
             need = "every piece's partial statistics or raw value" if reduction else "every piece's raw value"
             raise TensorUnavailableForStep(
-                self.name, step, parse_mode(mode), has_reductions=not reduction and self._has_reductions(pieces),
+                self.name,
+                step,
+                parse_mode(mode),
+                has_reductions=not reduction and self._has_reductions(pieces),
                 detail=f"it is sharded and the full tensor needs {need}: the pieces of {', '.join(bare)} have no raw "
-                       "value; worker= reads one piece",
-            )  # fmt: skip
+                "value; worker= reads one piece",
+            )
         return assemble(pieces, [self._read(e, step, mode) for _, e in pieces.chosen])
 
     @staticmethod

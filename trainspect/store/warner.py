@@ -109,8 +109,11 @@ class Warner:
             out += islice((text for (k, _path), text in self.problems.items() if k == kind), self.SHOWN)
             more = total.files - self.SHOWN
             if more > 0:
-                out.append(f"skipped {more:,} more {kind.noun}" if kind.per_file else
-                           f"skipped {kind.noun} in {more:,} more files ({total.items:,} in all)")
+                out.append(
+                    f"skipped {more:,} more {kind.noun}"
+                    if kind.per_file
+                    else f"skipped {kind.noun} in {more:,} more files ({total.items:,} in all)"
+                )
         return out
 
     def summary(self) -> list[str]:

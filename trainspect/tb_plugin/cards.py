@@ -43,8 +43,11 @@ RESERVED = frozenset({"index.js", "static", "vendor", "runs", "profiler", "rules
 _ID = re.compile(r"^[a-z][a-z0-9_]*$")
 _TYPES: dict[type, str] = {str: "string", int: "integer", float: "number"}
 _INT = re.compile(r"-?[0-9]{1,18}")
-_FLOAT = re.compile(r"[+-]?(?:(?:[0-9]{1,32}(?:\.[0-9]{0,32})?|\.[0-9]{1,32})(?:[eE][+-]?[0-9]{1,4})?"
-                    r"|inf|infinity|nan)", re.IGNORECASE)  # fmt: skip
+_FLOAT = re.compile(
+    r"[+-]?(?:(?:[0-9]{1,32}(?:\.[0-9]{0,32})?|\.[0-9]{1,32})(?:[eE][+-]?[0-9]{1,4})?"
+    r"|inf|infinity|nan)",
+    re.IGNORECASE,
+)
 """The numbers an argument may be written as: ASCII only (``int()`` and ``float()`` also take "١٢", "１２", "1_000",
 " 12 " and 4,000 digits), at most 18 digits for an integer."""
 _SHAPES = {int: _INT, float: _FLOAT}
@@ -162,8 +165,13 @@ class Card:
 
     def to_json(self) -> dict[str, Any]:
         """The declaration the generic JavaScript card reads (``/cards``)."""
-        return {"id": self.id, "title": self.title, "args": [a.to_json() for a in self.args],
-                "columns": [c.to_json() for c in self.columns], "empty": self.empty}  # fmt: skip
+        return {
+            "id": self.id,
+            "title": self.title,
+            "args": [a.to_json() for a in self.args],
+            "columns": [c.to_json() for c in self.columns],
+            "empty": self.empty,
+        }
 
 
 class CardRegistry:
@@ -207,8 +215,11 @@ class CardRegistry:
 
         A broken plugin is skipped with one warning (:func:`~trainspect._entry_points.load_entry_points`).
         """
-        load_entry_points(ENTRY_POINT_GROUP, lambda obj: self.register(obj() if callable(obj) and not isinstance(
-            obj, Card) else obj), "TensorBoard card")  # fmt: skip
+        load_entry_points(
+            ENTRY_POINT_GROUP,
+            lambda obj: self.register(obj() if callable(obj) and not isinstance(obj, Card) else obj),
+            "TensorBoard card",
+        )
 
 
 def _python(data: ProfilerData) -> list[dict[str, Any]]:
@@ -225,36 +236,93 @@ def default_cards(plugins: bool = True) -> CardRegistry:
     """The built-in cards (heatmap, series, utilisation, hotspots, dataloader, GPU memory, histograms), then plugins."""
     reg = CardRegistry()
     for card in (
-        Card("heatmap", "CPU cores and GPUs — utilisation over time", heatmap_view,
-             (*_RANGE, Arg("columns", int, 400, 1, MAX_COLUMNS))),
-        Card("timeseries", "Memory, GPU memory, I/O and network", timeseries_view,
-             (*_RANGE, Arg("points", int, 500, 1, MAX_POINTS))),
-        Card("utilization", "Utilisation statistics", utilization_rows, (Arg("node"),),
-             (Column("label", "metric", "text"), *(Column(c, c, unit_from="unit") for c in ("min", "p50", "p95",
-              "p99", "max")), Column("samples", "samples", "count")), "No system metrics were recorded for this node."),
-        Card("python_hotspots", "Python hotspots (own time in the Python-profiled steps)", _python, (),
-             (Column("worker", "worker", "text"), Column("function", "function", "text"),
-              Column("location", "file", "text"), Column("calls", "calls", "count"),
-              Column("total_time_s", "own time", "s"), Column("cumulative_time_s", "cumulative", "s")),
-             "No Python profile: set framework_profile_params=ts.profiler.FrameworkProfile() to run cProfile over "
-             "a few steps."),
-        Card("dataloader", "Dataloader", analysis.dataloader_statistics, (),
-             (Column("worker", "worker", "text"), Column("num_workers", "loader workers"),
-              Column("count", "waits", "count"), Column("mean_s", "mean", "s"), Column("p95_s", "p95", "s"),
-              Column("loop_percent", "% of loop")), "No dataloader waits recorded."),
-        Card("cuda_memory", "GPU memory of the training job (PyTorch allocator)", analysis.cuda_memory_statistics, (),
-             (Column("worker", "worker", "text"), Column("device", "device", "text"), Column("steps", "steps", "count"),
-              Column("allocated_last_bytes", "allocated, last", "bytes"),
-              Column("allocated_max_bytes", "allocated, max", "bytes"),
-              Column("reserved_max_bytes", "reserved, max", "bytes"), Column("peak_bytes", "peak", "bytes"),
-              Column("growth_bytes", "growth", "bytes")),
-             "No GPU memory of the job recorded (read from PyTorch's CUDA allocator when the job uses CUDA)."),
-        Card("utilisation_histograms", "Utilisation histograms (CPU, cores, GPUs)", histogram_rows,
-             (*_RANGE, Arg("bins", int, 20, 1, MAX_BINS)),
-             (Column("node", "node", "text"), Column("device", "device", "text"), Column("samples", "samples", "count"),
-              Column("mean", "mean", "percent"), Column("distribution", "distribution, 0 → 100 %", "text")),
-             "No CPU or GPU utilisation was recorded for this node."),
-    ):  # fmt: skip
+        Card(
+            "heatmap",
+            "CPU cores and GPUs — utilisation over time",
+            heatmap_view,
+            (*_RANGE, Arg("columns", int, 400, 1, MAX_COLUMNS)),
+        ),
+        Card(
+            "timeseries",
+            "Memory, GPU memory, I/O and network",
+            timeseries_view,
+            (*_RANGE, Arg("points", int, 500, 1, MAX_POINTS)),
+        ),
+        Card(
+            "utilization",
+            "Utilisation statistics",
+            utilization_rows,
+            (Arg("node"),),
+            (
+                Column("label", "metric", "text"),
+                *(Column(c, c, unit_from="unit") for c in ("min", "p50", "p95", "p99", "max")),
+                Column("samples", "samples", "count"),
+            ),
+            "No system metrics were recorded for this node.",
+        ),
+        Card(
+            "python_hotspots",
+            "Python hotspots (own time in the Python-profiled steps)",
+            _python,
+            (),
+            (
+                Column("worker", "worker", "text"),
+                Column("function", "function", "text"),
+                Column("location", "file", "text"),
+                Column("calls", "calls", "count"),
+                Column("total_time_s", "own time", "s"),
+                Column("cumulative_time_s", "cumulative", "s"),
+            ),
+            "No Python profile: set framework_profile_params=ts.profiler.FrameworkProfile() to run cProfile over "
+            "a few steps.",
+        ),
+        Card(
+            "dataloader",
+            "Dataloader",
+            analysis.dataloader_statistics,
+            (),
+            (
+                Column("worker", "worker", "text"),
+                Column("num_workers", "loader workers"),
+                Column("count", "waits", "count"),
+                Column("mean_s", "mean", "s"),
+                Column("p95_s", "p95", "s"),
+                Column("loop_percent", "% of loop"),
+            ),
+            "No dataloader waits recorded.",
+        ),
+        Card(
+            "cuda_memory",
+            "GPU memory of the training job (PyTorch allocator)",
+            analysis.cuda_memory_statistics,
+            (),
+            (
+                Column("worker", "worker", "text"),
+                Column("device", "device", "text"),
+                Column("steps", "steps", "count"),
+                Column("allocated_last_bytes", "allocated, last", "bytes"),
+                Column("allocated_max_bytes", "allocated, max", "bytes"),
+                Column("reserved_max_bytes", "reserved, max", "bytes"),
+                Column("peak_bytes", "peak", "bytes"),
+                Column("growth_bytes", "growth", "bytes"),
+            ),
+            "No GPU memory of the job recorded (read from PyTorch's CUDA allocator when the job uses CUDA).",
+        ),
+        Card(
+            "utilisation_histograms",
+            "Utilisation histograms (CPU, cores, GPUs)",
+            histogram_rows,
+            (*_RANGE, Arg("bins", int, 20, 1, MAX_BINS)),
+            (
+                Column("node", "node", "text"),
+                Column("device", "device", "text"),
+                Column("samples", "samples", "count"),
+                Column("mean", "mean", "percent"),
+                Column("distribution", "distribution, 0 → 100 %", "text"),
+            ),
+            "No CPU or GPU utilisation was recorded for this node.",
+        ),
+    ):
         reg.register(card)
     if plugins:
         reg.load_entry_points()

@@ -23,8 +23,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParse
     p.add_argument("dir", help="log directory: a run directory or a folder holding run directories")
     p.add_argument("--port", type=int, default=6006, help="port (default 6006; 0 picks a free one)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1, this machine only)")
-    p.add_argument("--load-fast", choices=("auto", "true", "false"), default="auto",
-                   help="TensorBoard's data loading: the Rust data server (auto/true) or Python (false)")  # fmt: skip
+    p.add_argument(
+        "--load-fast",
+        choices=("auto", "true", "false"),
+        default="auto",
+        help="TensorBoard's data loading: the Rust data server (auto/true) or Python (false)",
+    )
     p.set_defaults(func=run)
     return p
 

@@ -75,10 +75,15 @@ def overview(data: ProfilerData, verdicts: list[Verdict], problems: list[str]) -
     workers = [{"name": w, "node": t.node, "steps": t.step_count} for w, t in sorted(data.framework.items())]
     hist = analysis.step_histogram(data, bins=30)
     histogram = [
-        {"worker": w, "mode": m, "bins": [[float(a), float(b), int(c)] for a, b, c in
-                                          zip(g["bin_start"], g["bin_end"], g["count"], strict=True)]}
+        {
+            "worker": w,
+            "mode": m,
+            "bins": [
+                [float(a), float(b), int(c)] for a, b, c in zip(g["bin_start"], g["bin_end"], g["count"], strict=True)
+            ],
+        }
         for (w, m), g in hist.groupby(["worker", "mode"], sort=True)
-    ]  # fmt: skip
+    ]
     rec = [v for v in verdicts if v.kind == "profiler"]
     step_counts = analysis.timed_step_counts(data)
     return {
@@ -244,7 +249,9 @@ def timeseries_view(
         t, width, means = bucket_means(arr.timestamps, mat, lo, hi, min(points, MAX_POINTS))
         times = np.round(t, 3).tolist()
         values = rows_json(means, 1 if group.unit == "percent" else 0)
-        series = [{"key": k, "label": CATALOGUE.describe(k).display_short, "values": v}
-                  for (k, _c), v in zip(cols, values, strict=True)]  # fmt: skip
+        series = [
+            {"key": k, "label": CATALOGUE.describe(k).display_short, "values": v}
+            for (k, _c), v in zip(cols, values, strict=True)
+        ]
         groups.append({"id": group.id, "title": group.title, "unit": unit_symbol(group.unit), "series": series})
     return {"node": arr.node, "start": lo, "end": hi, "bucket_s": width, "times": times, "groups": groups}

@@ -75,8 +75,10 @@ def run_summary(run: str, verdicts: list[Verdict], run_dir: Path) -> dict[str, A
     ``counts`` is :meth:`RuleCounts.to_dict` (its ``line`` is the sentence of the CLI and the report), ``stops``
     the stops of ``rules/stopped.json``, each with its ``text``.
     """
-    stops = [{**json_safe({k: s.get(k) for k in ("rule", "step", "mode", "worker")}), "text": stop_text(s)}
-             for s in read_stops(run_dir)]  # fmt: skip
+    stops = [
+        {**json_safe({k: s.get(k) for k in ("rule", "step", "mode", "worker")}), "text": stop_text(s)}
+        for s in read_stops(run_dir)
+    ]
     return {"run": run, "counts": RuleCounts.of(verdicts).to_dict(), "stops": stops}
 
 

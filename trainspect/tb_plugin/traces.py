@@ -45,9 +45,16 @@ def list_traces(run: Path) -> list[dict[str, Any]]:
             size = path.stat().st_size
         except OSError:
             continue
-        out.append({"id": i, "worker": path.parent.name, "file": path.name, "bytes": size,
-                    "start_step": int(m.group(1)) if m else None,
-                    "end_step": int(m.group(2)) - 1 if m else None})  # fmt: skip
+        out.append(
+            {
+                "id": i,
+                "worker": path.parent.name,
+                "file": path.name,
+                "bytes": size,
+                "start_step": int(m.group(1)) if m else None,
+                "end_step": int(m.group(2)) - 1 if m else None,
+            }
+        )
     return out
 
 

@@ -48,8 +48,9 @@ class Losses(L.Callback):
             self.hook = ts.torch.Hook(self.out, include_workers="all")
             self.hook.register_module(pl_module)
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:  # fmt: skip
+    def on_train_batch_end(
+        self, trainer: L.Trainer, pl_module: L.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         self.losses.append(float(outputs["loss"]))
 
     def teardown(self, trainer: L.Trainer, pl_module: L.LightningModule, stage: str) -> None:
@@ -75,9 +76,17 @@ def main() -> None:
 
         hook = ts.torch.Hook(args.out, include_workers="all")
         hook.register_module(model)
-    trainer = L.Trainer(strategy=args.strategy, devices=2, accelerator="cpu", max_epochs=1, logger=False,
-                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[Losses(args.out, args.expected, args.hook == "callback")])  # fmt: skip
+    trainer = L.Trainer(
+        strategy=args.strategy,
+        devices=2,
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[Losses(args.out, args.expected, args.hook == "callback")],
+    )
     trainer.fit(model, loader)
 
 

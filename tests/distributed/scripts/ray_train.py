@@ -49,8 +49,11 @@ def main() -> None:
     args = parser.parse_args()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=True)
     config = {"out": args.out, "expected": str(Path(args.expected).resolve()), "autolog": args.autolog}
-    TorchTrainer(train_func, train_loop_config=config,
-                 scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 1})).fit()
+    TorchTrainer(
+        train_func,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 1}),
+    ).fit()
     ray.shutdown()
 
 

@@ -40,15 +40,32 @@ class _Grads(TrainerCallback):
 
 def main(result: str | Path, on_model: Any = None) -> dict[str, Any]:
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=16, max_position_embeddings=16, num_labels=2)  # fmt: skip
+    config = BertConfig(
+        vocab_size=50,
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=16,
+        max_position_embeddings=16,
+        num_labels=2,
+    )
     model = BertForSequenceClassification(config)
     if on_model is not None:
         on_model(model)
-    args = TrainingArguments(output_dir=str(Path(result).parent / "hf"), per_device_train_batch_size=4,
-                             per_device_eval_batch_size=4, gradient_accumulation_steps=2, max_steps=3,
-                             learning_rate=1e-3, logging_steps=1, report_to=[], save_strategy="no",
-                             use_cpu=True, disable_tqdm=True, dataloader_num_workers=0)  # fmt: skip
+    args = TrainingArguments(
+        output_dir=str(Path(result).parent / "hf"),
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+        gradient_accumulation_steps=2,
+        max_steps=3,
+        learning_rate=1e-3,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
     grads = _Grads(model)
     trainer = Trainer(model=model, args=args, train_dataset=_Data(24, 1), eval_dataset=_Data(8, 2), callbacks=[grads])
     trainer.train()

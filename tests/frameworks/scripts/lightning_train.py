@@ -58,9 +58,16 @@ def main(result: str | Path, on_model: Any = None) -> dict[str, Any]:
     if on_model is not None:
         on_model(model)
     root = Path(result).parent / "lightning"
-    trainer = L.Trainer(accelerator="cpu", max_epochs=2, accumulate_grad_batches=2, logger=False,
-                        enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
-                        default_root_dir=root)  # fmt: skip
+    trainer = L.Trainer(
+        accelerator="cpu",
+        max_epochs=2,
+        accumulate_grad_batches=2,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        default_root_dir=root,
+    )
     trainer.fit(model, _loader(12, 1), _loader(4, 2))  # 6 batches, 3 optimizer steps per epoch; 2 val batches
     trainer.validate(model, _loader(4, 2), verbose=False)
     predictions = trainer.predict(model, _loader(6, 3))
@@ -69,8 +76,13 @@ def main(result: str | Path, on_model: Any = None) -> dict[str, Any]:
     restored = Regressor.load_from_checkpoint(ckpt)
     restored_state = restored.state_dict()
     same = all(torch.equal(value, restored_state[key]) for key, value in model.state_dict().items())
-    saw = {"train_losses": model.train_losses, "grads": model.grads, "predictions": len(predictions or []),
-           "restored_equal": same, "checkpoints": sorted(p.name for p in root.rglob("*.ckpt"))}  # fmt: skip
+    saw = {
+        "train_losses": model.train_losses,
+        "grads": model.grads,
+        "predictions": len(predictions or []),
+        "restored_equal": same,
+        "checkpoints": sorted(p.name for p in root.rglob("*.ckpt")),
+    }
     Path(result).write_text(json.dumps(saw))
     return saw
 

@@ -72,7 +72,7 @@ class Dataloader(ProfilerRule):
             "too few loaders matter only above this input-wait share of the step cycle",
             min=0,
             max=100,
-        ),  # fmt: skip
+        ),
         LITERAL,
     )
     min_threshold: float

@@ -120,13 +120,16 @@ class InputBottleneck(ProfilerRule):
             return self.no_data("no steps were recorded: the rule needs framework step timings")
         tabs = {w: t for w, t in data.framework.items() if t.step_count and (t.spans["kind"] == _DATALOADER).any()}
         if not tabs:
-            return self.no_data("no input waits were recorded: the profiler times them when the loop iterates a "
-                                "torch DataLoader or a Keras fit")  # fmt: skip
+            return self.no_data(
+                "no input waits were recorded: the profiler times them when the loop iterates a "
+                "torch DataLoader or a Keras fit"
+            )
         waits = {w: input_waits(t) for w, t in tabs.items()}
         most = max(len(w.cycle_s) for w in waits.values())
         if most <= self.patience:
-            return self.no_data(f"too little data: {most} step cycles; the rule needs more than patience="
-                                f"{self.patience}", most)  # fmt: skip
+            return self.no_data(
+                f"too little data: {most} step cycles; the rule needs more than patience={self.patience}", most
+            )
         bad = {w: x for w, x in waits.items() if len(x.cycle_s) > self.patience and x.share_percent > self.threshold}
         parts = [self._describe(w, x, tabs[w]) for w, x in sorted(waits.items()) if len(x.cycle_s) > self.patience]
         details: dict[str, Any] = {w: self._details(x, tabs[w]) for w, x in waits.items()}

@@ -98,7 +98,7 @@ class StepOutlier(ProfilerRule):
             5.0,
             "outlier threshold in scaled median absolute deviations above the median (> 0)",
             min=0,
-        ),  # fmt: skip
+        ),
         Param(
             "min_lost_percent",
             float,
@@ -106,7 +106,7 @@ class StepOutlier(ProfilerRule):
             "trigger only when the outliers cost more than this % of the training loop",
             min=0,
             max=100,
-        ),  # fmt: skip
+        ),
         Param("min_excess_s", float, 0.5, "... and more than this many seconds beyond the median", min=0),
         Param(
             "min_step_excess_s",
@@ -114,7 +114,7 @@ class StepOutlier(ProfilerRule):
             0.05,
             "an isolated outlier costs time only when this much longer than the median (shorter: scheduler noise)",
             min=0,
-        ),  # fmt: skip
+        ),
         Param("warmup_steps", int, 2, "first steps per worker and mode not counted (start-up, autotuning)", min=0),
         LITERAL,
         SCAN,
@@ -182,8 +182,15 @@ class StepOutlier(ProfilerRule):
                     continue
                 sel = np.flatnonzero(tab.steps["mode"] == mode)
                 sel = sel[np.argsort(tab.steps["start"][sel], kind="stable")]
-                groups.append(_Group(f"{worker}/{name}", tab.steps["start"][sel], tab.steps["end"][sel],
-                                     tab.steps["global_step"][sel], loop_s))  # fmt: skip
+                groups.append(
+                    _Group(
+                        f"{worker}/{name}",
+                        tab.steps["start"][sel],
+                        tab.steps["end"][sel],
+                        tab.steps["global_step"][sel],
+                        loop_s,
+                    )
+                )
         return groups
 
     # --- trainspect's rule: robust threshold, judged by the time the outliers cost -----------------------
@@ -223,8 +230,9 @@ class StepOutlier(ProfilerRule):
         end_sorted, dur_sorted, start_sorted = g.end[order], g.dur[order], g.start[order]
         trig = []
         scan = PrefixOutliers(dur_sorted, self.stddev)  # each window from cumulative sums, not its whole prefix
-        for n in np.searchsorted(end_sorted, window_ends(float(end_sorted[0]), float(end_sorted[-1]), self.scan_s()),
-                                 "right"):  # fmt: skip
+        for n in np.searchsorted(
+            end_sorted, window_ends(float(end_sorted[0]), float(end_sorted[-1]), self.scan_s()), "right"
+        ):
             if n <= MIN_STEPS:
                 continue
             i = scan.nth_outlier(int(n), self.n_outliers)

@@ -61,7 +61,7 @@ class WorkerStraggler(ProfilerRule):
             20.0,
             "% above the other ranks (of their own time per step) that makes a straggler",
             min=0,
-        ),  # fmt: skip
+        ),
         Param("min_steps", int, 10, "step cycles each worker needs before it is judged", min=1),
         Param(
             "measure",
@@ -70,7 +70,7 @@ class WorkerStraggler(ProfilerRule):
             "what is compared: each rank's compute, data-loader wait and time between "
             "steps ('compute'), or its step time ('step', which synchronous training equalises)",
             choices=("compute", "step"),
-        ),  # fmt: skip
+        ),
     )
     threshold: float
     min_steps: int
@@ -102,15 +102,27 @@ class WorkerStraggler(ProfilerRule):
             "parts": {f.worker: f.part.removesuffix("_s") for f in found},
         }
         series = _series(ranks, found)
-        note = "" if details["sync_waits_recorded"] else (
-            "; no synchronisation waits were recorded, so compute is the whole step")  # fmt: skip
+        note = (
+            ""
+            if details["sync_waits_recorded"]
+            else ("; no synchronisation waits were recorded, so compute is the whole step")
+        )
         if found:
             msg = "; ".join(self._describe(f, len(ranks)) for f in found) + note
-            return self.verdict(Status.ISSUES_FOUND, msg, len(ranks), [data.end_time() or 0.0], details, series,
-                                workers=[f.worker for f in found])  # fmt: skip
+            return self.verdict(
+                Status.ISSUES_FOUND,
+                msg,
+                len(ranks),
+                [data.end_time() or 0.0],
+                details,
+                series,
+                workers=[f.worker for f in found],
+            )
         med = float(ranks["compute_s"].median())
-        msg = (f"no straggler among {len(ranks)} workers (median compute {_ms(med)} per step, data-loader wait "
-               f"{_ms(float(ranks['loader_s'].median()))}, threshold {self.threshold:g} %){note}")  # fmt: skip
+        msg = (
+            f"no straggler among {len(ranks)} workers (median compute {_ms(med)} per step, data-loader wait "
+            f"{_ms(float(ranks['loader_s'].median()))}, threshold {self.threshold:g} %){note}"
+        )
         return self.verdict(Status.NO_ISSUES_FOUND, msg, len(ranks), (), details, series)
 
     def _too_few(self, n: int) -> Verdict:
@@ -141,14 +153,21 @@ class WorkerStraggler(ProfilerRule):
         others = "the other rank" if n == 2 else "the median of the other ranks"
         if f.part == "compute_s":
             pct = 100.0 * f.excess / f.reference if f.reference > 0 else float("inf")
-            return (f"{f.worker} computes {pct:.0f} % longer per step than {others} ({_ms(f.value)} vs "
-                    f"{_ms(f.reference)}; threshold {self.threshold:g} %)")  # fmt: skip
+            return (
+                f"{f.worker} computes {pct:.0f} % longer per step than {others} ({_ms(f.value)} vs "
+                f"{_ms(f.reference)}; threshold {self.threshold:g} %)"
+            )
         share = 100.0 * f.excess / f.busy
-        what = "waits {} per step for its data loader" if f.part == "loader_s" else (
-            "spends {} per step between steps outside the data loader")  # fmt: skip
-        return (f"{f.worker} {what.format(_ms(f.value))}, {others} {_ms(f.reference)}: every step waits "
-                f"{_ms(f.excess)} for it, {share:.0f} % of the others' own time per step (threshold "
-                f"{self.threshold:g} %)")  # fmt: skip
+        what = (
+            "waits {} per step for its data loader"
+            if f.part == "loader_s"
+            else ("spends {} per step between steps outside the data loader")
+        )
+        return (
+            f"{f.worker} {what.format(_ms(f.value))}, {others} {_ms(f.reference)}: every step waits "
+            f"{_ms(f.excess)} for it, {share:.0f} % of the others' own time per step (threshold "
+            f"{self.threshold:g} %)"
+        )
 
     def _by_step_time(self, data: ProfilerData) -> Verdict:
         """The rule before synchronisation waits: median step time against the median over all workers."""
@@ -166,17 +185,32 @@ class WorkerStraggler(ProfilerRule):
         limit = overall * (1 + float(self.threshold) / 100.0)
         slow = [w for w, m in medians.items() if m > limit]
         workers = sorted(medians)
-        series = [Series("median step time (s) by worker rank", tuple(range(len(workers))),
-                         tuple(medians[w] for w in workers), "worker", tuple(workers.index(w) for w in slow),
-                         limit)]  # fmt: skip
-        details = {"measure": "step", "median_step_s": medians, "median_over_workers_s": overall, "limit_s": limit,
-                   "stragglers": slow}  # fmt: skip
+        series = [
+            Series(
+                "median step time (s) by worker rank",
+                tuple(range(len(workers))),
+                tuple(medians[w] for w in workers),
+                "worker",
+                tuple(workers.index(w) for w in slow),
+                limit,
+            )
+        ]
+        details = {
+            "measure": "step",
+            "median_step_s": medians,
+            "median_over_workers_s": overall,
+            "limit_s": limit,
+            "stragglers": slow,
+        }
         if slow:
             worst = max(slow, key=medians.__getitem__)
-            msg = (f"{', '.join(slow)} straggle: {worst} takes {medians[worst]:.4g} s per step against "
-                   f"{overall:.4g} s over all workers (threshold {self.threshold:g} % above)")  # fmt: skip
-            return self.verdict(Status.ISSUES_FOUND, msg, len(medians), [data.end_time() or 0.0], details, series,
-                                workers=slow)  # fmt: skip
+            msg = (
+                f"{', '.join(slow)} straggle: {worst} takes {medians[worst]:.4g} s per step against "
+                f"{overall:.4g} s over all workers (threshold {self.threshold:g} % above)"
+            )
+            return self.verdict(
+                Status.ISSUES_FOUND, msg, len(medians), [data.end_time() or 0.0], details, series, workers=slow
+            )
         msg = f"no straggler among {len(medians)} workers (median step {overall:.4g} s, threshold {self.threshold:g} %)"
         return self.verdict(Status.NO_ISSUES_FOUND, msg, len(medians), (), details, series)
 
@@ -189,17 +223,20 @@ def _explained_away(found: list[_Finding]) -> list[_Finding]:
     """
     waits = [f for f in found if f.part != "compute_s"]
     return [
-        f for f in found
+        f
+        for f in found
         if f.part != "compute_s" or not any(w.worker != f.worker and f.excess <= _EXPLAINS * w.excess for w in waits)
-    ]  # fmt: skip
+    ]
 
 
 def _series(ranks: pd.DataFrame, found: list[_Finding]) -> list[Series]:
     workers = list(ranks.index)
     x = tuple(float(i) for i in range(len(workers)))
     out = []
-    for part, label in (("compute_s", "median compute per step (s) by worker rank"),
-                        ("loader_s", "median data-loader wait per step (s) by worker rank")):  # fmt: skip
+    for part, label in (
+        ("compute_s", "median compute per step (s) by worker rank"),
+        ("loader_s", "median data-loader wait per step (s) by worker rank"),
+    ):
         hits = tuple(float(workers.index(f.worker)) for f in found if f.part == part)
         out.append(Series(label, x, tuple(float(v) for v in ranks[part]), "worker", hits))
     return out

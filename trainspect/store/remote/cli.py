@@ -25,11 +25,14 @@ _FOLLOW_S = 1.0
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add the ``sync`` subcommand."""
-    p = sub.add_parser("sync", help="upload a URL run's spool that could not be uploaded (store down at close)",
-                       description="Upload what a hook left in its spool (the store was down when it closed) to the "
-                                   "run's URL, then the end marker; the spool is deleted once everything is there.",
-                       epilog="examples:\n  trainspect sync /tmp/trainspect-spool/runs_exp1-4242-a1b2c3 s3://bucket/runs/exp1",
-                       formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p = sub.add_parser(
+        "sync",
+        help="upload a URL run's spool that could not be uploaded (store down at close)",
+        description="Upload what a hook left in its spool (the store was down when it closed) to the "
+        "run's URL, then the end marker; the spool is deleted once everything is there.",
+        epilog="examples:\n  trainspect sync /tmp/trainspect-spool/runs_exp1-4242-a1b2c3 s3://bucket/runs/exp1",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("spool", help="the spool folder named in the hook's warning")
     p.add_argument("url", nargs="?", help="the run's URL (default: the one recorded in the spool)")
     p.add_argument("--keep", action="store_true", help="keep the spool after uploading it")

@@ -96,8 +96,12 @@ class RemoteRun:
                 self.sync.manifest_sent = True
             return True
         except StoreUnavailable as exc:
-            log.warning("trainspect: out_dir %s is unreachable (%s); recording into %s and retrying the upload",
-                        self.url, exc, self.spool)  # fmt: skip
+            log.warning(
+                "trainspect: out_dir %s is unreachable (%s); recording into %s and retrying the upload",
+                self.url,
+                exc,
+                self.spool,
+            )
             self._down_since = time.monotonic()
             return False
 
@@ -133,8 +137,11 @@ class RemoteRun:
             except Exception as exc:  # the store's errors: retried with backoff, training goes on
                 if self._down_since is None:
                     self._down_since = time.monotonic()
-                    log.warning("trainspect: %s; training continues, the parts wait in %s and are retried",
-                                self.sync.failure(exc), self.spool)  # fmt: skip
+                    log.warning(
+                        "trainspect: %s; training continues, the parts wait in %s and are retried",
+                        self.sync.failure(exc),
+                        self.spool,
+                    )
                 self._last_error = exc
                 return False
         if self._down_since is not None:
@@ -152,9 +159,14 @@ class RemoteRun:
         if full != self._full:
             self._full = full
             if full:
-                log.warning("trainspect: %d MiB wait in the spool %s for upload to %s (limit %d MiB); tensor capture "
-                            "pauses until they are sent", backlog >> 20, self.spool, self.url,
-                            self.settings.spool_bytes >> 20)  # fmt: skip
+                log.warning(
+                    "trainspect: %d MiB wait in the spool %s for upload to %s (limit %d MiB); tensor capture "
+                    "pauses until they are sent",
+                    backlog >> 20,
+                    self.spool,
+                    self.url,
+                    self.settings.spool_bytes >> 20,
+                )
             if self.on_full is not None:
                 self.on_full(full)
 
@@ -190,9 +202,15 @@ class RemoteRun:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
         error = getattr(self, "_last_error", None)
-        log.warning("trainspect: %s is unreachable at close (%s); the run is kept in %s: upload it later with "
-                    "`trainspect sync %s %s`", self.url, describe(error) if error else "timed out", self.spool,
-                    self.spool, self.url)  # fmt: skip
+        log.warning(
+            "trainspect: %s is unreachable at close (%s); the run is kept in %s: upload it later with "
+            "`trainspect sync %s %s`",
+            self.url,
+            describe(error) if error else "timed out",
+            self.spool,
+            self.spool,
+            self.url,
+        )
         return False
 
     def discard(self) -> None:

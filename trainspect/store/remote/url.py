@@ -15,8 +15,16 @@ from trainspect.exceptions import ConfigError, TrainspectError
 __all__ = ["StoreUnavailable", "UnsupportedURL", "is_url", "local_path", "open_store", "probe", "join"]
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-_EXTRA = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure", "abfss": "azure",
-          "adl": "azure"}  # fmt: skip
+_EXTRA = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "az": "azure",
+    "abfs": "azure",
+    "abfss": "azure",
+    "adl": "azure",
+}
 _S3_CONFIG = {"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": 2, "mode": "standard"}}
 
 
