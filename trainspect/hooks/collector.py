@@ -4,8 +4,9 @@ Framework adapters (``hooks/torch_hook.py``, ``hooks/keras_hook.py``, through ``
 framework events into calls on this class and hand it host-side NumPy values and reductions (``torch_tensors.py``,
 ``keras_tensors.py``); everything else happens here. Live rule evaluation, profiling and MLflow logging are in
 ``hooks/hook_extras.py``. The step lifecycle is :class:`~trainspect.hooks.step_state.StepState`
-(``collector.state``), changed only by :meth:`Collector.begin_step`, :meth:`Collector.end_step` and
-:meth:`Collector.close`.
+(``collector.state``), changed only through its methods, by :meth:`Collector.begin_step`, :meth:`Collector.end_step`,
+:meth:`Collector.reopen_last_step` and :meth:`Collector.close`; when steps begin and end is the step driver's
+(:mod:`trainspect.hooks.step_driver`).
 """
 
 from __future__ import annotations
@@ -340,15 +341,12 @@ class Collector(Guarded):
         mode_steps = self.mode_steps
         mode_step = mode_steps[mode] = mode_steps.get(mode, -1) + 1
         self.global_step = global_step
-        self._record_step = (mode, mode_step, global_step, time.time())
-        self._record = {}
-        state = self.state
-        if state.open or state.closed:
-            state.begin(False)  # refuses the transition
         saving = self.planner.begin_step(mode, mode_step)
         if saving and self._tensor_queue is not None and self._tensor_queue.failed is not None:
             saving = False  # the writer disabled itself
-        state.open, state.saving = True, saving  # IDLE → OPEN: StepState.begin, inlined (every step)
+        self._record_step = (mode, mode_step, global_step, time.time())
+        self._record = {}
+        self.state.begin(saving)  # IDLE → OPEN (refused in another phase)
         return saving
 
     def reopen_last_step(self) -> bool:
@@ -378,10 +376,7 @@ class Collector(Guarded):
             return None
         self._last_step = key
         self._record = self._record_step = None
-        state = self.state
-        if not state.open:
-            state.end()  # refuses the transition
-        state.open = state.saving = False  # OPEN → IDLE: StepState.end, inlined (every step)
+        self.state.end()  # OPEN → IDLE (refused in another phase)
         if self._scalars:
             scalars, self._scalars, known = self._scalars + (scalars or []), [], False
         if scalars:

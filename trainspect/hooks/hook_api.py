@@ -10,16 +10,20 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
+import numpy as np
+
 from trainspect import env
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig, parse_bool
 from trainspect.exceptions import ConfigError
-from trainspect.hooks._guard import Guarded
+from trainspect.hooks._guard import Guarded, guarded
 from trainspect.hooks.close_errors import one_line_for_write_errors
 from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_extras import HookExtras
 from trainspect.hooks.job import active_job, join_autolog
 from trainspect.hooks.shutdown import CLOSERS
+from trainspect.hooks.step_driver import StepDriver
+from trainspect.modes import ModeKeys, parse_mode
 
 __all__ = ["HookAPI"]
 
@@ -31,11 +35,14 @@ log = logging.getLogger(__name__)
 class HookAPI(Guarded):
     """Shared part of ``trainspect.torch.Hook`` and ``trainspect.keras.Hook`` (a mixin: call :meth:`_setup`).
 
-    Subclasses implement :meth:`start`, and list their closing steps in :meth:`_close_steps`.
+    Subclasses implement :meth:`start`, build ``_driver`` (a :class:`~trainspect.hooks.step_driver.StepDriver` over
+    their :class:`~trainspect.hooks.step_driver.StepParts`), list their closing steps in :meth:`_close_steps`, and
+    say how a value saved by the user is held (:meth:`_as_value`, :meth:`_kept`, :meth:`_add_forced`).
     """
 
     collector: Collector
     _extras: HookExtras
+    _driver: StepDriver
 
     def _setup(
         self,
@@ -105,6 +112,7 @@ class HookAPI(Guarded):
             on_backlog=given.get("on_backlog", "degrade"),
         )
         self.disabled = env.TRAINSPECT_DISABLE.get()
+        self._pending: list[tuple[str, Any, tuple[str, ...]]] = []  # saved before the first step
         self.collector.on_open(self._run_opened)
         if autologger is not None:
             autologger.adopt(self)
@@ -151,6 +159,108 @@ class HookAPI(Guarded):
         if notes:
             hook.collector.note_config("sagemaker", notes)
         return hook
+
+    # --- the step API -------------------------------------------------------------------------------------
+    @guarded()
+    def begin_step(self, mode: ModeKeys | str | None = None) -> None:
+        """Begin a step (the open one ends first), in ``mode`` if given (each mode counts its own steps).
+
+        The way a trainer integration or a custom loop marks its steps: from the first call on, the framework's own
+        events (a forward pass, ``optimizer.step()``) no longer begin or end steps, they record into the open one.
+        Without it, the PyTorch hook infers the steps (see docs/architecture.md, "The step driver").
+
+        Example:
+            >>> import tempfile, torch, trainspect as ts
+            >>> model, out = torch.nn.Linear(2, 1), tempfile.mkdtemp()
+            >>> with ts.torch.Hook(out) as hook:
+            ...     hook.register_module(model)
+            ...     for batch in range(3):
+            ...         hook.begin_step("train")
+            ...         hook.record_loss("loss", model(torch.ones(1, 2)).pow(2).sum())
+            ...         hook.end_step()
+            >>> ts.create_trial(out).steps()
+            [0, 1, 2]
+        """
+        self.start()
+        driver = self._driver
+        driver.explicit = True
+        driver.begin(None if mode is None else parse_mode(mode))
+
+    @guarded()
+    def end_step(self) -> None:
+        """End the open step (its record goes to the writer, the live rules and MLflow); see :meth:`begin_step`."""
+        driver = self._driver
+        driver.explicit = True
+        driver.end()
+
+    @guarded()
+    def set_mode(self, mode: ModeKeys | str) -> None:
+        """Switch between TRAIN, EVAL, PREDICT and GLOBAL; the open step ends and each mode counts its own steps.
+
+        Until this is called, the PyTorch hook's mode follows the model: ``model.train()`` is TRAIN, ``model.eval()``
+        EVAL.
+        """
+        self._mode_explicit = True
+        self._driver.set_mode(parse_mode(mode))
+
+    _mode_explicit = False
+
+    # --- saving between the framework's events ---------------------------------------------------------------
+    @guarded()
+    def save_scalar(self, name: str, value: float, sm_metric: bool = False, timestamp: float | None = None) -> None:
+        """Save a scalar at the current step as ``scalar/<name>`` (collection ``scalars``).
+
+        ``sm_metric`` (SageMaker Metrics) is accepted as smdebug takes it; the scalar is also an MLflow metric when
+        the run logs to MLflow.
+        """
+        self._save_now(f"scalar/{name}", self._scalar_value(float(value)), ("scalars",))
+
+    @guarded()
+    def save_tensor(
+        self, tensor_name: str, tensor_value: Any, collections_to_write: str | list[str] = "default"
+    ) -> None:
+        """Save any array-like (or the framework's tensor) at the current step into the given collections."""
+        colls = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
+        for cname in colls:
+            self.collector.collections.get(cname).add_tensor_name(tensor_name)
+            self.collector.planner.included.add(cname)
+        self._save_now(tensor_name, self._as_value(tensor_value), tuple(colls))
+
+    def _save_now(self, name: str, value: Any, colls: tuple[str, ...]) -> None:
+        """Save at the open step; between steps, at the last step (before the first step: at the first)."""
+        self.start()
+        if self.collector.state.open:
+            self._add_forced(name, value, colls)
+        elif self.collector.reopen_last_step():  # between steps: it belongs to the last step, never opens one
+            self._add_forced(name, value, colls)
+            self._added_late()
+            self._extras.on_late_save(self.collector.end_step())
+        else:
+            self._pending.append((name, self._kept(value), colls))  # the value now
+
+    def _save_pending(self) -> None:
+        """Tensors saved before any step, when no step ever came: they make a step of their own."""
+        if self._pending and self.collector.global_step < 0 and not self.collector.state.open:
+            self._driver.begin()
+
+    def _scalar_value(self, value: float) -> Any:
+        """A scalar as the framework's value (a float64 array or tensor)."""
+        return self._as_value(np.asarray(value, dtype=np.float64))
+
+    def _as_value(self, value: Any) -> Any:
+        """What the user saved, as a value :meth:`_add_forced` takes."""
+        return value
+
+    def _kept(self, value: Any) -> Any:
+        """A copy of ``value`` as it is now (saved before the first step, added at the first)."""
+        return np.array(value, copy=True)
+
+    def _add_forced(self, name: str, value: Any, colls: tuple[str, ...]) -> None:
+        """Add a tensor the user saved to the open step."""
+        raise NotImplementedError
+
+    def _added_late(self) -> None:
+        """A tensor was added to the last step, reopened: hand over what the framework holds of it."""
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> None:

@@ -15,6 +15,7 @@ from trainspect.config import ReductionConfig, SaveConfig
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.keras_model import ModelView
+from trainspect.hooks.step_driver import StepDriver
 from trainspect.modes import ModeKeys
 
 __all__ = ["Hook"]
@@ -85,7 +86,9 @@ class Hook(keras.callbacks.Callback, HookAPI):
         )
         self._view: ModelView | None = None
         self._state = self.collector.state  # IDLE / OPEN / CLOSED (trainspect.hooks.step_state)
-        self._pending: list[tuple[str, Any, tuple[str, ...]]] = []  # saved before the first step
+        self._driver = StepDriver(self.collector, self._extras, self)
+        self._driver.explicit = True  # Keras' callbacks drive the steps
+        self._metrics_at_end = False  # the step that ends now reads the metrics' results (an epoch's last)
         self._window_set = False
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -123,34 +126,38 @@ class Hook(keras.callbacks.Callback, HookAPI):
     # --- steps ---------------------------------------------------------------------------------------------
     # A step ends when the next one begins (or at the end of the epoch, evaluation or prediction): overriding
     # ``on_*_batch_end`` would stop Keras from dispatching batch-end callbacks on its background thread. The
-    # lifecycle is trainspect.hooks.step_state's, shared with the PyTorch hook.
+    # boundaries are trainspect.hooks.step_driver's, shared with the PyTorch hook; these are Keras' parts of them.
     def _begin_step(self, mode: ModeKeys) -> None:
+        self._driver.begin(mode)
+
+    def _end_step(self, metrics: bool = False) -> None:
+        self._metrics_at_end = metrics
+        self._driver.end()
+
+    def step_beginning(self) -> None:
+        """The model's view (its taps) is attached before the first step."""
         if self._view is None:
             self._attach()
-        self._end_step()
-        collector, extras = self.collector, self._extras
-        if mode is not collector.mode:
-            collector.set_mode(mode)
-        if not extras.quiet:
-            extras.check_stop(collector)
-        saving = collector.begin_step()
-        if self._pending:  # saved before the first step
+
+    def step_began(self, saving: bool, mode: ModeKeys) -> None:
+        """Add what was saved before the first step; read the step's weights and arm the taps."""
+        if self._pending:
             pending, self._pending = self._pending, []
             for name, value, colls in pending:
                 self._add_forced(name, value, colls)
-        if not extras.quiet:
-            extras.on_step_start(collector)
         assert self._view is not None
         self._view.begin_step(saving, mode)
 
-    def _end_step(self, metrics: bool = False) -> None:
-        if not self._state.open:
-            return
+    def step_ending(self, final: bool) -> tuple[None, bool]:
+        """Read the step's loss, gradients and layer tensors from the taps (before the next step runs)."""
+        metrics, self._metrics_at_end = self._metrics_at_end, False
         if self._view is not None and not self.disabled:
             self._view.end_step(self._state.saving, metrics, defer=self._extras.quiet)
-        record = self.collector.end_step()
-        if not self._extras.quiet:
-            self._extras.on_step_end(self.collector, record)
+        return None, False
+
+    def no_step_to_end(self, final: bool) -> None:
+        """Nothing is left between Keras steps."""
+        self._metrics_at_end = False
 
     # --- keras callbacks -----------------------------------------------------------------------------------
     @guarded()
@@ -192,37 +199,9 @@ class Hook(keras.callbacks.Callback, HookAPI):
 
     on_predict_end = on_train_end
 
-    # --- user API ------------------------------------------------------------------------------------------
-    @guarded()
-    def save_scalar(self, name: str, value: float, sm_metric: bool = False, timestamp: float | None = None) -> None:
-        """Save a scalar at the current step as ``scalar/<name>`` (collection ``scalars``).
-
-        ``sm_metric`` (SageMaker Metrics) is accepted as smdebug takes it; the scalar is also an MLflow metric when
-        the run logs to MLflow.
-        """
-        self._save_now(f"scalar/{name}", np.asarray(float(value), dtype=np.float64), ("scalars",))
-
-    @guarded()
-    def save_tensor(
-        self, tensor_name: str, tensor_value: Any, collections_to_write: str | list[str] = "default"
-    ) -> None:
-        """Save any array-like (or tensor) at the current step into the given collections."""
-        colls = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
-        for cname in colls:
-            self.collector.collections.get(cname).add_tensor_name(tensor_name)
-            self.collector.planner.included.add(cname)
-        self._save_now(tensor_name, tensor_value, tuple(colls))
-
-    def _save_now(self, name: str, value: Any, colls: tuple[str, ...]) -> None:
-        self.start()
-        value = np.asarray(value) if not hasattr(value, "shape") else value
-        if self._state.open:
-            self._add_forced(name, value, colls)
-        elif self.collector.reopen_last_step():  # between steps: it belongs to the last step, never opens one
-            self._add_forced(name, value, colls)
-            self._extras.on_late_save(self.collector.end_step())
-        else:  # before the first step: saved at the first
-            self._pending.append((name, np.array(value, copy=True), colls))  # the value now
+    # --- saving between Keras' events (HookAPI.save_tensor, save_scalar) -------------------------------------
+    def _as_value(self, value: Any) -> Any:
+        return np.asarray(value) if not hasattr(value, "shape") else value
 
     def _add_forced(self, name: str, value: Any, colls: tuple[str, ...]) -> None:
         from trainspect.hooks.keras_tensors import to_host

@@ -19,10 +19,12 @@ A hook is always in one of three phases::
   ``begin_step``, by the ``SavePlanner``).
 * CLOSED: after ``close()``.
 
-Vocabulary: whoever *drives* the lifecycle calls ``begin_step`` / ``end_step`` (the framework hook's ``_begin_step``
-/ ``_end_step`` → :class:`~trainspect.hooks.collector.Collector` → ``SavePlanner``, Keras' ``ModelView``); whoever
-only *listens* implements ``on_step_start`` / ``on_step_end`` (:class:`~trainspect.hooks.hook_extras.HookExtras`
-and its parts: live rules, the profiler, MLflow).
+Vocabulary: whoever *drives* the lifecycle calls ``begin`` / ``end`` of the hook's
+:class:`~trainspect.hooks.step_driver.StepDriver` (the public ``hook.begin_step`` / ``hook.end_step``, a trainer
+integration, Keras' callbacks, or the PyTorch hook's inference from module and optimizer events), which calls
+:class:`~trainspect.hooks.collector.Collector` (→ ``SavePlanner``) and the framework's parts; whoever only *listens*
+implements ``on_step_start`` / ``on_step_end`` (:class:`~trainspect.hooks.hook_extras.HookExtras` and its parts: live
+rules, the profiler, MLflow).
 
 PyTorch has no step callback: its hook infers the boundaries from module, autograd and optimizer events, and keeps
 the sub-state of an OPEN training step in :class:`TrainingStep`::

@@ -18,11 +18,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig
-from trainspect.exceptions import TrainingStopped
 from trainspect.hooks import torch_frameworks  # noqa: F401  (registers Lightning's and transformers' adapters)
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
-from trainspect.hooks.step_state import Captures, TrainingStep
+from trainspect.hooks.step_driver import TRAINING_MODES, StepDriver
+from trainspect.hooks.step_state import Captures
 from trainspect.hooks.torch_amp import record_amp_skip
 from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
@@ -32,11 +32,10 @@ from trainspect.hooks.torch_models import ModelRegistry, infer_mode, warn_unregi
 from trainspect.hooks.torch_nan_origin import NanOrigin, nan_wanted
 from trainspect.hooks.torch_params import ParamView
 from trainspect.hooks.torch_staging import StepLosses, StepStaging, first_closure_losses
-from trainspect.modes import ModeKeys, parse_mode
+from trainspect.modes import ModeKeys
 
 __all__ = ["Hook"]
 
-_TRAINING = (ModeKeys.TRAIN, ModeKeys.GLOBAL)  # modes whose steps end at optimizer.step()
 BACKWARD_LOSS = "loss"
 """The name of the loss that ``.backward()`` was called on (collection ``losses``), as Keras names its loss."""
 
@@ -113,8 +112,9 @@ class Hook(HookAPI):
             on_backlog=on_backlog,
         )
         self._handles: list[Any] = []
+        self._driver = StepDriver(self.collector, self._extras, self)
         self._state = self.collector.state  # IDLE / OPEN / CLOSED, and whether the open step saves
-        self._step = TrainingStep()  # forward depth, optimizer seen/stepped, what a saving step captures
+        self._step = self._driver.training  # forward depth, optimizer seen/stepped, what a saving step captures
         self.staging = StepStaging(self.collector)
         self._registry = registry = ModelRegistry(self.collector.collections, self.staging.skips.warn)
         self._top, self._submodules = registry.top, registry.submodules  # (changed in place; benchmarks clear them)
@@ -124,7 +124,6 @@ class Hook(HookAPI):
         self._losses = StepLosses()
         self._step_hooks = StepHooks(self, local_gradients=self.local_gradients)
         self._loss_names: set[str] = set()
-        self._pending: list[tuple[str, torch.Tensor, tuple[str, ...]]] = []
         self._globals_installed = self._mode_explicit = False
         self._timer_recorder: Any = None
         self._nan = NanOrigin(self, self._extras.note_origin, active=nan_wanted(self._extras.rules))
@@ -159,12 +158,7 @@ class Hook(HookAPI):
             )
 
     def _close_steps(self) -> list[Any]:
-        return [self._save_pending, lambda: self._end_step(final=True), self._nan.close, self._remove_handles]
-
-    def _save_pending(self) -> None:
-        """Tensors saved before any step, when no step ever came: they make a step of their own."""
-        if self._pending and self.collector.global_step < 0 and not self._state.open:
-            self._begin_step()
+        return [self._save_pending, lambda: self._driver.end(final=True), self._nan.close, self._remove_handles]
 
     @guarded(True)
     def flush(self, timeout: float | None = 30.0) -> bool:
@@ -220,71 +214,32 @@ class Hook(HookAPI):
         own_hook_dicts(loss_module)
         self._handles.append(loss_module.register_forward_hook(Callback(self._on_loss_module, name)))
 
-    # --- user API ------------------------------------------------------------------------------------------
-    @guarded()
-    def set_mode(self, mode: ModeKeys | str) -> None:
-        """Switch between TRAIN, EVAL, PREDICT and GLOBAL; each mode counts its own steps.
+    # --- saving between the framework's events (HookAPI.save_tensor, save_scalar) -----------------------------
+    def _as_value(self, value: Any) -> torch.Tensor:
+        return value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
 
-        Until this is called, the mode follows the model: ``model.train()`` is TRAIN, ``model.eval()`` EVAL.
-        """
-        self._mode_explicit = True
-        if parse_mode(mode) is not self.collector.mode:
-            self._end_step()
-        self.collector.set_mode(mode)
+    def _kept(self, value: torch.Tensor) -> torch.Tensor:
+        return value.detach().clone()
 
-    @guarded()
-    def save_scalar(self, name: str, value: float, sm_metric: bool = False, timestamp: float | None = None) -> None:
-        """Save a scalar at the current step as ``scalar/<name>`` (collection ``scalars``).
-
-        ``sm_metric`` (SageMaker Metrics) is accepted as smdebug takes it; the scalar is also an MLflow metric when
-        the run logs to MLflow.
-        """
-        self._save_now(f"scalar/{name}", torch.as_tensor(float(value), dtype=torch.float64), ("scalars",))
-
-    @guarded()
-    def save_tensor(
-        self, tensor_name: str, tensor_value: Any, collections_to_write: str | list[str] = "default"
-    ) -> None:
-        """Save any array-like at the current step into the given collections."""
-        colls = [collections_to_write] if isinstance(collections_to_write, str) else list(collections_to_write)
-        for cname in colls:
-            self.collector.collections.get(cname).add_tensor_name(tensor_name)
-            self.collector.planner.included.add(cname)
-        value = tensor_value if isinstance(tensor_value, torch.Tensor) else torch.as_tensor(tensor_value)
-        self._save_now(tensor_name, value, tuple(colls))
-
-    def _save_now(self, name: str, value: torch.Tensor, colls: tuple[str, ...]) -> None:
-        """Save at the open step; between steps, at the last step (before the first step: at the first)."""
-        self.start()
-        if self._state.open:
-            self._stage_forced(name, value, colls)
-        elif self.collector.reopen_last_step():
-            self._stage_forced(name, value, colls)
-            self.staging.commit(defer=False)
-            self._extras.on_late_save(self.collector.end_step())
-        else:
-            self._pending.append((name, value.detach().clone(), colls))
-
-    def _stage_forced(self, name: str, value: torch.Tensor, colls: tuple[str, ...]) -> None:
+    def _add_forced(self, name: str, value: torch.Tensor, colls: tuple[str, ...]) -> None:
         self.staging.stage(name, value, self.collector.planner.forced_plan(name, colls))
 
-    # --- step boundaries (see trainspect.hooks.step_state) -------------------------------------------------
-    def _begin_step(self) -> None:
-        collector, extras, step = self.collector, self._extras, self._step
-        if not collector.opened:
-            self._refresh_params()  # a model sharded since it was registered is recorded by every rank
-            _open_run(collector)
-        if self._step_hooks.handles or self._state.open:
-            self._end_step()
-        if not extras.quiet:
-            extras.check_stop(collector)
-        saving = collector.begin_step()
-        step.optimizer_stepped = False
+    def _added_late(self) -> None:
+        self.staging.commit(defer=False)
+
+    # --- step parts: the framework's work at the boundaries the driver decides (trainspect.hooks.step_driver) --
+    def step_beginning(self) -> None:
+        """Open the run at the first step: a model sharded since it was registered is recorded by every rank."""
+        if not self.collector.opened:
+            self._refresh_params()
+            _open_run(self.collector)
+
+    def step_began(self, saving: bool, mode: ModeKeys) -> None:
+        """Join what was saved before the step; stage the weights and attach the step hooks of a saving step."""
         if self._pending or self._losses.held:
             self._join_early()
-        if not extras.quiet:
-            extras.on_step_start(collector)
         if saving:
+            step, collector = self._step, self.collector
             captures = step.captures
             changed = captures.generation != collector.planner.generation
             if (changed or captures.at_begin) and self._refresh_params() or changed:
@@ -292,11 +247,29 @@ class Hook(HookAPI):
             if captures.at_begin:
                 self._capture_at_begin(captures)
 
+    def step_ending(self, final: bool) -> tuple[list[Any] | None, bool]:
+        """Hand the step's losses and copies to the collector; device copies are read a step later (quiet runs)."""
+        if self._step_hooks.handles:
+            self._step_hooks.detach()
+        staging, quiet, losses = self.staging, self._extras.quiet, self._losses
+        self._nan.step_ended(losses.values)
+        scalars, known = losses.flush(staging, quiet) if losses.values else (None, False)
+        if staging.staged or staging.grads or staging.late is not None:
+            staging.commit(defer=quiet and not final)
+        return scalars, known
+
+    def no_step_to_end(self, final: bool) -> None:
+        """Between steps: the step hooks come off; at close, the last step's copies are read."""
+        if self._step_hooks.handles:
+            self._step_hooks.detach()
+        if final and self.staging.late is not None:
+            self.staging.complete_late()
+
     def _join_early(self) -> None:
         """Tensors saved and losses recorded before the step began join it."""
         pending, self._pending = self._pending, []
         for name, value, colls in pending:
-            self._stage_forced(name, value, colls)
+            self._add_forced(name, value, colls)
         for name in self._losses.take_held():
             self._note_loss(name)
 
@@ -309,51 +282,19 @@ class Hook(HookAPI):
             known = step.optimizer_seen or bool(step.accumulates)
             self._step_hooks.attach(captures, self._params, self._submodules, optimizer_known=known)
 
-    def _end_step(self, final: bool = False) -> None:
-        """End the open step. Device copies are read a step later unless something reads the record now."""
-        if self._step_hooks.handles:
-            self._step_hooks.detach()
-        staging, quiet = self.staging, self._extras.quiet
-        if not self._state.open:
-            if final and staging.late is not None:
-                staging.complete_late()
-            return
-        self._nan.step_ended(self._losses.values)
-        scalars, known = self._losses.flush(staging, quiet) if self._losses.values else (None, False)
-        if staging.staged or staging.grads or staging.late is not None:
-            staging.commit(defer=quiet and not final)
-        record = self.collector.end_step(scalars, known)
-        if not quiet:
-            self._extras.on_step_end(self.collector, record)
-
-    # --- torch callbacks (run at every step: they inline the guard, ``Guarded._internal_error``) -------------
+    # --- torch callbacks: translated into the driver's events ----------------------------------------------
+    @guarded()
     def _on_top_forward_pre(self, module: nn.Module, args: Any) -> None:
-        if self.disabled:
+        step = self._step
+        step.forward_depth += 1
+        if step.forward_depth > 1:
             return
-        try:
-            step = self._step
-            step.forward_depth += 1
-            if step.forward_depth > 1:
-                return
-            collector = self.collector
-            if not self._mode_explicit:
-                inferred = infer_mode(module, collector.mode, self._state.open and not step.optimizer_stepped)
-                if inferred is not collector.mode:
-                    self._end_step()
-                    collector.set_mode(inferred)
-            if (
-                not self._state.open
-                or collector.mode not in _TRAINING
-                or step.optimizer_stepped
-                or not (step.optimizer_seen or self._optimizer_exists())
-            ):
-                self._begin_step()  # a training step with an optimizer spans every forward until optimizer.step()
-            if not self._extras.quiet:
-                self._extras.on_forward_start()
-        except TrainingStopped:
-            raise
-        except Exception as exc:
-            self._internal_error("_on_top_forward_pre", exc)
+        mode = None
+        if not self._mode_explicit:
+            mode = infer_mode(module, self.collector.mode, self._state.open and not step.optimizer_stepped)
+        self._driver.forward_began(mode, self._optimizer_exists)
+        if not self._extras.quiet:
+            self._extras.on_forward_start()
 
     def _on_follower_forward_pre(self, module: nn.Module, args: Any) -> None:
         """A container's later child (``decoder`` after ``encoder``): it joins the open step of its mode."""
@@ -371,19 +312,15 @@ class Hook(HookAPI):
         if not self._extras.quiet:
             self._extras.on_forward_start()
 
+    @guarded()
     def _on_top_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        if self.disabled:
+        step = self._step
+        if step.forward_depth > 1:
+            step.forward_depth -= 1
             return
-        try:
-            step = self._step
-            if step.forward_depth > 1:
-                step.forward_depth -= 1
-                return
-            step.forward_depth = 0
-            if not self._extras.quiet:
-                self._extras.on_forward_end()
-        except Exception as exc:
-            self._internal_error("_on_top_forward", exc)
+        step.forward_depth = 0
+        if not self._extras.quiet:
+            self._extras.on_forward_end()
 
     def _optimizer_exists(self) -> bool:
         """Whether an optimizer updates the model: decided once, at the first forward that could accumulate."""
@@ -396,21 +333,20 @@ class Hook(HookAPI):
     def _on_loss_module(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
         self.record_loss(name, output)
 
+    @guarded()
     def record_loss(self, name: str, value: Any) -> None:
         """Record a loss value computed outside a registered loss module (used by zero-script-change)."""
-        if self.disabled or not isinstance(value, torch.Tensor):
+        if not isinstance(value, torch.Tensor):
             return
-        try:
+        if not self._state.open:
+            if self._driver.explicit:  # steps are driven: a loss between them joins the next one
+                self._losses.hold(name, value)
+                return
+            self._driver.begin()
             if not self._state.open:
-                self._begin_step()
-                if not self._state.open:
-                    return  # closed
-            self._note_loss(name)
-            self._losses.add(name, value)
-        except TrainingStopped:
-            raise
-        except Exception as exc:
-            self._internal_error("record_loss", exc)
+                return  # closed
+        self._note_loss(name)
+        self._losses.add(name, value)
 
     def _note_loss(self, name: str) -> None:
         if name not in self._loss_names:
@@ -423,25 +359,22 @@ class Hook(HookAPI):
         A backward pass outside any step (the model called as ``model.forward(x)``, or a container's submodule
         outside the registered ones) opens one: its loss, weights and gradients are recorded (not its module tensors).
         """
-        if not self._state.open and not self.disabled:
+        if not self._state.open and not self.disabled and not self._driver.explicit:
             self._open_at_backward(loss)
         self._on_functional_loss(BACKWARD_LOSS, loss)
 
+    @guarded()
     def _open_at_backward(self, loss: torch.Tensor) -> None:
-        try:
-            if not self._registry.models:
-                self._unregistered = self._unregistered or 1  # warned about at the optimizer step
-                return
-            if not self._registry.trains(loss):
-                return  # another model's backward pass (a second hook's, an unregistered one's)
-            if not self._mode_explicit and self.collector.mode is not ModeKeys.TRAIN:
-                self.collector.set_mode(ModeKeys.TRAIN)  # a backward pass trains
-            self._begin_step()
-        except TrainingStopped:
-            raise
-        except Exception as exc:
-            self._internal_error("_open_at_backward", exc)
+        if not self._registry.models:
+            self._unregistered = self._unregistered or 1  # warned about at the optimizer step
+            return
+        if not self._registry.trains(loss):
+            return  # another model's backward pass (a second hook's, an unregistered one's)
+        if not self._mode_explicit and self.collector.mode is not ModeKeys.TRAIN:
+            self.collector.set_mode(ModeKeys.TRAIN)  # a backward pass trains
+        self._driver.begin()
 
+    @guarded()
     def _on_functional_loss(self, name: str, value: Any) -> None:
         """A functional loss (``F.mse_loss`` …) was computed outside a loss module: record it as that module's.
 
@@ -449,8 +382,6 @@ class Hook(HookAPI):
         step's first forward pass (Lightning's discriminator loss on real data), joins the next step if it begins
         before the next optimizer step. (Also the backward loss's way in, from :meth:`_on_backward`.)
         """
-        if self.disabled:
-            return
         if not self._state.open:
             if isinstance(value, torch.Tensor) and value.requires_grad and self._registry.models:
                 self._losses.hold(name, value)  # the next step's, if one begins before the next optimizer step
@@ -458,25 +389,15 @@ class Hook(HookAPI):
         if name not in self._loss_names or not isinstance(value, torch.Tensor):
             self.record_loss(name, value)
             return
-        try:
-            self._losses.add(name, value)  # record_loss's steady state, inlined: a loss is taken at every step
-        except Exception as exc:
-            self._internal_error("_on_functional_loss", exc)
+        self._losses.add(name, value)  # record_loss's steady state: a loss is taken at every step
 
+    @guarded()
     def _on_scaler_step(self, scaler: Any, optimizer: Any) -> None:
         """``GradScaler.step()`` returned: a step the scaler skipped (inf/NaN gradients) ends here too (recorded)."""
-        if self.disabled:
-            return
-        try:
-            if self._state.open and self.collector.mode in _TRAINING:
-                record_amp_skip(self, self._nan, scaler, optimizer, self._params, self._losses.values)
-                self._step.optimizer_seen = self._step.optimizer_stepped = True
-                self._step_hooks.read_gradients()  # a step the scaler skipped: its (unscaled, inf/NaN) gradients
-                self._end_step()
-        except TrainingStopped:
-            raise
-        except Exception as exc:
-            self._internal_error("_on_scaler_step", exc)
+        if self._state.open and self.collector.mode in TRAINING_MODES:
+            record_amp_skip(self, self._nan, scaler, optimizer, self._params, self._losses.values)
+            self._step_hooks.read_gradients()  # a step the scaler skipped: its (unscaled, inf/NaN) gradients
+            self._driver.optimizer_stepped()
 
     @guarded()
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
@@ -486,30 +407,20 @@ class Hook(HookAPI):
             self._extras.on_optimizer_start()
         return first_closure_losses(self._losses, args, kwargs) if len(args) > 1 or kwargs else None
 
+    @guarded()
     def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        if self.disabled:
-            return
-        try:
-            step = self._step
-            step.optimizer_seen = True
-            self._losses.frozen = False
-            self._losses.held.clear()
-            if not self._extras.quiet:
-                self._extras.on_optimizer_end()
-            state = self._state
-            if not state.open:
-                if self._unregistered == 1:
-                    self._unregistered = warn_unregistered()
-                return
+        losses, state, step = self._losses, self._state, self._step
+        losses.frozen = False
+        losses.held.clear()
+        if not self._extras.quiet:
+            self._extras.on_optimizer_end()
+        if state.open:
             if state.saving and step.captures.optimizer:
                 stage_optimizer_variables(self.collector, self.staging, optimizer)
             if self._step_hooks.handles:  # a step that opened inside optimizer.step() (its closure's forward pass)
                 self._step_hooks.read_gradients()
-            step.optimizer_stepped = True
-            if self.collector.mode in _TRAINING:
-                self._series.name_step(self._losses, optimizer, self._registry, self.collector.collections)
-                self._end_step()
-        except TrainingStopped:
-            raise
-        except Exception as exc:
-            self._internal_error("_on_optimizer_post", exc)
+            if self.collector.mode in TRAINING_MODES:
+                self._series.name_step(losses, optimizer, self._registry, self.collector.collections)
+        elif self._unregistered == 1:
+            self._unregistered = warn_unregistered()
+        self._driver.optimizer_stepped()
