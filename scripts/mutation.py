@@ -42,7 +42,33 @@ _STORE = [
     "tests/store/test_trial_api.py",
     "-knot sigkill",
 ]
+_WRITER = ["tests/store/test_background_writer.py", "tests/store/test_backlog.py", *_STORE]
 _PROFILER_RULES = ["tests/profiler/test_profiler_rule_edges.py", "tests/profiler/test_profiler_rules.py"]
+_ANALYSES = [
+    "tests/profiler/test_profiler_readers.py",
+    "tests/profiler/test_linear_costs.py",
+    "tests/profiler/test_cuda_memory.py",
+    "tests/profiler/test_python_hotspots_own_frames.py",
+    "tests/report/test_report_histograms.py",
+    "tests/report/test_report_truth.py",
+]
+_REPORT = [
+    "tests/report/test_report_truth.py",
+    "tests/report/test_report_histograms.py",
+    "tests/report/test_report_rules_agree.py",
+    "tests/report/test_report_html.py",
+    "-mnot browser",
+]
+_COMPARE = ["tests/report/test_compare.py", "tests/report/test_compare_trust.py", "-mnot browser"]
+_MLFLOW = ["tests/tb_plugin/test_metric_catalogue.py", "tests/mlflow/test_mlflow_local.py"]
+_TENSOR_RULES = [
+    "tests/rules/test_rules_tensor.py",
+    "tests/rules/test_rules_parameters.py",
+    "tests/rules/test_rules_fast_paths.py",
+    "tests/rules/test_rules_trust.py",
+    "tests/rules/test_columns.py",
+]
+_LOSS_RULES = [*_TENSOR_RULES, "tests/rules/test_interleaved_losses.py", "tests/rules/test_eval_rules_trust.py"]
 # module (relative to trainspect/) -> the pytest arguments (test files, options) of the tests that exercise it
 TESTS: dict[str, list[str]] = {
     "store/framing.py": [
@@ -60,6 +86,60 @@ TESTS: dict[str, list[str]] = {
     "rules/profiler/io_bottleneck.py": _PROFILER_RULES,
     "rules/vanishing_gradient.py": ["tests/rules/test_vanishing_gradient_edges.py", "tests/rules/test_rules_tensor.py"],
     "hooks/save_plan.py": ["tests/hooks/test_save_plan_rules.py", "tests/hooks/test_save_config.py"],
+    # added for issue 33: profiler analyses, report, MLflow, more rules and store modules
+    "store/background.py": _WRITER,
+    "store/run_writer.py": _WRITER,
+    "store/gaps.py": [*_WRITER, "tests/rules/test_rules_tensor.py"],
+    "store/quick_scan.py": ["tests/rules/test_columnar_parse.py", "tests/rules/test_columnar_read.py", *_STORE],
+    "profiler/analysis.py": _ANALYSES,
+    "profiler/histograms.py": [*_ANALYSES, "tests/tb_plugin/test_metric_catalogue.py"],
+    "profiler/heatmap.py": _ANALYSES,
+    "profiler/ranks.py": [*_ANALYSES, "tests/profiler/test_profiler_straggler.py"],
+    "profiler/system_window.py": [*_ANALYSES, "tests/profiler/test_profiler_storage.py"],
+    "profiler/events.py": [*_ANALYSES, "tests/profiler/test_sagemaker_output.py"],
+    "profiler/traces.py": [*_ANALYSES, "tests/profiler/test_sagemaker_output.py"],
+    "report/summary.py": _REPORT,
+    "report/charts.py": _REPORT,
+    "report/sections.py": _REPORT,
+    "report/_framework_sections.py": _REPORT,
+    "report/_system_sections.py": _REPORT,
+    "report/_compare_rows.py": _COMPARE,
+    "report/compare.py": _COMPARE,
+    "mlflow_plugin/keys.py": _MLFLOW,
+    "mlflow_plugin/logger.py": _MLFLOW,
+    "mlflow_plugin/session.py": _MLFLOW,
+    "rules/profiler/_common.py": _PROFILER_RULES,
+    "rules/profiler/_prefix_outliers.py": [*_PROFILER_RULES, "tests/profiler/test_step_outlier_robust.py"],
+    "rules/profiler/batch_size.py": [*_PROFILER_RULES, "tests/profiler/test_job_cpu_rules.py"],
+    "rules/profiler/dataloader.py": [*_PROFILER_RULES, "tests/profiler/test_linear_costs.py"],
+    "rules/profiler/gpu_memory_increase.py": [*_PROFILER_RULES, "tests/profiler/test_cuda_memory.py"],
+    "rules/profiler/input_bottleneck.py": [*_PROFILER_RULES, "tests/profiler/test_input_bottleneck.py"],
+    "rules/profiler/load_balancing.py": [*_PROFILER_RULES, "tests/profiler/test_linear_costs.py"],
+    "rules/profiler/max_initialization_time.py": _PROFILER_RULES,
+    "rules/profiler/overall_framework_metrics.py": _PROFILER_RULES,
+    "rules/profiler/overall_system_usage.py": [*_PROFILER_RULES, "tests/profiler/test_job_cpu_rules.py"],
+    "rules/profiler/step_outlier.py": [*_PROFILER_RULES, "tests/profiler/test_step_outlier_robust.py"],
+    "rules/profiler/worker_straggler.py": [*_PROFILER_RULES, "tests/profiler/test_profiler_straggler.py"],
+    "rules/_common.py": _TENSOR_RULES,
+    "rules/all_zero.py": _TENSOR_RULES,
+    "rules/check_input_images.py": _TENSOR_RULES,
+    "rules/class_imbalance.py": _TENSOR_RULES,
+    "rules/confusion.py": _TENSOR_RULES,
+    "rules/dead_relu.py": [*_TENSOR_RULES, "tests/rules/test_dead_gradients.py"],
+    "rules/_dead_gradients.py": [*_TENSOR_RULES, "tests/rules/test_dead_gradients.py"],
+    "rules/exploding_tensor.py": _TENSOR_RULES,
+    "rules/loss_not_decreasing.py": _LOSS_RULES,
+    "rules/loss_windows.py": _LOSS_RULES,
+    "rules/nlp_sequence_ratio.py": _TENSOR_RULES,
+    "rules/overfit.py": _LOSS_RULES,
+    "rules/overtraining.py": _LOSS_RULES,
+    "rules/poor_weight_initialization.py": _TENSOR_RULES,
+    "rules/saturated_activation.py": _TENSOR_RULES,
+    "rules/similar_across_runs.py": _TENSOR_RULES,
+    "rules/stalled_training_rule.py": _TENSOR_RULES,
+    "rules/tensor_variance.py": _TENSOR_RULES,
+    "rules/unchanged_tensor.py": _TENSOR_RULES,
+    "rules/weight_update_ratio.py": [*_TENSOR_RULES, "tests/rules/test_dead_gradients.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 
