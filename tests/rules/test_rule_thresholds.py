@@ -1,0 +1,192 @@
+"""Each tensor rule's threshold at its boundary: the value exactly at the threshold, and just past it.
+
+Every rule documents whether reaching its threshold triggers (AllZero: ``>=``) or only passing it (most: ``>``);
+these tests pin that, and the figures the verdict's message states (the observed value, the threshold, the counts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rules_synth import checks, run, step, tensor
+
+from trainspect.modes import ModeKeys
+from trainspect.rules import (
+    AllZero,
+    CheckInputImages,
+    ClassImbalance,
+    DeadRelu,
+    NLPSequenceRatio,
+    SaturatedActivation,
+    StalledTrainingRule,
+    Status,
+    TensorVariance,
+    UnchangedTensor,
+    WeightUpdateRatio,
+)
+
+
+def _one(rule, *tensors, roles: str = "main", mode: ModeKeys = ModeKeys.TRAIN):  # noqa: ANN001, ANN202
+    (res,) = checks(rule, [step(0, {roles: list(tensors)}, mode)])
+    return res
+
+
+# --- AllZero: reaching the share triggers -------------------------------------------------------------------
+def test_all_zero_triggers_at_the_share_and_says_it() -> None:
+    rule = AllZero(tensor_regex="r", threshold=50)
+    at = _one(rule, tensor("r", [0, 0, 1, 2]))
+    assert at.triggered and at.value == 50.0 and at.tensors == ("r",)
+    assert at.detail == "50% zeros in r (threshold 50%)"
+    below = _one(rule, tensor("r", [0, 1, 1, 1, 1, 1, 1, 1, 1, 1]), tensor("s", [0, 0, 0, 1, 1, 1, 1, 1, 1, 1]))
+    assert not below.triggered and below.value == 30.0 and below.detail == "30% zeros in s (threshold 50%)"
+    assert _one(AllZero(tensor_regex="r"), tensor("r", [0.0, 0.0])).triggered  # the default: all zeros
+    assert not _one(AllZero(tensor_regex="r"), tensor("r", [0.0, 1e-30])).triggered
+
+
+# --- DeadRelu, SaturatedActivation: passing the share triggers ----------------------------------------------
+def test_dead_relu_counts_units_below_the_inactivity_and_triggers_past_the_layer_share() -> None:
+    # 4 samples x 4 units: unit 0 never active, unit 1 active once (25 %), units 2 and 3 always
+    x = np.array([[0, 1, 1, 1], [0, 0, 1, 1], [0, 0, 1, 1], [0, 0, 1, 1]], dtype=np.float32)
+    quarter = _one(DeadRelu(threshold_inactivity=25.0, threshold_layer=25.0), tensor("relu_output_0", x))
+    assert quarter.value == 25.0 and not quarter.triggered  # unit 1, active 25 %, is not dead; 25 % is not past 25
+    assert quarter.detail == "25% of units dead in relu_output_0 (threshold 25%)"
+    half = _one(DeadRelu(threshold_inactivity=25.01, threshold_layer=49.9), tensor("relu_output_0", x))
+    assert half.value == 50.0 and half.triggered and half.tensors == ("relu_output_0",)
+    assert not _one(DeadRelu(threshold_inactivity=25.01, threshold_layer=50.0), tensor("relu_output_0", x)).triggered
+    assert _one(DeadRelu(), tensor("relu_output_0", np.full((2, 2), np.nan))) is None  # NaN is not dead
+
+
+def test_saturation_bounds_are_exclusive_and_the_layer_share_must_be_passed() -> None:
+    rule = SaturatedActivation(threshold_layer=50.0)
+    # 2 units: unit 0 sits exactly on tanh's upper bound (saturated), unit 1 just inside it
+    x = np.array([[9.4999, 9.4998]] * 4)
+    at = _one(rule, tensor("t", x, ["tanh_input"]), roles="tanh")
+    assert at.value == 50.0 and not at.triggered
+    assert at.detail == "50% of units saturated in t (threshold 50%)"
+    low = np.array([[-9.4999, -9.4998, -9.4999]] * 2)
+    past = _one(rule, tensor("t", low, ["tanh_input"]), roles="tanh")
+    assert past.value == pytest.approx(200 / 3) and past.triggered
+    sig = np.array([[16.99999, -23.0, -22.99, 0.0]] * 2)
+    assert _one(rule, tensor("s", sig, ["sigmoid_input"]), roles="sigmoid").value == 50.0
+
+
+# --- TensorVariance -----------------------------------------------------------------------------------------
+def test_variance_thresholds_must_be_passed() -> None:
+    rule = TensorVariance(tensor_regex="w", max_threshold=2.0, min_threshold=1.0)
+    at = _one(rule, tensor("w", None, variance=2.0), tensor("v", None, variance=1.0))
+    assert not at.triggered and at.value == 2.0
+    assert at.detail == "variance from 1 (v) to 2 (w) (thresholds min 1, max 2)"
+    assert _one(rule, tensor("w", None, variance=2.001)).tensors == ("w",)
+    assert _one(rule, tensor("w", None, variance=0.999)).tensors == ("w",)
+    assert (
+        _one(TensorVariance(tensor_regex="w", max_threshold=2.0), tensor("w", None, variance=1e-12)).triggered is False
+    )
+
+
+# --- UnchangedTensor ----------------------------------------------------------------------------------------
+def test_unchanged_over_exactly_num_steps_and_within_tolerance() -> None:
+    rule = UnchangedTensor(tensor_regex="w", num_steps=3, atol=0.5, rtol=0.0)
+    data = [
+        step(i, [tensor("w", np.array([1.0, 2.0]) + 0.25 * i), tensor("u", np.full(2, float(i)))]) for i in range(4)
+    ]
+    res = checks(rule, data)
+    assert res[:2] == [None, None]  # fewer than 3 saved values
+    assert res[2].triggered and res[2].value == 1.0 and res[2].tensors == ("w",)  # 0.5 apart: within atol
+    assert res[2].detail == "1 of 2 tensor(s) unchanged over 3 saved steps, e.g. w (threshold: none may stay unchanged)"
+    moved = checks(UnchangedTensor(tensor_regex="w", num_steps=3, atol=0.49, rtol=0.0), data)[2]
+    assert not moved.triggered and moved.detail.startswith("0 of 2 tensor(s) unchanged over 3 saved steps (")
+    assert checks(rule, [step(0, [tensor("w", np.ones(2))], ModeKeys.EVAL)]) == [None]
+
+
+# --- StalledTrainingRule -------------------------------------------------------------------------------------
+def test_a_gap_must_pass_the_threshold() -> None:
+    rule = StalledTrainingRule(threshold=10.0)
+    res = checks(rule, [step(0, [], wall=0.0), step(1, [], wall=10.0), step(2, [], wall=20.5)])
+    assert res[0] is None and not res[1].triggered and res[2].triggered
+    assert res[2].detail == "10.5 s between steps (at step 2) (threshold 10 s)"
+    v = run(StalledTrainingRule(threshold=10.0), [step(i, [], wall=w) for i, w in enumerate([0.0, 10.0, 20.0, 31.0])])
+    assert v.triggers == 1 and v.first_trigger_step == 3
+    state = rule.init_state()
+    rule.check(state, step(0, [], wall=0.0))
+    assert rule.idle(state, 10.0, None) is None  # exactly the threshold: not yet
+    stalled = rule.idle(state, 10.25, None)
+    assert stalled.triggered and stalled.detail == "10.25 s since the last step ? (threshold 10 s)"
+
+
+# --- WeightUpdateRatio --------------------------------------------------------------------------------------
+def _weights(*values: list[float], steps: list[int] | None = None) -> list:
+    return [
+        step(s, [tensor("w", np.array(v), ["weights"])])
+        for s, v in zip(steps or range(len(values)), values, strict=True)
+    ]
+
+
+def test_update_ratio_thresholds_must_be_passed() -> None:
+    # |[3, 4.5] - [3, 4]| / |[3, 4]| = 0.5 / 5 = 0.1 exactly (epsilon 0)
+    data = _weights([3.0, 4.0], [3.0, 4.5])
+    at_large = checks(WeightUpdateRatio(large_threshold=0.1, epsilon=0.0, literal=True), data)[1]
+    assert at_large.value == 0.1 and not at_large.triggered
+    assert at_large.detail == "update ratio from 0.1 (w) to 0.1 (w) (thresholds 1e-08 and 0.1)"
+    assert checks(WeightUpdateRatio(large_threshold=0.0999, epsilon=0.0, literal=True), data)[1].triggered
+    at_small = checks(WeightUpdateRatio(small_threshold=0.1, epsilon=0.0, literal=True), data)[1]
+    assert not at_small.triggered
+    assert checks(WeightUpdateRatio(small_threshold=0.1001, epsilon=0.0, literal=True), data)[1].triggered
+    with_eps = checks(WeightUpdateRatio(epsilon=5.0, literal=True), data)[1]
+    assert with_eps.value == pytest.approx(0.05)  # 0.5 / (5 + 5)
+
+
+def test_num_steps_is_the_largest_distance_compared() -> None:
+    data = _weights([3.0, 4.0], [3.0, 4.5], steps=[0, 2])
+    assert checks(WeightUpdateRatio(num_steps=2, epsilon=0.0), data)[1].value == 0.1
+    assert checks(WeightUpdateRatio(num_steps=1, epsilon=0.0), data) == [None, None]
+    assert checks(WeightUpdateRatio(), _weights([1.0], [2.0, 3.0])) == [None, None]  # another shape: no pair
+
+
+# --- ClassImbalance, CheckInputImages, NLPSequenceRatio -----------------------------------------------------
+def _labels(labels: list[int], preds: list[int] | None = None, n: int = 0) -> object:
+    roles = {"labels": [tensor("labels", np.array(labels))]}
+    if preds is not None:
+        roles["predictions"] = [tensor("predictions", np.array(preds))]
+    return step(n, roles)
+
+
+def test_class_ratio_and_misprediction_share_must_be_passed() -> None:
+    at = checks(ClassImbalance(threshold_imbalance=3.0, samples=8), [_labels([0] * 6 + [1] * 2)])[0]
+    assert at.value == 3.0 and not at.triggered
+    assert at.detail == "class count ratio 3 over 8 labels (threshold 3)"
+    past = checks(ClassImbalance(threshold_imbalance=2.9, samples=8), [_labels([0] * 6 + [1] * 2)])[0]
+    assert past.triggered and past.detail == "class 0 has 3x the samples of class 1 (threshold 2.9)"
+    rule = ClassImbalance(threshold_imbalance=10.0, threshold_misprediction=0.5, samples=4)
+    half = checks(rule, [_labels([0, 0, 1, 1], [0, 1, 1, 1])])[0]  # class 0: 1 of 2 wrong, exactly the share
+    assert not half.triggered
+    more = checks(rule, [_labels([0, 0, 0, 1], [1, 1, 0, 1])])[0]
+    assert more.triggered and more.detail == "66.67% of class 0 mispredicted (threshold 50%)"
+
+
+def test_labels_are_judged_once_samples_were_seen() -> None:
+    rule = ClassImbalance(samples=6, threshold_imbalance=1.5)
+    res = checks(rule, [_labels([0, 0, 1], n=0), _labels([0, 0, 0], n=1)])
+    assert res[0] is None and res[1].triggered and "5x the samples" in res[1].detail
+    v = run(ClassImbalance(samples=7), [_labels([0, 0, 1], n=0), _labels([0, 0, 0], n=1)])
+    assert v.status is Status.NO_DATA and "saw 6 labels, needs samples=7" in v.message
+
+
+def test_image_channel_mean_must_pass_the_threshold_after_enough_images() -> None:
+    img = np.zeros((2, 2, 1, 1))
+    img[:, 0] = 0.25  # channel 0 mean 0.25, channel 1 mean 0
+    rule = CheckInputImages(regex=["img"], threshold_mean=0.25, threshold_samples=4)
+    res = checks(rule, [step(0, [tensor("img", img)]), step(1, [tensor("img", img)])])
+    assert res[0] is None  # 2 images: fewer than 4
+    assert not res[1].triggered and res[1].value == 0.25
+    assert res[1].detail == "channel 0 mean 0.25 over 4 images (threshold |mean| 0.25)"
+    low = CheckInputImages(regex=["img"], threshold_mean=0.2499, threshold_samples=2)
+    assert checks(low, [step(0, [tensor("img", img)])])[0].tensors == ("img",)
+
+
+def test_token_share_must_pass_its_threshold() -> None:
+    seq = np.array([[5, 6, 0, 0]])
+    at = checks(NLPSequenceRatio(token_thresholds_percent="50"), [step(0, [tensor("e", seq, ["input_sequence"])])])[0]
+    assert at.value == 50.0 and not at.triggered and at.detail == "token 0 is 50% of e (threshold 50%)"
+    past = NLPSequenceRatio(token_values="0,5", token_thresholds_percent="60,24.9")
+    res = checks(past, [step(0, [tensor("e", seq, ["input_sequence"])])])[0]
+    assert res.triggered and res.detail == "token 5 is 25% of e (threshold 24.9%)" and res.value == 50.0
