@@ -63,7 +63,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("hook_config",),
     ("hooks",),
     ("smdebug_compat",),
-    ("torch", "keras", "mlflow_plugin.autologging"),
+    ("torch", "keras", "lightning", "transformers", "mlflow_plugin.autologging"),
     ("<root>",),
     ("_supervise", "_bootstrap"),
     ("cli",),

@@ -188,7 +188,7 @@ def test_an_internal_failure_in_the_tap_never_reaches_training(tmp_path, monkeyp
         raise RuntimeError("boom")
 
     monkeypatch.setenv("TRAINSPECT_TESTING", "0")
-    monkeypatch.setattr(torch_backward, "_notify", broken)
+    monkeypatch.setattr(torch_backward.LossTap, "notify", lambda self, tensors: broken(tensors))
     model = _model()
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     before = model[0].weight.detach().clone()

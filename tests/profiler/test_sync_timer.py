@@ -15,7 +15,7 @@ from torch import nn  # noqa: E402
 
 import trainspect as ts  # noqa: E402
 from trainspect.hooks.framework_metrics import FrameworkRecorder  # noqa: E402
-from trainspect.hooks.torch_backward import STATE  # noqa: E402
+from trainspect.hooks.torch_backward import LossTap  # noqa: E402
 from trainspect.hooks.torch_sync_timer import SyncTimer, graph_leaves  # noqa: E402
 from trainspect.modes import ModeKeys  # noqa: E402
 from trainspect.profiler import FrameworkMetricsReader, load_profiler_data  # noqa: E402
@@ -37,14 +37,14 @@ def test_the_hook_records_one_sync_wait_per_backward_inside_its_step(tmp_path: P
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     hook = ts.torch.Hook(tmp_path, include_collections=["losses"], profiler_config=ts.ProfilerConfig())
     hook.register_module(model)
-    assert len(STATE.timers) == 1
+    assert len(LossTap.current().timers) == 1
     for _ in range(6):
         opt.zero_grad()
         model(torch.randn(4, 8)).sum().backward()
         opt.step()
     assert len(_hooked(model)) == 2  # after learning, only the last two leaves keep a hook
     hook.close()
-    assert STATE.timers == () and _hooked(model) == []
+    assert LossTap.current() is None and _hooked(model) == []
     tab = load_profiler_data(tmp_path).framework["worker_0"]
     sync = tab.spans["kind"] == SYNC
     assert tab.spans["global_step"][sync].tolist() == list(range(6))
@@ -58,7 +58,7 @@ def test_no_timer_without_the_profiler(tmp_path: Path) -> None:
     hook = ts.torch.Hook(tmp_path, include_collections=["losses"])
     hook.register_module(model)
     model(torch.randn(4, 8)).sum().backward()
-    assert STATE.timers == () and _hooked(model) == []
+    assert LossTap.current().timers == () and _hooked(model) == []
     hook.close()
 
 
@@ -150,7 +150,7 @@ def test_a_failing_timer_stops_with_one_warning_and_training_goes_on(
         "trainspect: timing the backward pass's synchronisation failed (ZeroDivisionError: division by zero); it is "
         "no longer recorded, training goes on"
     ]
-    assert STATE.timers == () and _hooked(model) == []
+    assert (LossTap.current() is None or LossTap.current().timers == ()) and _hooked(model) == []
     assert model[0].weight.grad is not None
 
 

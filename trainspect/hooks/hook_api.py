@@ -161,13 +161,15 @@ class HookAPI(Guarded):
         return hook
 
     # --- the step API -------------------------------------------------------------------------------------
-    @guarded()
     def begin_step(self, mode: ModeKeys | str | None = None) -> None:
         """Begin a step (the open one ends first), in ``mode`` if given (each mode counts its own steps).
 
         The way a trainer integration or a custom loop marks its steps: from the first call on, the framework's own
-        events (a forward pass, ``optimizer.step()``) no longer begin or end steps, they record into the open one.
-        Without it, the PyTorch hook infers the steps (see docs/architecture.md, "The step driver").
+        events (a forward pass, ``optimizer.step()``) no longer begin or end steps of that mode, they record into the
+        open one. Without it, the PyTorch hook infers the steps (see docs/architecture.md, "The step driver").
+
+        Raises:
+            ValueError: ``mode`` names no mode (the message lists them).
 
         Example:
             >>> import tempfile, torch, trainspect as ts
@@ -181,27 +183,35 @@ class HookAPI(Guarded):
             >>> ts.create_trial(out).steps()
             [0, 1, 2]
         """
+        self._begin_driven_step(None if mode is None else parse_mode(mode))
+
+    @guarded()
+    def _begin_driven_step(self, mode: ModeKeys | None) -> None:
         self.start()
-        driver = self._driver
-        driver.explicit = True
-        driver.begin(None if mode is None else parse_mode(mode))
+        self._driver.drive(mode)
+        self._driver.begin(mode)
 
     @guarded()
     def end_step(self) -> None:
         """End the open step (its record goes to the writer, the live rules and MLflow); see :meth:`begin_step`."""
-        driver = self._driver
-        driver.explicit = True
-        driver.end()
+        self._driver.drive(None)
+        self._driver.end()
 
-    @guarded()
     def set_mode(self, mode: ModeKeys | str) -> None:
         """Switch between TRAIN, EVAL, PREDICT and GLOBAL; the open step ends and each mode counts its own steps.
 
         Until this is called, the PyTorch hook's mode follows the model: ``model.train()`` is TRAIN, ``model.eval()``
         EVAL.
+
+        Raises:
+            ValueError: ``mode`` names no mode (the message lists them).
         """
+        self._set_mode(parse_mode(mode))
+
+    @guarded()
+    def _set_mode(self, mode: ModeKeys) -> None:
         self._mode_explicit = True
-        self._driver.set_mode(parse_mode(mode))
+        self._driver.set_mode(mode)
 
     _mode_explicit = False
 

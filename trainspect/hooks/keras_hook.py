@@ -87,7 +87,7 @@ class Hook(keras.callbacks.Callback, HookAPI):
         self._view: ModelView | None = None
         self._state = self.collector.state  # IDLE / OPEN / CLOSED (trainspect.hooks.step_state)
         self._driver = StepDriver(self.collector, self._extras, self)
-        self._driver.explicit = True  # Keras' callbacks drive the steps
+        self._driver.driven.update(ModeKeys)  # Keras' callbacks drive the steps
         self._metrics_at_end = False  # the step that ends now reads the metrics' results (an epoch's last)
         self._window_set = False
 

@@ -92,6 +92,11 @@ class ShutdownCloser:
         if self._pid != os.getpid():
             self._install()
 
+    def open_objects(self) -> list[Closable]:
+        """The hooks (and autolog patch sets) this process will close, oldest first."""
+        with self._lock:
+            return list(self._open) if self._pid == os.getpid() else []
+
     def untrack(self, obj: Closable) -> None:
         """Forget ``obj`` (it was closed by the user)."""
         with self._lock:

@@ -14,9 +14,10 @@ Two sources drive it:
 
 * **Explicitly**, through the public step API: ``hook.begin_step(mode)`` / ``hook.end_step()``, which the trainer
   integrations call (:mod:`trainspect.hooks.integrations`: Lightning's ``Callback``, Hugging Face's
-  ``TrainerCallback``), as do Keras' callbacks and a custom loop. From the first explicit call on, framework events
-  no longer begin or end steps (:attr:`StepDriver.explicit`): they still capture tensors, losses and times inside the
-  open step.
+  ``TrainerCallback``), as do Keras' callbacks and a custom loop. A mode whose steps were driven explicitly once is
+  *driven* (:attr:`StepDriver.driven`): framework events no longer begin or end its steps; they still capture
+  tensors, losses and times inside the open step. (Hugging Face's ``Trainer`` drives its TRAIN steps; its evaluation
+  steps, which no callback announces, stay inferred.)
 * **Inferred** from the framework's events (a PyTorch loop with no integration): a registered model's forward pass
   begins a step unless a training step is open and no optimizer has stepped in it (gradient accumulation: the micro-
   batches of one optimizer step are one step); in EVAL and PREDICT every forward pass is a step; an optimizer's step
@@ -71,14 +72,14 @@ class StepDriver:
         parts: the framework adapter's work at each boundary.
     """
 
-    __slots__ = ("collector", "extras", "parts", "state", "training", "explicit")
+    __slots__ = ("collector", "extras", "parts", "state", "training", "driven")
 
     def __init__(self, collector: Collector, extras: Any, parts: StepParts) -> None:
         self.collector, self.extras, self.parts = collector, extras, parts
         self.state = collector.state
         self.training = TrainingStep()
-        self.explicit = False
-        """The steps are driven through the public step API: framework events no longer begin or end them."""
+        self.driven: set[ModeKeys] = set()
+        """Modes whose steps are driven through the public step API: framework events no longer begin or end them."""
 
     def begin(self, mode: ModeKeys | None = None) -> bool:
         """End the open step, switch to ``mode`` (None: stay), begin the next step; return whether it saves."""
@@ -108,6 +109,10 @@ class StepDriver:
             self.extras.on_step_end(collector, record)
         return record
 
+    def drive(self, mode: ModeKeys | None) -> None:
+        """Steps of ``mode`` (None: the current mode) are driven through the public step API from now on."""
+        self.driven.add(mode if mode is not None else self.collector.mode)
+
     def set_mode(self, mode: ModeKeys) -> None:
         """Switch mode: the open step ends (each mode counts its own steps)."""
         if mode is not self.collector.mode:
@@ -121,9 +126,9 @@ class StepDriver:
         It begins a step unless a training step is open in which no optimizer has stepped and an optimizer updates
         the model (``accumulates()``, asked only then): the micro-batches of gradient accumulation are one step.
         """
-        if self.explicit:
-            return
         collector, step, state = self.collector, self.training, self.state
+        if (mode if mode is not None else collector.mode) in self.driven:
+            return
         if mode is not None and mode is not collector.mode:
             self.end()
             collector.set_mode(mode)
@@ -139,5 +144,6 @@ class StepDriver:
         """An optimizer stepped (or ``GradScaler`` skipped its step): a training step ends here."""
         step = self.training
         step.optimizer_seen = step.optimizer_stepped = True
-        if not self.explicit and self.state.open and self.collector.mode in TRAINING_MODES:
+        mode = self.collector.mode
+        if self.state.open and mode in TRAINING_MODES and mode not in self.driven:
             self.end()

@@ -2,23 +2,33 @@
 
 While at least one PyTorch hook is started, ``torch.autograd.backward`` is wrapped (``Tensor.backward`` calls it):
 a backward pass on a one-element tensor hands that tensor to the listening hooks (recorded as ``loss``). Functional
-losses (``F.mse_loss`` …, :data:`FUNCTIONAL_LOSSES`) called outside a loss module are handed
-over too (recorded as ``MSELoss_output_0`` …, in every mode). The profiler's backward timers (``STATE.timers``,
-:mod:`trainspect.hooks.torch_sync_timer`) are called around each outermost backward pass. The wrappers are removed
-when the last hook closes.
+losses (``F.mse_loss`` …, :data:`FUNCTIONAL_LOSSES`) called outside a loss module are handed over too (recorded as
+``MSELoss_output_0`` …, in every mode). The profiler's backward timers (:mod:`trainspect.hooks.torch_sync_timer`)
+are called around each outermost backward pass. The wrappers are removed when the last hook closes.
+
 Helpers that change the loss before its backward pass are wrapped, so that the loss recorded is the one the script
-computed (the frameworks' in :mod:`trainspect.hooks.torch_frameworks`):
+computed:
 
 * ``torch.amp.GradScaler.scale``: the scaled loss maps back to the unscaled one; ``GradScaler.step`` tells the
   hooks when an optimizer step was skipped (inf/NaN gradients), which still ends the training step;
+* the trainers' own, through :mod:`trainspect.hooks.integrations` (Hugging Face's ``Trainer`` gets the
+  ``TrainerCallback`` that drives its steps, accelerate's ``Accelerator.backward`` its accumulation divisor),
+  patched when the tap is installed, or, while it is, when the script imports them (an
+  :class:`~trainspect.hooks.import_watch.ImportWatcher` on ``sys.meta_path``).
+
+The patches are process-wide, so their state is too: one :class:`LossTap` per process, owned by the patched
+``torch.autograd.backward`` (its ``trainspect_tap`` attribute: :meth:`LossTap.current`), made by the first hook that
+starts and gone with the last. Nothing is installed at import.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import Any
 
 import torch
@@ -27,13 +37,13 @@ from torch.nn.modules.loss import _Loss
 
 from trainspect import env
 from trainspect.exceptions import TrainingStopped
-from trainspect.modes import ModeKeys
+from trainspect.hooks.import_watch import ImportWatcher
+from trainspect.hooks.integrations import PATCHED_ON_IMPORT
 
 __all__ = [
     "BackwardTap",
     "FUNCTIONAL_LOSSES",
-    "STATE",
-    "register_adapter",
+    "LossTap",
     "hold",
     "micro_batches_name",
     "optimizer_holds",
@@ -65,254 +75,266 @@ FUNCTIONAL_LOSSES = {
 }
 """Functional losses recorded as the loss module of the same name (``F.mse_loss`` → ``MSELoss_output_0``)."""
 
+Target = tuple[Any, str, Callable[[Any], Any]]
+"""(owner, attribute, wrapper factory) of one patch."""
 
-class _State:
-    """Process-wide state of the tap (the patches are process-wide too)."""
+
+class LossTap:
+    """The process's patches and who listens to them (see the module); :meth:`current` finds it.
+
+    Attributes:
+        listeners: hooks with ``_on_backward(loss)``, ``_on_functional_loss(name, value)``, ``record_loss(name,
+            value)`` and ``_on_scaler_step(scaler, optimizer)`` (a tuple, replaced on change: the wrappers iterate it).
+        timers: backward-pass timers with ``backward_start(tensors)`` and ``backward_end()``, called around every
+            outermost backward pass (they hold the patches with :func:`hold` and never raise).
+        derived: a loss a helper rescaled, by ``id``: (the rescaled tensor, the script's tensor or None, a factor).
+        factor: the divisor of the backward pass running now (accelerate's gradient accumulation), else 1.
+        suspended: nesting of model forward passes running without ``autolog``'s global module hooks (see
+            ``AutoLogger``): there a loss module is recorded through the functional loss it calls.
+    """
 
     def __init__(self) -> None:
         self.listeners: tuple[Any, ...] = ()
-        """Hooks with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and
-        ``_on_scaler_step(scaler, optimizer)`` (a tuple, replaced on change: the wrappers iterate it, not a copy)."""
+        self.timers: tuple[Any, ...] = ()
         self.originals: dict[tuple[Any, str], Any] = {}
         self.depth = 0
         self.functional_depth = 0
         self.holds = 0
         self.derived: dict[int, tuple[torch.Tensor, torch.Tensor | None, float]] = {}
         self.factor = 1.0
-        self.mode: ModeKeys | None = None
-        """A mode a framework's loop imposes (Lightning's predict loop: PREDICT); None: follow the model."""
-        self.timers: tuple[Any, ...] = ()
-        """Backward-pass timers with ``backward_start(tensors)`` and ``backward_end()``, called around every outermost
-        backward pass (the profiler's synchronisation timer, :mod:`trainspect.hooks.torch_sync_timer`; they hold the
-        patches with :func:`hold` and never raise)."""
         self.suspended = 0
-        """Nesting of model forward passes running without ``autolog``'s global module hooks (see ``AutoLogger``):
-        there a loss module is recorded through the functional loss it calls."""
+        self._finder = ImportWatcher(PATCHED_ON_IMPORT, self._framework_imported)
 
+    @staticmethod
+    def current() -> LossTap | None:
+        """The tap of this process, while its patches are installed."""
+        return getattr(torch.autograd.backward, "trainspect_tap", None)
 
-STATE = _State()
+    @classmethod
+    def acquire(cls) -> LossTap:
+        """The tap of this process, installed now if it was not."""
+        tap = cls.current()
+        if tap is None:
+            tap = cls()
+            tap.install()
+        return tap
 
-Target = tuple[Any, str, Callable[[Any], Any]]
-"""(owner, attribute, wrapper factory) of one patch."""
+    # --- patches --------------------------------------------------------------------------------------------
+    def _targets(self) -> list[Target]:
+        """(owner, attribute, wrapper factory) of everything patched, for the frameworks imported so far."""
+        targets: list[Target] = [
+            (torch.autograd, "backward", functools.partial(_wrap_backward, tap=self)),  # Tensor.backward calls it
+            (torch.amp.GradScaler, "scale", functools.partial(_wrap_scale, tap=self)),
+            (torch.amp.GradScaler, "step", functools.partial(_wrap_scaler_step, tap=self)),
+        ]
+        for fname, cls_name in FUNCTIONAL_LOSSES.items():
+            targets.append((F, fname, functools.partial(_wrap_functional, name=f"{cls_name}_output_0", tap=self)))
+        for module_name, integration in PATCHED_ON_IMPORT.items():
+            if module_name in sys.modules:
+                targets += importlib.import_module(integration).targets(self, sys.modules[module_name])
+        return targets
 
-ADAPTERS: list[tuple[Callable[[], list[Target]], Any]] = []
-"""Framework adapters, registered by their modules at import (:mod:`trainspect.hooks.torch_frameworks`, imported
-with the PyTorch hook): a function giving the patches of the frameworks imported so far, and a ``sys.meta_path``
-finder installed with the tap (it patches those frameworks when the script imports them)."""
+    def install(self) -> None:
+        """Patch what is not patched yet (the frameworks imported since too)."""
+        if self._finder not in sys.meta_path:
+            sys.meta_path.insert(0, self._finder)
+        for owner, attr, wrap in self._targets():
+            key = (owner, attr)
+            if key in self.originals or attr not in vars(owner):
+                continue
+            original = vars(owner)[attr]
+            self.originals[key] = original
+            setattr(owner, attr, wrap(original))
 
+    def _framework_imported(self, module: ModuleType) -> None:
+        if self.originals:
+            self.install()
 
-def register_adapter(targets: Callable[[], list[Target]], finder: Any) -> None:
-    """Patch a framework's loss helpers with the tap (once per adapter)."""
-    if all(existing is not targets for existing, _ in ADAPTERS):
-        ADAPTERS.append((targets, finder))
-
-
-def _loss_of(tensor: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """The loss the script computed for ``tensor`` (before scaling or normalising), and a factor to apply."""
-    factor, derived = STATE.factor, STATE.derived
-    for _ in range(4):
-        entry = derived.pop(id(tensor), None)
-        if entry is None or entry[0] is not tensor:
-            break
-        if entry[1] is not None:
-            tensor = entry[1]
-        factor *= entry[2]
-    return tensor, factor
-
-
-def _failed(where: str, exc: Exception) -> None:
-    """An internal error in a wrapper: the tap stops listening, with one warning; training goes on."""
-    if env.TRAINSPECT_TESTING.get():
-        raise exc
-    log.warning(
-        "trainspect: recording losses failed in %s (%s: %s); losses of backward passes and functional "
-        "losses are no longer recorded",
-        where,
-        type(exc).__name__,
-        exc,
-    )
-    STATE.listeners = ()
-
-
-def _notify(tensors: Any) -> None:
-    if not isinstance(tensors, torch.Tensor):
-        if not isinstance(tensors, (list, tuple)) or len(tensors) != 1 or not isinstance(tensors[0], torch.Tensor):
+    def _release_if_unused(self) -> None:
+        if self.listeners or self.holds:
             return
-        tensors = tensors[0]
-    if tensors.numel() != 1:
-        return
-    loss = tensors
-    state = STATE
-    if state.derived or state.factor != 1.0:  # a loss a framework scaled or normalised (else: the tensor itself)
-        loss, factor = _loss_of(tensors)
-        state.derived.clear()
-        if factor != 1.0:
-            loss = loss.detach() * factor
-    for listener in state.listeners:
-        listener._on_backward(loss)
+        if self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        for (owner, attr), original in self.originals.items():
+            setattr(owner, attr, original)
+        self.originals.clear()
+        self.derived.clear()
+
+    def failed(self, where: str, exc: Exception) -> None:
+        """An internal error in a wrapper: the tap stops listening, with one warning; training goes on."""
+        if env.TRAINSPECT_TESTING.get():
+            raise exc
+        log.warning(
+            "trainspect: recording losses failed in %s (%s: %s); losses of backward passes and functional "
+            "losses are no longer recorded",
+            where,
+            type(exc).__name__,
+            exc,
+        )
+        self.listeners = ()
+
+    # --- subscriptions ------------------------------------------------------------------------------------
+    def add_timer(self, timer: Any) -> None:
+        """Call ``timer`` around every outermost backward pass."""
+        self.timers += (timer,)
+
+    def remove_timer(self, timer: Any) -> None:
+        """Stop calling ``timer``."""
+        self.timers = tuple(t for t in self.timers if t is not timer)
+
+    def loss_of(self, tensor: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """The loss the script computed for ``tensor`` (before scaling or normalising), and a factor to apply."""
+        factor, derived = self.factor, self.derived
+        for _ in range(4):
+            entry = derived.pop(id(tensor), None)
+            if entry is None or entry[0] is not tensor:
+                break
+            if entry[1] is not None:
+                tensor = entry[1]
+            factor *= entry[2]
+        return tensor, factor
+
+    def notify(self, tensors: Any) -> None:
+        """A backward pass begins on ``tensors``: a one-element tensor goes to the listeners as the step's loss."""
+        if not isinstance(tensors, torch.Tensor):
+            if not isinstance(tensors, (list, tuple)) or len(tensors) != 1 or not isinstance(tensors[0], torch.Tensor):
+                return
+            tensors = tensors[0]
+        if tensors.numel() != 1:
+            return
+        loss = tensors
+        if self.derived or self.factor != 1.0:  # a loss a helper scaled or normalised (else: the tensor itself)
+            loss, factor = self.loss_of(tensors)
+            self.derived.clear()
+            if factor != 1.0:
+                loss = loss.detach() * factor
+        for listener in self.listeners:
+            listener._on_backward(loss)
 
 
-def _wrap_backward(original: Any) -> Any:
+def _wrap_backward(original: Any, tap: LossTap) -> Any:
     @functools.wraps(original)
     def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-        state = STATE
-        if state.depth or not (state.listeners or state.timers):  # a backward pass inside one (or nobody listens)
+        if tap.depth or not (tap.listeners or tap.timers):  # a backward pass inside one (or nobody listens)
             return original(tensors, *args, **kwargs)
         try:
-            if state.listeners:
-                _notify(tensors)
+            if tap.listeners:
+                tap.notify(tensors)
         except TrainingStopped:
             raise  # a StopTraining action: a backward pass outside any step began one
         except Exception as exc:
-            _failed("backward", exc)
-        timers = state.timers
+            tap.failed("backward", exc)
+        timers = tap.timers
         for timer in timers:
             timer.backward_start(tensors)
-        state.depth = 1
+        tap.depth = 1
         try:
             return original(tensors, *args, **kwargs)
         finally:
-            state.depth = 0
+            tap.depth = 0
             for timer in timers:
                 timer.backward_end()
 
+    backward.trainspect_tap = tap  # type: ignore[attr-defined]
     return backward
 
 
-def _wrap_functional(original: Any, name: str) -> Any:
+def _wrap_functional(original: Any, name: str, tap: LossTap) -> Any:
     @functools.wraps(original)
     def loss(*args: Any, **kwargs: Any) -> Any:
-        state = STATE
-        if state.functional_depth or not state.listeners:  # inside another functional loss (or nobody listens)
+        if tap.functional_depth or not tap.listeners:  # inside another functional loss (or nobody listens)
             return original(*args, **kwargs)
-        state.functional_depth = 1
+        tap.functional_depth = 1
         try:
             out = original(*args, **kwargs)
         finally:
-            state.functional_depth = 0
+            tap.functional_depth = 0
         try:
             frame = sys._getframe(1)  # a loss module's forward: recorded as that module (f_locals costs a dict)
             if frame.f_code.co_name != "forward" or not isinstance(frame.f_locals.get("self"), _Loss):
-                for listener in state.listeners:
+                for listener in tap.listeners:
                     listener._on_functional_loss(name, out)
-            elif state.suspended:  # no global hook sees the loss module: record its output from here
-                for listener in state.listeners:
+            elif tap.suspended:  # no global hook sees the loss module: record its output from here
+                for listener in tap.listeners:
                     listener.record_loss(f"{type(frame.f_locals['self']).__name__}_output_0", out)
         except Exception as exc:
-            _failed(name, exc)
+            tap.failed(name, exc)
         return out
 
     return loss
 
 
-def _wrap_scale(original: Any) -> Any:
+def _wrap_scale(original: Any, tap: LossTap) -> Any:
     @functools.wraps(original)
     def scale(self: Any, outputs: Any) -> Any:
         out = original(self, outputs)
         if isinstance(out, torch.Tensor) and isinstance(outputs, torch.Tensor) and out is not outputs:
-            STATE.derived[id(out)] = (out, outputs, 1.0)
+            tap.derived[id(out)] = (out, outputs, 1.0)
         return out
 
     return scale
 
 
-def _wrap_scaler_step(original: Any) -> Any:
+def _wrap_scaler_step(original: Any, tap: LossTap) -> Any:
     @functools.wraps(original)
     def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         out = original(self, optimizer, *args, **kwargs)
         try:
-            for listener in STATE.listeners:
+            for listener in tap.listeners:
                 listener._on_scaler_step(self, optimizer)
         except Exception as exc:
-            _failed("GradScaler.step", exc)
+            tap.failed("GradScaler.step", exc)
         return out
 
     return step
-
-
-def _targets() -> list[Target]:
-    """(owner, attribute, wrapper factory) of everything patched, for the frameworks imported so far."""
-    targets: list[Target] = [
-        (torch.autograd, "backward", _wrap_backward),  # Tensor.backward calls it (looked up at every call)
-        (torch.amp.GradScaler, "scale", _wrap_scale),
-        (torch.amp.GradScaler, "step", _wrap_scaler_step),
-    ]
-    for fname, cls_name in FUNCTIONAL_LOSSES.items():
-        targets.append((F, fname, functools.partial(_wrap_functional, name=f"{cls_name}_output_0")))
-    for adapter_targets, _ in ADAPTERS:
-        targets += adapter_targets()
-    return targets
-
-
-def _install() -> None:
-    for _, finder in ADAPTERS:
-        if finder not in sys.meta_path:
-            sys.meta_path.insert(0, finder)
-    for owner, attr, wrap in _targets():
-        key = (owner, attr)
-        if key in STATE.originals or attr not in vars(owner):
-            continue
-        original = vars(owner)[attr]
-        STATE.originals[key] = original
-        setattr(owner, attr, wrap(original))
-
-
-def _uninstall() -> None:
-    for _, finder in ADAPTERS:
-        if finder in sys.meta_path:
-            sys.meta_path.remove(finder)
-    for (owner, attr), original in STATE.originals.items():
-        setattr(owner, attr, original)
-    STATE.originals.clear()
-    STATE.derived.clear()
 
 
 class BackwardTap:
     """A hook's subscription to backward passes, functional losses and GradScaler steps; :meth:`remove` ends it.
 
     Args:
-        hook: an object with ``_on_backward(loss)``, ``_on_functional_loss(name, value)`` and
-            ``_on_scaler_step(scaler, optimizer)``.
+        hook: an object with ``_on_backward(loss)``, ``_on_functional_loss(name, value)``, ``record_loss(name,
+            value)`` and ``_on_scaler_step(scaler, optimizer)``.
     """
 
     def __init__(self, hook: Any) -> None:
         self._hook = hook
-        STATE.listeners += (hook,)
-        _install()
+        self.tap = LossTap.acquire()
+        self.tap.listeners += (hook,)
 
     @staticmethod
     def refresh() -> None:
-        """Patch the frameworks imported since the tap was installed (Lightning, transformers)."""
-        if STATE.listeners:
-            _install()
+        """Patch the frameworks imported since the tap was installed."""
+        tap = LossTap.current()
+        if tap is not None:
+            tap.install()
 
     def remove(self) -> None:
         """Stop listening; the last subscriber's removal restores the originals."""
-        if self._hook in STATE.listeners:
-            STATE.listeners = tuple(h for h in STATE.listeners if h is not self._hook)
-        if not STATE.listeners and not STATE.holds:
-            _uninstall()
+        tap = self.tap
+        if self._hook in tap.listeners:
+            tap.listeners = tuple(h for h in tap.listeners if h is not self._hook)
+        tap._release_if_unused()
 
 
-def hold() -> Callable[[], None]:
+def hold() -> tuple[LossTap, Callable[[], None]]:
     """Install the patches now, before any hook listens, until the returned function is called.
 
     ``autolog()`` holds them from its start: ``F.cross_entropy(model(x), y)`` looks ``F.cross_entropy`` up before the
-    model's first forward pass registers the model (and starts the hook).
+    model's first forward pass registers the model (and starts the hook). Returns the tap and the release.
     """
-    STATE.holds += 1
-    _install()
+    tap = LossTap.acquire()
+    tap.holds += 1
     released = False
 
     def release() -> None:
         nonlocal released
         if not released:
             released = True
-            STATE.holds -= 1
-            if not STATE.listeners and not STATE.holds:
-                _uninstall()
+            tap.holds -= 1
+            tap._release_if_unused()
 
-    return release
+    return tap, release
 
 
 def _subclasses(cls: type) -> list[type]:

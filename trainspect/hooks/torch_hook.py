@@ -18,11 +18,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig
-from trainspect.hooks import torch_frameworks  # noqa: F401  (registers Lightning's and transformers' adapters)
 from trainspect.hooks._guard import guarded
+from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.step_driver import TRAINING_MODES, StepDriver
-from trainspect.hooks.step_state import Captures
+from trainspect.hooks.step_state import NO_CAPTURES, Captures
 from trainspect.hooks.torch_amp import record_amp_skip
 from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
@@ -126,6 +126,10 @@ class Hook(HookAPI):
         self._loss_names: set[str] = set()
         self._globals_installed = self._mode_explicit = False
         self._timer_recorder: Any = None
+        self.loss_divisor: float | str = 1.0
+        """The loss ``.backward()`` is called on is the script's divided by this (a trainer's gradient accumulation):
+        the recorded ``loss`` is multiplied back. ``"micro_batches"``: by the number of micro-batches of its step
+        (Hugging Face's ``Trainer``). Set by the trainer integrations (:mod:`trainspect.hooks.integrations`)."""
         self._nan = NanOrigin(self, self._extras.note_origin, active=nan_wanted(self._extras.rules))
 
     # --- lifecycle -----------------------------------------------------------------------------------------
@@ -194,6 +198,9 @@ class Hook(HookAPI):
         if drivers is not None:
             self._refresh_params()
             self._handles.append(self._nan.attach(self._registry))
+            self._step.captures = NO_CAPTURES  # decided again, with this model's parameters
+            if self._state.open and self._state.saving:  # a driven step began before its model was known
+                self._capture(self.collector)
         self.start()  # after the parameters are known: a sharded model is recorded by every rank from the start
 
     def _refresh_params(self) -> bool:
@@ -239,19 +246,25 @@ class Hook(HookAPI):
         if self._pending or self._losses.held:
             self._join_early()
         if saving:
-            step, collector = self._step, self.collector
-            captures = step.captures
-            changed = captures.generation != collector.planner.generation
-            if (changed or captures.at_begin) and self._refresh_params() or changed:
-                step.captures = captures = decide_captures(collector, self._params)
-            if captures.at_begin:
-                self._capture_at_begin(captures)
+            self._capture(self.collector)
+
+    def _capture(self, collector: Collector) -> None:
+        """What the saving step records is decided (again, if the collections or the parameters changed) and begun."""
+        step = self._step
+        captures = step.captures
+        changed = captures.generation != collector.planner.generation
+        if (changed or captures.at_begin) and self._refresh_params() or changed:
+            step.captures = captures = decide_captures(collector, self._params)
+        if captures.at_begin:
+            self._capture_at_begin(captures)
 
     def step_ending(self, final: bool) -> tuple[list[Any] | None, bool]:
         """Hand the step's losses and copies to the collector; device copies are read a step later (quiet runs)."""
         if self._step_hooks.handles:
             self._step_hooks.detach()
         staging, quiet, losses = self.staging, self._extras.quiet, self._losses
+        if self.loss_divisor == "micro_batches":
+            losses.times_micro_batches(BACKWARD_LOSS)
         self._nan.step_ended(losses.values)
         scalars, known = losses.flush(staging, quiet) if losses.values else (None, False)
         if staging.staged or staging.grads or staging.late is not None:
@@ -339,7 +352,7 @@ class Hook(HookAPI):
         if not isinstance(value, torch.Tensor):
             return
         if not self._state.open:
-            if self._driver.explicit:  # steps are driven: a loss between them joins the next one
+            if self.collector.mode in self._driver.driven:  # driven steps: a loss between them joins the next one
                 self._losses.hold(name, value)
                 return
             self._driver.begin()
@@ -359,8 +372,11 @@ class Hook(HookAPI):
         A backward pass outside any step (the model called as ``model.forward(x)``, or a container's submodule
         outside the registered ones) opens one: its loss, weights and gradients are recorded (not its module tensors).
         """
-        if not self._state.open and not self.disabled and not self._driver.explicit:
+        if not self._state.open and not self.disabled and ModeKeys.TRAIN not in self._driver.driven:
             self._open_at_backward(loss)
+        divisor = self.loss_divisor
+        if divisor != 1.0 and type(divisor) is float:
+            loss = loss.detach() * divisor
         self._on_functional_loss(BACKWARD_LOSS, loss)
 
     @guarded()

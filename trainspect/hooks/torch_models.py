@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainspect.hooks.torch_backward import STATE
 from trainspect.hooks.torch_params import ParamView, clean_path, model_name, parameter_views, unwrap, warn_one_worker
 from trainspect.modes import ModeKeys
 
@@ -38,14 +37,12 @@ GRAPH_NODES = 100_000
 def infer_mode(module: nn.Module, current: ModeKeys, in_step: bool) -> ModeKeys:
     """The mode of a registered model's forward pass when the script never set one.
 
-    A framework loop's own (Lightning's predict loop: PREDICT); EVAL for a model in eval mode (``model.eval()``, an
+    EVAL for a model in eval mode (``model.eval()``, an
     EMA copy) or a forward pass under ``torch.no_grad()`` / ``torch.inference_mode()`` (a test forward after the
     optimizer step, a validation loop): never a micro-batch of the next training step. A ``no_grad`` forward inside
     an open training step whose optimizer has not stepped yet (``in_step``: a teacher's or target network's
     forward) stays in it.
     """
-    if STATE.mode is not None:
-        return STATE.mode
     if not module.training:
         return ModeKeys.EVAL
     if torch.is_grad_enabled():

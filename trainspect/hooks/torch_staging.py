@@ -261,6 +261,18 @@ class StepLosses:
             else:
                 more.append(snap)
 
+    def times_micro_batches(self, name: str) -> None:
+        """Multiply each value of loss ``name`` in the open step by the number of its micro-batches.
+
+        Hugging Face's ``Trainer`` divides each micro-batch's loss by that number before its backward pass.
+        """
+        more = self._more.get(name)
+        if name not in self.values or more is None:
+            return  # one micro-batch: divided by 1
+        k = len(more)
+        self._more[name] = [_times(v, k) for v in more]
+        self.values[name] = self._more[name][0]
+
     def rename(self, owner: str) -> list[str]:
         """Put the open step's losses in ``owner``'s series (``loss/<owner>``…); return their new names."""
         self.values = {series_name(name, owner): value for name, value in self.values.items()}
@@ -323,6 +335,13 @@ class StepLosses:
                 return
             value = torch.from_numpy(np.array(value[0], dtype=value[1]))
         staging.stage(name, value, plan)
+
+
+def _times(value: HostScalar | torch.Tensor, k: int) -> HostScalar | torch.Tensor:
+    """A loss snapshot times ``k`` (a host scalar stays one)."""
+    if isinstance(value, tuple):
+        return (value[0] * k, value[1])
+    return value * k
 
 
 def first_closure_losses(losses: StepLosses, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -33,7 +33,7 @@ import torch
 
 from trainspect import env
 from trainspect.hooks.framework_metrics import FrameworkRecorder
-from trainspect.hooks.torch_backward import STATE, hold
+from trainspect.hooks.torch_backward import LossTap, hold
 
 __all__ = ["SyncTimer"]
 
@@ -89,16 +89,18 @@ class SyncTimer:
         self._learns = 0
         self._need_learn = True
         self._release: Any = None
+        self._tap: LossTap | None = None
 
     def start(self) -> None:
         """Listen to backward passes (idempotent)."""
         if self._release is None:
-            self._release = hold()
-            STATE.timers += (self,)
+            self._tap, self._release = hold()
+            self._tap.add_timer(self)
 
     def close(self) -> None:
         """Stop listening and remove every gradient hook (idempotent)."""
-        STATE.timers = tuple(t for t in STATE.timers if t is not self)
+        if self._tap is not None:
+            self._tap.remove_timer(self)
         for handle in [*self._watched.values(), *self._learn_handles]:
             handle.remove()
         self._watched.clear()

@@ -35,9 +35,9 @@ class AutoLogger(Guarded, PyTorchJob):
     Global module hooks find models and loss modules, but while any global hook exists every module call takes
     PyTorch's slower call path. So a model's forward pass runs without them: the global pre-hook takes them out when
     a known model's forward pass begins, and the model's own ``always_call`` forward hook puts them back. Inside a
-    model's forward pass a loss module is recorded through the functional loss it calls
-    (:data:`~trainspect.hooks.torch_backward.STATE` ``.suspended``). A model found this way is registered without the
-    hook's own module hooks: these two report its forward passes to the hook (one module hook per model).
+    model's forward pass a loss module is recorded through the functional loss it calls (the loss tap's
+    ``suspended``, :class:`~trainspect.hooks.torch_backward.LossTap`). A model found this way is registered without
+    the hook's own module hooks: these two report its forward passes to the hook (one module hook per model).
     """
 
     def __init__(
@@ -64,10 +64,9 @@ class AutoLogger(Guarded, PyTorchJob):
         self._settled: set[int] = set()  # quiet models the hook records: their calls need nothing of _top_level
         self._driven: set[int] = set()  # models registered without module hooks: _pre and _resume report their passes
         self._closed = False
-        from trainspect.hooks.torch_backward import STATE, hold
+        from trainspect.hooks.torch_backward import hold
 
-        self._tap = STATE
-        self._release_tap = hold()
+        self._tap, self._release_tap = hold()
 
     # The global hooks run at every module call outside a model's forward pass: the guard is inlined.
     def _pre(self, module: Any, args: Any) -> None:
