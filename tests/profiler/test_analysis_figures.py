@@ -130,7 +130,7 @@ def test_step_percentiles_and_time_between_steps_are_exact() -> None:
     durations = np.arange(1, 102) * 0.01  # 0.01..1.01 s: p50 0.51, p95 0.96, p99 1.00
     train = steps(durations, gap=0.02)
     other = steps(np.array([2.0, 4.0]), worker="worker_1", gap=0.5, mode=2)
-    frame = step_statistics(data([], [train, other]))
+    frame = step_statistics(data([], [other, train]))  # rows sorted by worker, whatever the order read
     assert frame[["worker", "mode"]].values.tolist() == [["worker_0", "TRAIN"], ["worker_1", "EVAL"]]
     row = frame.iloc[0]
     assert row["count"] == 101

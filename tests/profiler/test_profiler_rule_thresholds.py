@@ -119,3 +119,199 @@ def test_gpu_memory_needs_more_samples_than_patience() -> None:
     assert v.status is Status.NO_DATA
     assert v.message == "too little data: 4 GPU memory samples; the rule needs more than patience=4"
     assert GPUMemoryIncrease(window=1, patience=3, memory_source="device").evaluate(data([arrays])).datapoints == 4
+
+
+# --- Dataloader ----------------------------------------------------------------------------------------------
+def _loader_seconds(seconds: int, workers: int, pids: list[int] | None = None) -> object:
+    tab = steps(np.zeros(0))
+    per = len(pids) if pids else 1
+    start = T0 + np.repeat(np.arange(seconds, dtype=np.float64), per) + 0.25
+    n = len(start)
+    tab.spans = {
+        "kind": np.full(n, 4, np.uint8),
+        "start": start,
+        "end": start + 0.1,
+        "global_step": np.full(n, -1, np.int64),
+        "workers": np.full(n, workers, np.int16),
+        "pid": np.tile(np.asarray(pids or [1], np.int64), seconds),
+    }
+    return tab
+
+
+def test_loader_counts_per_second() -> None:
+    from trainspect.rules.profiler.dataloader import parallel_loaders
+
+    assert set(parallel_loaders(_loader_seconds(3, 4)).values()) == {4}
+    assert set(parallel_loaders(_loader_seconds(2, 0)).values()) == {1}  # loading in the main process: one
+    assert parallel_loaders(_loader_seconds(2, -1, pids=[7, 8, 8])) == {int(T0): 2, int(T0) + 1: 2}  # distinct pids
+
+
+@pytest.mark.parametrize(("workers", "bad"), [(2, True), (3, False), (8, False), (9, True)])
+def test_loader_count_bounds_are_strict(workers: int, bad: bool) -> None:
+    from trainspect.rules.profiler import Dataloader
+
+    rule = Dataloader(literal=True, patience=10)  # 4 cores: fewer than 2.8 or more than 8 loaders
+    v = rule.evaluate(data([system(20.0, cores=4)], [_loader_seconds(11, workers)]))
+    assert (v.status is Status.ISSUES_FOUND) is bad and v.triggers == int(bad)
+    assert v.message == (
+        f"n0: median {workers} loader(s) for 4 cores (allowed 2.8-8: min_threshold 70%, max_threshold 200%)"
+    )
+    assert v.details["n0"] == {"cores": 4, "dataloaders": workers, "min_loaders": 2.8, "max_loaders": 8.0}
+
+
+def test_loader_rule_needs_more_seconds_than_patience() -> None:
+    from trainspect.rules.profiler import Dataloader
+
+    v = Dataloader(literal=True, patience=10).evaluate(data([system(20.0, cores=4)], [_loader_seconds(10, 2)]))
+    assert v.status is Status.NO_DATA
+    assert v.message == "too little data: 10 seconds with dataloader activity; needs > 10"
+
+
+# --- LoadBalancing -------------------------------------------------------------------------------------------
+def test_load_balancing_distance_must_pass_the_threshold() -> None:
+    from trainspect.rules.profiler import LoadBalancing
+    from trainspect.rules.profiler.load_balancing import EDGES, js_distance
+
+    low, high = np.histogram([10.0] * 6, EDGES)[0], np.histogram([90.0] * 6, EDGES)[0]
+    d = js_distance(low.astype(float), high.astype(float))
+    assert d == pytest.approx(np.sqrt(np.log(2))) and js_distance(low.astype(float), low.astype(float)) == 0.0
+    assert np.histogram([100.0], EDGES)[0][-1] == 1  # the last bin holds 100 %
+    arrays = system(3.0, cores=1, gpu0_utilization_percent=10.0, gpu1_utilization_percent=90.0)
+    at = LoadBalancing(threshold=d, patience=5).evaluate(data([arrays]))
+    assert at.status is Status.NO_ISSUES_FOUND
+    assert at.message == f"largest Jensen-Shannon distance {d:.3f} (n0: gpu0 vs gpu1), threshold {d:g}"
+    past = LoadBalancing(threshold=0.83, patience=5).evaluate(data([arrays]))
+    assert past.status is Status.ISSUES_FOUND and past.triggers == 1
+    few = LoadBalancing(threshold=0.5, patience=6).evaluate(data([arrays]))
+    assert few.status is Status.NO_DATA
+    assert few.message == "too little data: 6 GPU samples; the rule needs more than patience=6"
+
+
+# --- OverallFrameworkMetrics ---------------------------------------------------------------------------------
+def test_framework_breakdown_names_the_time_between_steps_and_operators_over_two_percent() -> None:
+    import pandas as pd
+
+    from trainspect.profiler.detailed import OPERATOR_COLUMNS
+    from trainspect.rules.profiler import OverallFrameworkMetrics
+
+    tab = steps(np.array([1.5, 1.5]), gap=1.0, start=T0)  # loop 4 s, 1 s between steps: exactly 25 %
+    n = 2
+    tab.spans = {
+        "kind": np.array([1, 2], np.uint8),
+        "start": T0 + np.array([0.0, 0.5]),
+        "end": T0 + np.array([0.5, 1.5]),
+        "global_step": np.full(n, -1, np.int64),
+        "workers": np.full(n, -1, np.int16),
+        "pid": np.zeros(n, np.int64),
+    }
+    d = data([], [tab])
+    d.operators = pd.DataFrame(
+        [
+            ["worker_0", 0, 1, "cpu", "mm", 1, 97.0, 97.0],
+            ["worker_0", 0, 1, "cpu", "add", 1, 2.0, 2.0],  # exactly 2 %: left out
+            ["worker_0", 0, 1, "cpu", "relu", 1, 1.0, 1.0],
+        ],
+        columns=OPERATOR_COLUMNS,
+    )
+    v = OverallFrameworkMetrics().evaluate(d)
+    assert v.status is Status.NO_ISSUES_FOUND and v.datapoints == 2
+    assert v.message == "25.0% of the training loop was spent outside steps; forward 33% / backward 67%"
+    assert v.details["CPU"] == {"mm": 100.0} and v.details["CPU_total"] == {"mm": 97.0}
+    assert v.details["forward_backward"] == pytest.approx({"forward": 100 / 3, "backward": 200 / 3})
+    longer = steps(np.array([1.0, 1.0]), gap=1.0, start=T0)  # 1 of 3 s between steps
+    v = OverallFrameworkMetrics().evaluate(data([], [longer]))
+    assert (
+        v.message == "33.3% of the training loop was spent outside steps (more than 25%: check the time between steps)"
+    )
+    assert OverallFrameworkMetrics().evaluate(data()).status is Status.NO_DATA
+
+
+# --- StepOutlier ---------------------------------------------------------------------------------------------
+def _stalled_run(stalls: dict[int, float], n: int = 101, base: float = 0.1) -> object:
+    durations = np.full(n, base)
+    for i, d in stalls.items():
+        durations[i] = d
+    return data([], [steps(durations, gap=0.0)])
+
+
+def test_step_outliers_cost_a_share_of_the_loop_past_its_thresholds() -> None:
+    from trainspect.rules.profiler import StepOutlier
+
+    run = _stalled_run({50: 2.1, 51: 2.1})  # 99 steps of 0.1 s and two of 2.1 s: a 14.1 s loop
+    v = StepOutlier().evaluate(run)
+    assert v.status is Status.ISSUES_FOUND and v.triggers == 2 and v.datapoints == 101
+    assert v.message == (
+        "worker_0/TRAIN: 2 step(s) longer than median 100 ms + 5·MAD (105 ms), 2 of them stalls (> min_step_excess_s "
+        "0.05 s over the median) or in a sustained slowdown; after the first 2 (warm-up) they cost 4 s, 28.4% of the "
+        "14.1 s training loop (triggers above min_lost_percent 20% and min_excess_s 0.5 s)"
+    )
+    d = v.details["worker_0/TRAIN"]
+    assert d["number_of_outliers"] == 2 and d["step_numbers"] == [50, 51] and d["stall_step_numbers"] == [50, 51]
+    assert d["step_stats"] == pytest.approx(
+        {"mean": 14.1 / 101, "max": 2.1, "p99": 2.1, "p95": 0.1, "p50": 0.1, "min": 0.1}, rel=1e-5
+    )
+    lost, excess = d["lost_percent"], d["excess_s"]
+    assert lost == pytest.approx(400 / 14.1, rel=1e-5) and excess == pytest.approx(4.0, rel=1e-5)
+    assert StepOutlier(min_lost_percent=lost).evaluate(run).triggers == 0  # exactly the share: not more
+    assert StepOutlier(min_excess_s=excess).evaluate(run).triggers == 0
+    assert StepOutlier(min_lost_percent=lost - 0.01, min_excess_s=excess - 0.01).evaluate(run).triggers == 2
+
+
+def test_warm_up_steps_and_short_outliers_cost_nothing() -> None:
+    from trainspect.rules.profiler import StepOutlier
+
+    warm = StepOutlier().evaluate(_stalled_run({0: 9.0, 1: 9.0}))
+    assert warm.triggers == 0 and warm.details["worker_0/TRAIN"]["excess_s"] == 0.0
+    assert StepOutlier(warmup_steps=1).evaluate(_stalled_run({0: 9.0, 1: 9.0})).triggers == 2
+    # steps of 1/8 s, two of 1/4 s (binary fractions: exact times): 1/8 s over the median, no more
+    quick = _stalled_run({50: 0.25, 60: 0.25}, base=0.125)
+    short = StepOutlier(min_lost_percent=0.0, min_excess_s=0.0, min_step_excess_s=0.125).evaluate(quick)
+    assert short.details["worker_0/TRAIN"]["number_of_outliers"] == 2 and short.triggers == 0  # not a stall
+    longer = StepOutlier(min_lost_percent=0.0, min_excess_s=0.0, min_step_excess_s=0.124).evaluate(quick)
+    assert longer.triggers == 2
+
+
+def test_step_outlier_needs_more_than_a_hundred_steps() -> None:
+    from trainspect.rules.profiler import StepOutlier
+
+    v = StepOutlier().evaluate(_stalled_run({50: 2.1}, n=100))
+    assert v.status is Status.NO_DATA
+    assert v.message == "too little data: 100 steps per worker and mode; the rule needs more than 100"
+
+
+# --- InputBottleneck -----------------------------------------------------------------------------------------
+def _waiting_worker(n: int, wait: float = 0.5) -> object:
+    tab = steps(np.full(n, 0.25), gap=0.75)  # a step every second (binary fractions: exact times)
+    starts = tab.steps["start"]
+    tab.spans = {
+        "kind": np.full(n, 4, np.uint8),
+        "start": starts - wait,
+        "end": starts.copy(),  # each wait ends as its step starts: it delays that step's cycle
+        "global_step": np.full(n, -1, np.int64),
+        "workers": np.full(n, 2, np.int16),
+        "pid": np.zeros(n, np.int64),
+    }
+    return tab
+
+
+def test_input_wait_share_must_pass_the_threshold() -> None:
+    from trainspect.rules.profiler import InputBottleneck
+
+    at = InputBottleneck(threshold=50.0, patience=10).evaluate(data([], [_waiting_worker(12)]))
+    assert at.status is Status.NO_ISSUES_FOUND and at.datapoints == 11
+    assert at.message == (
+        "worker_0: 50.0% of the step cycle waited for input (5.50 s of 11.00 s over 11 steps, DataLoader "
+        "num_workers=2; threshold 50%)"
+    )
+    assert at.details["worker_0"]["input_wait_percent"] == 50.0 and at.details["worker_0"]["cycles"] == 11
+    past = InputBottleneck(threshold=49.9, patience=10).evaluate(data([], [_waiting_worker(12)]))
+    assert past.status is Status.ISSUES_FOUND and past.triggers == 11
+    assert (past.first_trigger_step, past.last_trigger_step, past.mode) == (1, 11, "TRAIN")
+
+
+def test_input_bottleneck_needs_more_cycles_than_patience() -> None:
+    from trainspect.rules.profiler import InputBottleneck
+
+    v = InputBottleneck(patience=10).evaluate(data([], [_waiting_worker(11, wait=0.75)]))
+    assert v.status is Status.NO_DATA
+    assert v.message == "too little data: 10 step cycles; the rule needs more than patience=10"

@@ -270,6 +270,9 @@ def test_phase_section_warns_over_a_quarter_between_steps(tmp_path: Path) -> Non
     page = Page()
     PhaseRatioSection().build(_ctx(tmp_path, framework=[_tab([0.0, 1.25], [1.0, 2.25])]), page)
     assert _texts(page, "warn") == []  # 0.25 of 2.25 s: 11 %
+    page = Page()
+    PhaseRatioSection().build(_ctx(tmp_path, framework=[_tab([0.0, 2.5], [1.5, 4.0])]), page)
+    assert _texts(page, "warn") == []  # 1 of 4 s between steps: exactly a quarter, not more
 
 
 def test_operator_and_memory_sections_state_their_figures(tmp_path: Path) -> None:

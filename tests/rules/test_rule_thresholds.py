@@ -15,8 +15,13 @@ from trainspect.rules import (
     AllZero,
     CheckInputImages,
     ClassImbalance,
+    Confusion,
     DeadRelu,
+    LossNotDecreasing,
     NLPSequenceRatio,
+    Overfit,
+    Overtraining,
+    PoorWeightInitialization,
     SaturatedActivation,
     StalledTrainingRule,
     Status,
@@ -190,3 +195,114 @@ def test_token_share_must_pass_its_threshold() -> None:
     past = NLPSequenceRatio(token_values="0,5", token_thresholds_percent="60,24.9")
     res = checks(past, [step(0, [tensor("e", seq, ["input_sequence"])])])[0]
     assert res.triggered and res.detail == "token 5 is 25% of e (threshold 24.9%)" and res.value == 50.0
+
+
+# --- Confusion, PoorWeightInitialization --------------------------------------------------------------------
+def _pairs(labels: list[int], preds: list[int]) -> object:
+    return step(
+        0, {"labels": [tensor("labels", np.array(labels))], "predictions": [tensor("predictions", np.array(preds))]}
+    )
+
+
+def test_confusion_shares_must_pass_their_thresholds() -> None:
+    # prediction 0: 3 of 4 right (diagonal 0.75, off-diagonal 0.25); prediction 1: 2 of 2
+    data = [_pairs([0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 1, 1])]
+    at = checks(Confusion(min_diag=0.75, max_off_diag=0.25), data)[0]
+    assert not at.triggered and at.value == 0.75
+    assert at.detail == (
+        "lowest diagonal share 0.75 (prediction 0; threshold 0.75), highest off-diagonal share 0.25 (threshold 0.25)"
+    )
+    assert checks(Confusion(min_diag=0.76, max_off_diag=0.25), data)[0].tensors == ("labels", "predictions")
+    assert checks(Confusion(min_diag=0.75, max_off_diag=0.24), data)[0].triggered
+    assert checks(Confusion(category_no=3), data)[0].value == 0.75  # an unused prediction column is no share
+
+
+def test_layer_variance_ratio_must_pass_the_threshold() -> None:
+    acts = {"act": [tensor("a_relu_input", None, variance=1.0), tensor("b_relu_input", None, variance=10.0)]}
+    at = checks(PoorWeightInitialization(threshold=10.0, literal=True), [step(0, acts)])[0]
+    assert not at.triggered and at.value == 10.0
+    assert at.detail == "step 0: layer input variance ratio 10 (threshold 10)"
+    past = checks(PoorWeightInitialization(threshold=9.99, literal=True), [step(0, acts)])[0]
+    assert past.triggered and past.detail == "step 0: layer input variances differ by 10 (threshold 9.99)"
+    three = {"act": [*acts["act"], tensor("c_relu_input", None, variance=100.0)]}
+    per_layer = checks(PoorWeightInitialization(threshold=9.99), [step(0, three)])[0]
+    assert per_layer.value == pytest.approx(10.0) and per_layer.triggered  # 100 over 2 layer steps: 10 per layer
+    assert "(3 layers) differ by a factor per layer of 10" in per_layer.detail
+
+
+def test_gradient_spread_and_loss_patience_are_counted_exactly() -> None:
+    grad = np.linspace(0.0, 1.0, 101)  # p95 - p5 = 0.9
+    at = checks(
+        PoorWeightInitialization(distribution_range=0.9, literal=True), [step(0, {"grad": [tensor("g", grad)]})]
+    )
+    assert not at[0].triggered
+    below = checks(
+        PoorWeightInitialization(distribution_range=0.91, literal=True), [step(0, {"grad": [tensor("g", grad)]})]
+    )
+    assert below[0].triggered and "gradient p95-p5 spread 0.9 (threshold 0.91)" in below[0].detail
+    loss = [step(i, {"loss": [tensor("loss", np.float32(v))]}) for i, v in enumerate([2.0, 1.0, 1.0, 1.5])]
+    res = checks(PoorWeightInitialization(patience=2, literal=True), loss)
+    assert [r.triggered for r in res] == [False, False, False, True]
+    assert res[3].detail == "step 3: loss not improved for 2 saved steps (patience 2)"
+    assert checks(PoorWeightInitialization(steps=2), loss)[2:] == [None, None]  # only the first 2 steps
+
+
+# --- Overfit, Overtraining (literal forms: smdebug's thresholds) --------------------------------------------
+def _rounds(train: list[float], val: list[float]) -> list:
+    out, n = [], 0
+    for t, v in zip(train, val, strict=True):
+        for mode, loss, count in ((ModeKeys.TRAIN, t, 3), (ModeKeys.EVAL, v, 2)):
+            for _ in range(count):
+                out.append(step(n, [tensor("loss", np.float32(loss), ["losses"])], mode))
+                n += 1
+    out.append(step(n, [tensor("loss", np.float32(train[-1]), ["losses"])], ModeKeys.TRAIN))
+    return out
+
+
+def test_overfit_gap_must_pass_the_ratio_for_patience_evaluations() -> None:
+    data = _rounds([1.0, 1.0], [1.25, 1.25])
+    at = [c for c in checks(Overfit(ratio_threshold=0.25, literal=True), data) if c is not None]
+    assert [c.triggered for c in at] == [False, False] and at[0].value == 0.25
+    assert (
+        at[0].detail
+        == "validation loss 1.25 (EVAL steps 3-4) vs training loss 1: gap 0.25 (threshold 0.25, 0/1 in a row)"
+    )
+    past = [c for c in checks(Overfit(ratio_threshold=0.24, patience=2, literal=True), data) if c is not None]
+    assert [c.triggered for c in past] == [False, True]
+    assert past[1].detail.endswith("gap 0.25 (threshold 0.24, 2/2 in a row)")
+    late = [c for c in checks(Overfit(ratio_threshold=0.24, start_step=5, literal=True), data) if c is not None]
+    assert len(late) == 1 and late[0].detail.startswith("validation loss 1.25 (EVAL steps 8-9)")
+
+
+def test_overtraining_literal_improvement_must_pass_delta() -> None:
+    data = losses_of([2.0, 1.5, 1.0, 0.9, 0.9])
+    res = checks(Overtraining(delta=0.5, patience_train=1, literal=True), data)
+    assert [r.value for r in res] == [0.0, 1.0, 0.0, 1.0, 2.0]  # 1.5 is not below 2 - 0.5; 1.0 is
+    assert [r.triggered for r in res] == [False, True, False, True, True]
+    assert (
+        res[1].detail
+        == "training loss 1.5 at step 1, best 2, not improved by more than 0.5 for 1 saved steps (patience 1)"
+    )
+    assert not any(r.triggered for r in checks(Overtraining(delta=0.5, patience_train=3, literal=True), data))
+
+
+def losses_of(values: list[float]) -> list:
+    return [step(i, [tensor("loss", np.float32(v), ["losses"])]) for i, v in enumerate(values)]
+
+
+# --- LossNotDecreasing (literal: each loss against the one num_steps before) ---------------------------------
+def test_loss_decrease_must_reach_diff_percent_and_a_rise_must_pass_its_threshold() -> None:
+    data = losses_of([16.0, 12.0, 9.0, 9.5, 10.0])  # decreases of 25 %, 25 %, then rises
+    res = checks(LossNotDecreasing(num_steps=1, diff_percent=25.0, literal=True), data)
+    assert res[0] is None
+    assert not res[1].triggered and res[1].detail == (
+        "TRAIN loss went from 16 (step 0) to 12 (step 1): decrease 25% (threshold 25%)"
+    )
+    assert not res[2].triggered and res[2].value == 25.0
+    assert res[3].triggered and "decrease -5.556% (threshold 25%)" in res[3].detail
+    assert checks(LossNotDecreasing(num_steps=1, diff_percent=25.01, literal=True), data)[1].triggered
+    rise = checks(LossNotDecreasing(num_steps=1, diff_percent=0.0, increase_threshold_percent=6.0, literal=True), data)
+    assert "above the best loss" not in rise[3].detail  # 9.5 is 5.6 % above 9
+    assert rise[4].triggered and rise[4].detail.endswith("; 10 is above the best loss 9 by more than 6%")
+    two = checks(LossNotDecreasing(num_steps=2, diff_percent=10.0, literal=True), data)
+    assert [r is None for r in two] == [True, True, False, True, False]  # every num_steps-th loss is judged

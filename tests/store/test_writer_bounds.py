@@ -133,15 +133,16 @@ def test_gap_lines_round_trip_and_malformed_lines_are_counted(tmp_path: Path, ca
         '{"step": "x"}\n',
         json.dumps({"step": 2, "reason": "spool full", "dropped": [["g", 4, "nothing"]]}) + "\n",
         json.dumps({"step": 9, "dropped": "no list"}) + "\n",
+        json.dumps({"step": 11, "reason": "spool full", "dropped": [["h", 8]]}) + "\n",  # an older line: 2 fields
     ]
     (folder / GAPS_FILE).write_text("".join(lines))
     with caplog.at_level(logging.WARNING, logger="trainspect.store.gaps"):
         gaps = read_gaps(tmp_path)
-    assert [(g["step"], g["worker"]) for g in gaps] == [(2, "worker_1"), (7, "worker_1")]
+    assert [(g["step"], g["worker"]) for g in gaps] == [(2, "worker_1"), (7, "worker_1"), (11, "worker_1")]
     assert gaps[1]["mode"] == "TRAIN" and gaps[1]["mode_step"] == 7 and gaps[1]["dropped"] == [["t0", 10, "reductions"]]
     assert "skipped 2 malformed gap record(s)" in caplog.text  # the blank line is no record
     assert gaps_summary(gaps) == (
-        "raw values of 2 tensor(s) not written at 2 step(s) (first at step 2; spool full, writer backlog): losses and "
+        "raw values of 3 tensor(s) not written at 3 step(s) (first at step 2; spool full, writer backlog): losses and "
         "scalars were kept; 1 kept its reductions"
     )
     assert gaps_summary([]) == "" and read_gaps(tmp_path / "nothing") == []
@@ -177,3 +178,31 @@ def test_a_blocking_writer_waits_instead_of_degrading(tmp_path: Path) -> None:
         assert writer.submit(_record(step, 90))
     writer.close()
     assert writer.gap_steps == 0 and read_gaps(tmp_path) == []
+
+
+def test_a_file_that_fails_to_close_is_named_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from trainspect.store import tensor_file
+
+    def refuse(self: object) -> None:
+        raise OSError("stale file handle")
+
+    writer = RunWriter(RunLayout(tmp_path), "worker_0", tensorboard=False)
+    writer.start()
+    monkeypatch.setattr(tensor_file.TensorFileWriter, "close", refuse)
+    with caplog.at_level(logging.WARNING, logger="trainspect.store.run_writer"):
+        writer.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"trainspect: closing {tmp_path / 'tensors' / 'worker_0'} failed: stale file handle"
+    ]
+    assert (tmp_path / "tensors" / "worker_0").is_dir() and RunLayout(tmp_path).end_marker.exists()
+    caplog.clear()
+    monkeypatch.undo()
+    failed = RunWriter(RunLayout(tmp_path / "b"), "worker_0", tensorboard=False)
+    failed.start()
+    monkeypatch.setattr(tensor_file.TensorFileWriter, "close", refuse)
+    failed._bg.failed = OSError("disk full")  # after a write error its one warning was given already
+    with caplog.at_level(logging.WARNING, logger="trainspect.store.run_writer"):
+        failed.close()
+    assert caplog.records == []
