@@ -11,6 +11,11 @@ in the time there is.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/mutation.py --sample 12 --seed 1
     .venv/bin/python scripts/mutation.py --modules store/framing.py --list     # the mutants, without running them
+    PYTHONPATH=$PWD .venv/bin/python scripts/mutation.py --sample 12 --seed 1 --rerun before.log  # survivors only
+
+``--rerun LOG`` runs only the mutants that survived in an earlier run's output (same ``--modules``, ``--sample`` and
+``--seed``): after tests were added, the mutants killed before are killed still (the test lists only grow), so the
+survivors are what is left to measure.
 
 Prints one line per mutant, the kill rate per module and in total, and the survivors (file:line, what changed).
 """
@@ -21,6 +26,7 @@ import argparse
 import ast
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -36,15 +42,28 @@ PACKAGE = ROOT / "trainspect"
 
 # module (relative to trainspect/) -> the test files that exercise it
 _STORE = [
+    "tests/store/test_index_recovery.py",
     "tests/store/test_tensor_file_roundtrip.py",
     "tests/store/test_framing.py",
     "tests/store/test_crash_and_corruption.py",
     "tests/store/test_trial_api.py",
     "-knot sigkill",
 ]
-_WRITER = ["tests/store/test_background_writer.py", "tests/store/test_backlog.py", *_STORE]
-_PROFILER_RULES = ["tests/profiler/test_profiler_rule_edges.py", "tests/profiler/test_profiler_rules.py"]
+_WRITER = [
+    "tests/store/test_writer_bounds.py",
+    "tests/store/test_run_writer_tensorboard.py",
+    "tests/store/test_background_writer.py",
+    "tests/store/test_backlog.py",
+    *_STORE,
+]
+_PROFILER_RULES = [
+    "tests/profiler/test_profiler_rule_thresholds.py",
+    "tests/profiler/test_profiler_rule_edges.py",
+    "tests/profiler/test_profiler_rules.py",
+]
 _ANALYSES = [
+    "tests/profiler/test_analysis_figures.py",
+    "tests/profiler/test_utilisation_figures.py",
     "tests/profiler/test_profiler_readers.py",
     "tests/profiler/test_linear_costs.py",
     "tests/profiler/test_cuda_memory.py",
@@ -53,15 +72,28 @@ _ANALYSES = [
     "tests/report/test_report_truth.py",
 ]
 _REPORT = [
+    "tests/report/test_report_figures.py",
+    "tests/report/test_summary_figures.py",
     "tests/report/test_report_truth.py",
     "tests/report/test_report_histograms.py",
     "tests/report/test_report_rules_agree.py",
     "tests/report/test_report_html.py",
     "-mnot browser",
 ]
-_COMPARE = ["tests/report/test_compare.py", "tests/report/test_compare_trust.py", "-mnot browser"]
-_MLFLOW = ["tests/tb_plugin/test_metric_catalogue.py", "tests/mlflow/test_mlflow_local.py"]
+_COMPARE = [
+    "tests/report/test_compare_rows.py",
+    "tests/report/test_summary_figures.py",
+    "tests/report/test_compare.py",
+    "tests/report/test_compare_trust.py",
+    "-mnot browser",
+]
+_MLFLOW = [
+    "tests/mlflow/test_mlflow_values.py",
+    "tests/tb_plugin/test_metric_catalogue.py",
+    "tests/mlflow/test_mlflow_local.py",
+]
 _TENSOR_RULES = [
+    "tests/rules/test_rule_thresholds.py",
     "tests/rules/test_rules_tensor.py",
     "tests/rules/test_rules_parameters.py",
     "tests/rules/test_rules_fast_paths.py",
@@ -140,6 +172,12 @@ TESTS: dict[str, list[str]] = {
     "rules/tensor_variance.py": _TENSOR_RULES,
     "rules/unchanged_tensor.py": _TENSOR_RULES,
     "rules/weight_update_ratio.py": [*_TENSOR_RULES, "tests/rules/test_dead_gradients.py"],
+    "rules/counts.py": [
+        "tests/rules/test_rule_counts_line.py",
+        "tests/mlflow/test_mlflow_values.py",
+        "tests/report/test_report_truth.py",
+        "tests/rules/test_verdict_record.py",
+    ],
 }
 DEFAULT_MODULES = list(TESTS)
 
@@ -328,6 +366,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant's test run")
     ap.add_argument("--only", nargs="*", default=None, help="run only these modules' mutants (the sample is unchanged)")
     ap.add_argument("--list", action="store_true", help="list the mutants only")
+    ap.add_argument("--rerun", type=Path, default=None, help="run only the survivors of this earlier run's output")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     chosen: list[Mutant] = []
@@ -338,6 +377,10 @@ def main() -> int:
     if args.only is not None:
         chosen = [m for m in chosen if m.module in args.only]
         args.modules = [m for m in args.modules if m in args.only]
+    if args.rerun is not None:
+        survived = survivors_of(args.rerun.read_text())
+        chosen = [m for m in chosen if f"{m.module}:{m.line}  {m.what}" in survived]
+        args.modules = [m for m in args.modules if any(c.module == m for c in chosen)]
     if args.list:
         for m in chosen:
             print(f"{m.module}:{m.line}  {m.what}")
@@ -352,6 +395,25 @@ def main() -> int:
                 return 2
         results = _run_all(chosen, copy_root, args.timeout)
     return _summary(results)
+
+
+_PROGRESS = re.compile(r"^\[\d+/\d+\] survived\s+(\S+:\d+  .*)  \(\d+s\)$")
+_SURVIVOR = re.compile(r"^  (\S+:\d+  .*)$")
+
+
+def survivors_of(output: str) -> set[str]:
+    r"""The ``module:line  what`` of each mutant an earlier run's output reports as survived.
+
+    Example:
+        >>> sorted(survivors_of("[1/2] survived store/gaps.py:65  - -> +  (16s)\n[2/2] killed   a.py:1  x  (1s)"))
+        ['store/gaps.py:65  - -> +']
+    """
+    found = set()
+    for line in output.splitlines():
+        m = _PROGRESS.match(line) or _SURVIVOR.match(line)
+        if m:
+            found.add(m.group(1))
+    return found
 
 
 def _check_imports_the_copy(copy_root: Path) -> None:
