@@ -60,6 +60,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("report", "tb_plugin"),
     ("notebook",),
     ("mlflow_plugin",),
+    ("hook_settings",),
     ("hook_config",),
     ("hooks",),
     ("smdebug_compat",),

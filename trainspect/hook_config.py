@@ -21,22 +21,15 @@ from trainspect import env
 from trainspect.collections import Collection
 from trainspect.config import ReductionConfig, SaveConfig, parse_bool
 from trainspect.exceptions import ConfigError
+from trainspect.hook_settings import SETTINGS
 from trainspect.modes import ModeKeys
 
 __all__ = ["hook_kwargs_from_json", "hook_kwargs_from_dict", "load_json_config", "config_path", "sagemaker_notes"]
 
 _SAVE_KEYS = ("save_interval", "save_steps", "start_step", "end_step")
 _REDUCTION_KEYS = ("reductions", "save_raw_tensor", "save_shape")
-_HOOK_KEYS = (
-    "export_tensorboard",
-    "tensorboard_dir",
-    "save_all",
-    "include_regex",
-    "include_workers",
-    "dry_run",
-    "local_gradients",
-    "on_backlog",
-)
+_HOOK_KEYS = tuple(s.name for s in SETTINGS if s.json == "HookParameters")
+"""The hook settings a JSON config gives under HookParameters by their names (:mod:`trainspect.hook_settings`)."""
 _COLLECTION_KEYS = ("include_regex", "save_histogram")
 _TOP_KEYS = ("localpath", "hookparameters", "collectionconfigurations", "rules", "profilerconfig", "mlflow")
 _SAGEMAKER_KEYS = ("s3outputpath", "s3path", "ruleconfigurations", "debugruleconfigurations")  # see sagemaker_notes
@@ -140,14 +133,11 @@ def hook_kwargs_from_dict(doc: Mapping[str, Any]) -> dict[str, Any]:
     if not out_dir:
         raise ConfigError("config: LocalPath (the run directory) is required (or set TRAINSPECT_OUT_DIR)")
     kwargs: dict[str, Any] = {"out_dir": str(out_dir)}
-    for key in ("export_tensorboard", "save_all", "dry_run", "local_gradients"):
-        if key in hook:
-            kwargs[key] = parse_bool(key, hook[key])
-    for key in ("tensorboard_dir", "include_workers", "on_backlog"):
-        if key in hook:
-            kwargs[key] = _text(key, hook[key])
-    if "include_regex" in hook:
-        kwargs["include_regex"] = _regex_list(hook["include_regex"])
+    for setting in SETTINGS:
+        if setting.json == "HookParameters" and setting.name in hook:
+            value = hook[setting.name]
+            value = _regex_list(value) if setting.name == "include_regex" else value  # comma-separated in JSON
+            kwargs[setting.name] = setting.check(setting.name, value)
     kwargs["save_config"] = _save_config(hook)
     kwargs["reduction_config"] = _reduction_config(hook)
     collections = [_collection(c) for c in _listed(top, "collectionconfigurations", "CollectionConfigurations")]

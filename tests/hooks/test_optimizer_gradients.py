@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 import trainspect as ts
+from trainspect import hook_settings
 from trainspect.hook_config import hook_kwargs_from_dict
-from trainspect.hooks import job
 
 GRAD = "gradient/Linear_weight"
 
@@ -107,7 +107,7 @@ def test_local_gradients_is_a_hook_argument_a_json_hook_parameter_and_a_trainspe
     assert ts.torch.Hook(tmp_path / "b", dry_run=True, local_gradients=True).local_gradients is True
     doc = {"LocalPath": str(tmp_path / "c"), "HookParameters": {"local_gradients": "true"}}
     assert hook_kwargs_from_dict(doc)["local_gradients"] is True
-    assert job._DEFAULTS["local_gradients"] is False
+    assert hook_settings.defaults("pytorch")["local_gradients"] is False
     with pytest.raises(ts.exceptions.ConfigError, match="local_gradients"):
         hook_kwargs_from_dict({"LocalPath": str(tmp_path / "d"), "HookParameters": {"local_gradients": "maybe"}})
 

@@ -35,7 +35,7 @@ def test_driven_steps_are_the_loops_steps_whatever_the_forward_and_optimizer_eve
     hook.register_module(model)
     hook.register_loss(loss_fn)
     seen = []
-    for step in range(3):
+    for _ in range(3):
         hook.begin_step("train")
         losses = []
         for _ in range(3):  # three forward passes, two optimizer steps: still one driven step
@@ -115,6 +115,7 @@ def test_a_mode_that_names_no_mode_is_the_callers_error_and_the_hook_stays_enabl
 
 def test_keras_hook_has_the_same_step_api(tmp_path: Path) -> None:
     import keras
+
     hook = ts.keras.Hook(str(tmp_path), include_collections=["losses"], save_config=ts.SaveConfig(save_interval=1))
     hook.set_model(keras.Sequential([keras.Input((2,)), keras.layers.Dense(1)]))
     for _ in range(2):

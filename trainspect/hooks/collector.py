@@ -22,9 +22,9 @@ from typing import Any
 import numpy as np
 
 from trainspect._version import __version__
-from trainspect.collections import Collection, CollectionManager
-from trainspect.config import ReductionConfig, SaveConfig
-from trainspect.exceptions import ConfigError
+from trainspect.collections import CollectionManager
+from trainspect.config import SaveConfig
+from trainspect.hook_settings import HookSettings
 from trainspect.hooks._guard import Guarded, guarded
 from trainspect.hooks.distributed import JobIdentity
 from trainspect.hooks.run_opening import absolute_out_dir, check_before_open, open_worker, settle_identity
@@ -37,7 +37,7 @@ from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import all_workers_ended, mark_job_end, write_worker_manifest
 from trainspect.store.remote import spool_for
-from trainspect.store.run_writer import BACKLOG_POLICIES, RunWriter
+from trainspect.store.run_writer import RunWriter
 
 __all__ = ["Collector", "StepKey", "LateTensor"]
 
@@ -66,36 +66,20 @@ def _out_dir_problem(path: Path) -> str | None:
     return None
 
 
-def _choice(key: str, value: object, allowed: tuple[str, ...]) -> None:
-    """Raise ConfigError naming ``key``, ``value`` and the allowed values when ``value`` is not one of them."""
-    if value not in allowed:
-        raise ConfigError(f"{key}={value!r}: allowed: {', '.join(map(repr, allowed))}")
-
-
 class Collector(Guarded):
     """Step bookkeeping and writing shared by every framework hook.
 
     Args:
-        out_dir: the run directory (created if missing; refused if another job's run is there).
         framework: ``"pytorch"`` or ``"tensorflow"`` (recorded in the manifest).
-        save_config: when to save collections that have no save config of their own (default every 500 steps).
-        include_collections: collections to record (names or ``Collection`` objects); default: losses only.
-        include_regex: regexes of tensor names added to collection ``default``.
-        reduction_config: reductions to save instead of raw tensors, for collections without their own.
-        save_all: record every tensor (collection ``all``).
-        export_tensorboard: write TensorBoard summaries (on by default).
-        tensorboard_dir: where event files go (default: the run directory itself).
-        dry_run: decide everything but write nothing.
-        include_workers: ``"one"`` (only the chief records tensors) or ``"all"``; with ``"one"``, every rank records
-            when the model's parameters are sharded (``sharded``, set by the framework hook before the run opens):
-            rank 0's pieces alone make no tensor.
+        settings: the hook's checked settings (:mod:`trainspect.hook_settings`: ``out_dir``, ``save_config``,
+            ``include_collections``, ``include_workers`` …). With ``include_workers="one"``, every rank records when
+            the model's parameters are sharded (``sharded``, set by the framework hook before the run opens): rank
+            0's pieces alone make no tensor.
         rules: rules evaluated live while training (their needs are recorded automatically).
         always_saved: collections this framework records every step unless configured otherwise (Keras:
             ``metrics``), besides ``losses``.
         worker: this worker's name (default ``worker_<rank>``, the rank settled when the run opens).
         job_id: identifies the job that owns ``out_dir`` (default: the job's, see :mod:`trainspect.hooks.distributed`).
-        on_backlog: when writing falls behind training, ``"degrade"`` (keep losses and scalars, drop raw tensors
-            largest first and record the gap) or ``"block"`` (training waits: smdebug's behaviour).
 
     The run opens (the directory and this worker's files are claimed, the writers start) at the first step: a hook
     built before ``torch.distributed`` is initialised learns its rank from the process group
@@ -104,31 +88,25 @@ class Collector(Guarded):
 
     def __init__(
         self,
-        out_dir: str | os.PathLike[str],
         framework: str,
-        save_config: SaveConfig | None = None,
-        include_collections: Iterable[str | Collection] | None = None,
-        include_regex: Iterable[str] | str | None = None,
-        reduction_config: ReductionConfig | None = None,
-        save_all: bool = False,
-        export_tensorboard: bool = True,
-        tensorboard_dir: str | os.PathLike[str] | None = None,
-        dry_run: bool = False,
-        include_workers: str = "one",
+        settings: HookSettings,
         rules: Iterable[Any] | None = None,
         always_saved: Iterable[str] = (),
         worker: str | None = None,
         job_id: str | None = None,
-        on_backlog: str = "degrade",
     ) -> None:
-        _choice("on_backlog", on_backlog, BACKLOG_POLICIES)
-        _choice("include_workers", include_workers, ("one", "all"))
-        self.on_backlog = on_backlog
-        if save_config is not None and not isinstance(save_config, SaveConfig):
-            raise ConfigError(f"save_config: expected a SaveConfig, got {type(save_config).__name__}")
+        self.on_backlog = settings.on_backlog
+        include_workers, save_config, reduction_config = (
+            settings.include_workers,
+            settings.save_config,
+            settings.reduction_config,
+        )
+        save_all, dry_run, include_regex = settings.save_all, settings.dry_run, settings.include_regex
+        include_collections = settings.include_collections
+        export_tensorboard, tensorboard_dir = settings.export_tensorboard, settings.tensorboard_dir
         if isinstance(include_regex, str):
             include_regex = [include_regex]
-        out_dir, self.remote = spool_for(out_dir, dry_run)  # a URL: a local spool, uploaded by a thread
+        out_dir, self.remote = spool_for(settings.out_dir, dry_run)  # a URL: a local spool, uploaded by a thread
         self.out_dir = absolute_out_dir(Path(out_dir))
         problem = None if dry_run else _out_dir_problem(self.out_dir)
         if problem is not None:  # the environment, not the configuration: training goes on, unrecorded

@@ -7,15 +7,14 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
 import numpy as np
 
 from trainspect import env
 from trainspect.collections import Collection
-from trainspect.config import ReductionConfig, SaveConfig, parse_bool
-from trainspect.exceptions import ConfigError
+from trainspect.hook_settings import HookSettings, check_settings
 from trainspect.hooks._guard import Guarded, guarded
 from trainspect.hooks.close_errors import one_line_for_write_errors
 from trainspect.hooks.collector import Collector
@@ -44,73 +43,24 @@ class HookAPI(Guarded):
     _extras: HookExtras
     _driver: StepDriver
 
-    def _setup(
-        self,
-        framework: str,
-        out_dir: str | os.PathLike[str],
-        export_tensorboard: bool = True,
-        tensorboard_dir: str | None = None,
-        dry_run: bool = False,
-        reduction_config: ReductionConfig | None = None,
-        save_config: SaveConfig | None = None,
-        include_regex: Iterable[str] | str | None = None,
-        include_collections: Iterable[str | Collection] | None = None,
-        save_all: bool = False,
-        include_workers: str = "one",
-        rules: Iterable[Any] | str | None = None,
-        profiler_config: Any = None,
-        mlflow_run: Any = None,
-        always_saved: Iterable[str] = (),
-        local_gradients: bool = False,
-        on_backlog: str = "degrade",
-    ) -> None:
-        """Validate the configuration and build the collector (with TRAINSPECT_DISABLE=1, one that records nothing).
+    def _setup(self, framework: str, given: dict[str, Any], always_saved: Iterable[str] = ()) -> None:
+        """Check the settings (:mod:`trainspect.hook_settings`) and build the collector.
 
-        Under ``trainspect run`` or ``autolog()``, a hook the script creates itself becomes the job's one hook: it
-        records into the run directory of ``trainspect run`` with the script's settings where the script gives them
-        (see :func:`trainspect.hooks.job.join_autolog`).
+        With TRAINSPECT_DISABLE=1 the collector records nothing. Under ``trainspect run`` or ``autolog()``, a hook the
+        script creates itself becomes the job's one hook: it records into the run directory of ``trainspect run``
+        with the script's settings where the script gives them (see :func:`trainspect.hooks.job.join_autolog`).
         """
-        given: dict[str, Any] = {
-            "out_dir": out_dir,
-            "export_tensorboard": export_tensorboard,
-            "tensorboard_dir": tensorboard_dir,
-            "dry_run": dry_run,
-            "reduction_config": reduction_config,
-            "save_config": save_config,
-            "include_regex": include_regex,
-            "include_collections": include_collections,
-            "save_all": save_all,
-            "include_workers": include_workers,
-            "rules": rules,
-            "profiler_config": profiler_config,
-            "mlflow_run": mlflow_run,
-            "local_gradients": local_gradients,
-            "on_backlog": on_backlog,
-        }
-        given, autologger = join_autolog(framework, _checked(given))
-        self._given = dict(given)  # what a copy of this hook in a spawned process is built from (spawn_ticket)
-        self.local_gradients = bool(given.get("local_gradients", False))
+        values, autologger = join_autolog(framework, check_settings(framework, given).values)
+        self._given = dict(values)  # what a copy of this hook in a spawned process is built from (spawn_ticket)
         if env.TRAINSPECT_DISABLE.get():
-            given.update(dry_run=True, rules=None, profiler_config=None)
+            values.update(dry_run=True, rules=None, profiler_config=None)
+        settings = HookSettings(values)
+        self.settings = settings
+        self.local_gradients = bool(values.get("local_gradients", False))
         self._extras = HookExtras(
-            rules=given["rules"], profiler_config=given["profiler_config"], mlflow_run=given["mlflow_run"]
+            rules=settings.rules, profiler_config=settings.profiler_config, mlflow_run=settings.mlflow_run
         )
-        self.collector = Collector(
-            given["out_dir"],
-            framework,
-            save_config=given["save_config"],
-            include_collections=given["include_collections"],
-            include_regex=given["include_regex"],
-            reduction_config=given["reduction_config"],
-            save_all=given["save_all"],
-            export_tensorboard=given["export_tensorboard"],
-            tensorboard_dir=given["tensorboard_dir"],
-            dry_run=given["dry_run"],
-            include_workers=given["include_workers"],
-            rules=self._extras.rules,
-            always_saved=always_saved,
-            on_backlog=given.get("on_backlog", "degrade"),
-        )
+        self.collector = Collector(framework, settings, rules=self._extras.rules, always_saved=always_saved)
         self.disabled = env.TRAINSPECT_DISABLE.get()
         self._pending: list[tuple[str, Any, tuple[str, ...]]] = []  # saved before the first step
         self.collector.on_open(self._run_opened)
@@ -402,65 +352,6 @@ class HookAPI(Guarded):
             remote = self.collector.remote
             where = remote.url if remote is not None else self.out_dir  # a URL run: the URL, not its spool
             log.warning("trainspect: nothing was recorded in %s: %s", where, self._nothing_recorded_why)
-
-
-_INCLUDE_WORKERS = ("one", "all")  # what the collector supports (Collector.writes_tensors)
-_FLAGS = ("export_tensorboard", "dry_run", "save_all", "local_gradients")
-
-
-def _check_path(key: str, value: Any, optional: bool) -> None:
-    if value is None and optional:
-        return
-    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
-        raise ConfigError(f"{key}={value!r}: expected a path (a string or os.PathLike){' or None' if optional else ''}")
-
-
-def _check_instance(key: str, value: Any, cls: type) -> None:
-    if value is not None and not isinstance(value, cls):
-        raise ConfigError(f"{key}={value!r}: expected a {cls.__name__} or None")
-
-
-def _names(key: str, value: Any, kinds: tuple[type, ...], what: str) -> Any:
-    """None, a string, or the items as a list (a generator is read once, here)."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, Iterable) and not isinstance(value, Mapping):
-        items = list(value)
-        if all(isinstance(v, kinds) for v in items):
-            return items
-    raise ConfigError(f"{key}={value!r}: expected {what}")
-
-
-def _checked(given: dict[str, Any]) -> dict[str, Any]:
-    """The hook's settings, each checked (one ``ConfigError`` line naming the setting); lists are made lists.
-
-    Rules and the MLflow options are checked by :class:`HookExtras`, the save and reduction settings by their
-    config classes.
-    """
-    out = dict(given)
-    _check_path("out_dir", given["out_dir"], optional=False)
-    _check_path("tensorboard_dir", given["tensorboard_dir"], optional=True)
-    for key in _FLAGS:
-        out[key] = parse_bool(key, given[key])
-    _check_instance("save_config", given["save_config"], SaveConfig)
-    _check_instance("reduction_config", given["reduction_config"], ReductionConfig)
-    out["include_regex"] = _names("include_regex", given["include_regex"], (str,), "a regex or a list of regexes")
-    out["include_collections"] = _names(
-        "include_collections",
-        given["include_collections"],
-        (str, Collection),
-        "a list of collection names or Collection objects",
-    )
-    workers = given["include_workers"]
-    out["include_workers"] = workers.strip().lower() if isinstance(workers, str) else workers
-    if out["include_workers"] not in _INCLUDE_WORKERS:
-        raise ConfigError(f"include_workers={workers!r}: allowed: {', '.join(map(repr, _INCLUDE_WORKERS))}")
-    profiler = given["profiler_config"]
-    if isinstance(profiler, Mapping):
-        from trainspect.profiler.config import ProfilerConfig
-
-        out["profiler_config"] = ProfilerConfig.from_dict(profiler)
-    return out
 
 
 def _settings_of(cls: type) -> set[str]:

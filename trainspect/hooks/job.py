@@ -10,6 +10,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from trainspect import hook_settings
+
 __all__ = ["PyTorchJob", "active_hook", "active_job", "join_autolog"]
 
 log = logging.getLogger(__name__)
@@ -33,23 +35,6 @@ class PyTorchJob:
         raise NotImplementedError
 
 
-_DEFAULTS: dict[str, Any] = {
-    "export_tensorboard": True,
-    "tensorboard_dir": None,
-    "dry_run": False,
-    "reduction_config": None,
-    "save_config": None,
-    "include_regex": None,
-    "include_collections": None,
-    "save_all": False,
-    "include_workers": "one",
-    "rules": None,
-    "profiler_config": None,
-    "mlflow_run": None,
-    "local_gradients": False,
-}
-
-
 def _job() -> PyTorchJob | None:
     return _ACTIVE[0] if _ACTIVE and isinstance(_ACTIVE[0], PyTorchJob) else None
 
@@ -71,9 +56,10 @@ def join_autolog(framework: str, given: dict[str, Any]) -> tuple[dict[str, Any],
             logger.hook.out_dir,
         )
         return {**given, "dry_run": True}, None
-    merged = {**_DEFAULTS, **logger.hook_kwargs}
+    defaults = hook_settings.defaults("pytorch")
+    merged = {**defaults, **logger.hook_kwargs}
     for key, value in given.items():
-        if key == "out_dir" or value is None or (key in _DEFAULTS and value == _DEFAULTS[key]):
+        if key == "out_dir" or value is None or (key in defaults and value == defaults[key]):
             continue
         if key == "include_collections" and merged.get(key):
             value = [*merged[key], *(v for v in value if v not in merged[key])]

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
 from typing import Any
 
 import keras
 import numpy as np
 
-from trainspect.collections import Collection
-from trainspect.config import ReductionConfig, SaveConfig
+from trainspect.hook_settings import signature
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.keras_model import ModelView
@@ -29,8 +27,8 @@ class Hook(keras.callbacks.Callback, HookAPI):
     Pass it to ``fit``, ``evaluate`` and ``predict`` (``callbacks=[hook]``); close it (or use ``with``) when done.
     ``fit`` batches are TRAIN steps, validation and ``evaluate`` batches EVAL steps, ``predict`` batches PREDICT
     steps. A weight at step N is the value used in step N's forward pass, a gradient the one applied at step N.
-    Parameters are those of :class:`~trainspect.hooks.collector.Collector`, plus ``profiler_config`` and
-    ``mlflow_run``; gradients are captured without changing the model or optimizer (see ``keras_taps``).
+    Its settings are the rows of :data:`trainspect.hook_settings.SETTINGS` that Keras takes (docs/configuration.md);
+    gradients are captured without changing the model or optimizer (see ``keras_taps``).
 
     Example:
         >>> import tempfile, numpy as np, keras, trainspect as ts
@@ -48,48 +46,17 @@ class Hook(keras.callbacks.Callback, HookAPI):
         "GradientTape training loops are not instrumented (docs/keras.md)"
     )
 
-    def __init__(
-        self,
-        out_dir: str | os.PathLike[str],
-        export_tensorboard: bool = True,
-        tensorboard_dir: str | None = None,
-        dry_run: bool = False,
-        reduction_config: ReductionConfig | None = None,
-        save_config: SaveConfig | None = None,
-        include_regex: Iterable[str] | str | None = None,
-        include_collections: Iterable[str | Collection] | None = None,
-        save_all: bool = False,
-        include_workers: str = "one",
-        rules: Iterable[Any] | str | None = None,
-        profiler_config: Any = None,
-        mlflow_run: Any = None,
-        on_backlog: str = "degrade",
-    ) -> None:
+    def __init__(self, out_dir: str | os.PathLike[str], **settings: Any) -> None:
         super().__init__()
-        self._setup(
-            "tensorflow",
-            out_dir,
-            export_tensorboard=export_tensorboard,
-            tensorboard_dir=tensorboard_dir,
-            dry_run=dry_run,
-            reduction_config=reduction_config,
-            save_config=save_config,
-            include_regex=include_regex,
-            include_collections=include_collections,
-            save_all=save_all,
-            include_workers=include_workers,
-            rules=rules,
-            profiler_config=profiler_config,
-            mlflow_run=mlflow_run,
-            always_saved=("metrics",),
-            on_backlog=on_backlog,
-        )
+        self._setup("tensorflow", {"out_dir": out_dir, **settings}, always_saved=("metrics",))
         self._view: ModelView | None = None
         self._state = self.collector.state  # IDLE / OPEN / CLOSED (trainspect.hooks.step_state)
         self._driver = StepDriver(self.collector, self._extras, self)
         self._driver.driven.update(ModeKeys)  # Keras' callbacks drive the steps
         self._metrics_at_end = False  # the step that ends now reads the metrics' results (an epoch's last)
         self._window_set = False
+
+    __init__.__signature__ = signature("tensorflow")  # type: ignore[attr-defined]  # one keyword per setting
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @guarded()

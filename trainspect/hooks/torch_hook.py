@@ -9,15 +9,13 @@ tensors travel through :class:`~trainspect.hooks.torch_staging.StepStaging`, its
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
 from typing import Any
 
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from trainspect.collections import Collection
-from trainspect.config import ReductionConfig, SaveConfig
+from trainspect.hook_settings import signature
 from trainspect.hooks._guard import guarded
 from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_api import HookAPI
@@ -54,9 +52,10 @@ class Hook(HookAPI):
     by default the one the optimizer applies, read when ``optimizer.step()`` runs (after DDP's all-reduce, FSDP's
     reduce-scatter, DeepSpeed's reduction: the same on every rank; unscaled under ``GradScaler``). Sharded parameters
     (FSDP2/DTensor, tensor parallel, classic FSDP, DeepSpeed ZeRO-3) are recorded as each rank's piece (see
-    docs/distributed.md). Parameters are those of :class:`~trainspect.hooks.collector.Collector`, plus
-    ``profiler_config``, ``mlflow_run`` and ``local_gradients``: record each rank's own gradient as its backward
-    pass leaves it, before any reduction (sharded parameters are read at ``optimizer.step()`` either way).
+    docs/distributed.md). Its settings are the rows of :data:`trainspect.hook_settings.SETTINGS`
+    (docs/configuration.md): ``save_config``, ``include_collections``, ``rules``, ``profiler_config``, ``mlflow_run``,
+    ``local_gradients`` (record each rank's own gradient as its backward pass leaves it, before any reduction) …; a
+    setting no hook takes, or a bad value, raises ``ConfigError`` naming it.
 
     Example:
         >>> import tempfile, torch, trainspect as ts
@@ -75,42 +74,8 @@ class Hook(HookAPI):
         "trains: hook.register_module(model))"
     )
 
-    def __init__(
-        self,
-        out_dir: str | os.PathLike[str],
-        export_tensorboard: bool = True,
-        tensorboard_dir: str | None = None,
-        dry_run: bool = False,
-        reduction_config: ReductionConfig | None = None,
-        save_config: SaveConfig | None = None,
-        include_regex: Iterable[str] | str | None = None,
-        include_collections: Iterable[str | Collection] | None = None,
-        save_all: bool = False,
-        include_workers: str = "one",
-        rules: Iterable[Any] | str | None = None,
-        profiler_config: Any = None,
-        mlflow_run: Any = None,
-        local_gradients: bool = False,
-        on_backlog: str = "degrade",
-    ) -> None:
-        self._setup(
-            "pytorch",
-            out_dir,
-            export_tensorboard=export_tensorboard,
-            tensorboard_dir=tensorboard_dir,
-            dry_run=dry_run,
-            reduction_config=reduction_config,
-            save_config=save_config,
-            include_regex=include_regex,
-            include_collections=include_collections,
-            save_all=save_all,
-            include_workers=include_workers,
-            rules=rules,
-            profiler_config=profiler_config,
-            mlflow_run=mlflow_run,
-            local_gradients=local_gradients,
-            on_backlog=on_backlog,
-        )
+    def __init__(self, out_dir: str | os.PathLike[str], **settings: Any) -> None:
+        self._setup("pytorch", {"out_dir": out_dir, **settings})
         self._handles: list[Any] = []
         self._driver = StepDriver(self.collector, self._extras, self)
         self._state = self.collector.state  # IDLE / OPEN / CLOSED, and whether the open step saves
@@ -131,6 +96,8 @@ class Hook(HookAPI):
         the recorded ``loss`` is multiplied back. ``"micro_batches"``: by the number of micro-batches of its step
         (Hugging Face's ``Trainer``). Set by the trainer integrations (:mod:`trainspect.hooks.integrations`)."""
         self._nan = NanOrigin(self, self._extras.note_origin, active=nan_wanted(self._extras.rules))
+
+    __init__.__signature__ = signature("pytorch")  # type: ignore[attr-defined]  # one keyword per setting
 
     # --- lifecycle -----------------------------------------------------------------------------------------
     @guarded()
