@@ -41,15 +41,43 @@ _TOP = 100
 class _Patch:
     """The state of the DataLoader patch: the original method and the recorders it reports to."""
 
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, original: Callable[[Any], Any]) -> None:
         self.recorders: list[FrameworkRecorder] = []
         self.sync_timers: dict[int, SyncTimer] = {}  # id(recorder) -> its backward synchronisation timer
-        self.original: Callable[[Any], Any] | None = None
+        self.original = original
         self.warned = False
 
+    def report(self, it: Any, start: float, end: float) -> None:
+        workers = int(getattr(it, "_num_workers", 0) or 0)
+        batch = _batch_size(it)
+        for rec in tuple(self.recorders):
+            try:
+                rec.set_dataloader(workers, batch)
+                rec.record_span("dataloader", start, end, None)
+            except Exception:  # never raise into the training loop
+                if not self.warned:
+                    self.warned = True
+                    logger.warning("trainspect: dataloader timing failed", exc_info=True)
 
-_PATCH = _Patch()
+    def timed(self) -> Callable[[Any], Any]:
+        """The patched ``__next__``: the original, timed (StopIteration and user errors pass through untimed)."""
+        original = self.original
+
+        def __next__(it: Any) -> Any:  # noqa: N807
+            start = time.time()
+            item = original(it)
+            self.report(it, start, time.time())
+            return item
+
+        __next__.trainspect_timer = self  # type: ignore[attr-defined]
+        return __next__
+
+
+_LOCK = threading.Lock()  # installs and uninstalls, from any thread
+
+
+def _installed() -> _Patch | None:
+    return getattr(_dl._BaseDataLoaderIter.__next__, "trainspect_timer", None)
 
 
 def _batch_size(it: Any) -> int | None:
@@ -58,56 +86,35 @@ def _batch_size(it: Any) -> int | None:
     return size if isinstance(size, int) and size > 0 else None
 
 
-def _report(it: Any, start: float, end: float) -> None:
-    workers = int(getattr(it, "_num_workers", 0) or 0)
-    batch = _batch_size(it)
-    for rec in tuple(_PATCH.recorders):
-        try:
-            rec.set_dataloader(workers, batch)
-            rec.record_span("dataloader", start, end, None)
-        except Exception:  # never raise into the training loop
-            if not _PATCH.warned:
-                _PATCH.warned = True
-                logger.warning("trainspect: dataloader timing failed", exc_info=True)
-
-
-def _timed_next(self: Any) -> Any:
-    original = _PATCH.original
-    assert original is not None
-    start = time.time()
-    item = original(self)  # StopIteration and user errors pass through untimed
-    _report(self, start, time.time())
-    return item
-
-
 def install_dataloader_timer(recorder: FrameworkRecorder) -> None:
     """Time every DataLoader ``__next__`` and each backward pass's synchronisation wait for ``recorder``.
 
     The DataLoader is patched on the first install; the recorder's :class:`SyncTimer` starts here.
     """
-    with _PATCH.lock:
-        if recorder in _PATCH.recorders:
+    with _LOCK:
+        patch = _installed()
+        if patch is None:
+            patch = _Patch(_dl._BaseDataLoaderIter.__next__)
+            _dl._BaseDataLoaderIter.__next__ = patch.timed()  # type: ignore[method-assign,assignment]
+        if recorder in patch.recorders:
             return
-        if not _PATCH.recorders:
-            _PATCH.original = _dl._BaseDataLoaderIter.__next__
-            _dl._BaseDataLoaderIter.__next__ = _timed_next  # type: ignore[method-assign]
-        _PATCH.recorders.append(recorder)
-        timer = _PATCH.sync_timers[id(recorder)] = SyncTimer(recorder)
+        patch.recorders.append(recorder)
+        timer = patch.sync_timers[id(recorder)] = SyncTimer(recorder)
         timer.start()
 
 
 def uninstall_dataloader_timer(recorder: FrameworkRecorder) -> None:
     """Stop reporting to ``recorder`` (its :class:`SyncTimer` closes); the last uninstall restores the original."""
-    with _PATCH.lock:
-        if recorder not in _PATCH.recorders:
+    with _LOCK:
+        patch = _installed()
+        if patch is None or recorder not in patch.recorders:
             return
-        _PATCH.recorders.remove(recorder)
-        timer = _PATCH.sync_timers.pop(id(recorder), None)
+        patch.recorders.remove(recorder)
+        timer = patch.sync_timers.pop(id(recorder), None)
         if timer is not None:
             timer.close()
-        if not _PATCH.recorders and _PATCH.original is not None:
-            _dl._BaseDataLoaderIter.__next__ = _PATCH.original  # type: ignore[method-assign,assignment]
-            _PATCH.original = None
+        if not patch.recorders:
+            _dl._BaseDataLoaderIter.__next__ = patch.original  # type: ignore[method-assign,assignment]
 
 
 class _Runner:
