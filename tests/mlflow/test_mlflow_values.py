@@ -289,3 +289,16 @@ def test_per_worker_step_percentiles_only_for_several_workers() -> None:
         }
     )
     assert per_worker_steps(Ctx(_worker("w0", durations))) == {}
+
+
+def test_the_run_to_log_to(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainspect.mlflow_plugin.session import resolve_run
+
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.delenv("TRAINSPECT_MLFLOW", raising=False)
+    assert resolve_run("abc123") == ("abc123", False)  # a run id given: that run, not created
+    assert resolve_run(None) is None  # no active run, no MLFLOW_RUN_ID: nothing to log to
+    monkeypatch.setenv("MLFLOW_RUN_ID", "fromenv")
+    assert resolve_run(None) == ("fromenv", False)
+    with pytest.raises(ValueError, match="mlflow_run=3"):
+        resolve_run(3)

@@ -78,6 +78,11 @@ def test_batch_size_thresholds_are_strict_and_the_message_counts_violations() ->
     small = rule.evaluate(data([system(10.0, cores=1, cpu0_utilization_percent=69.9, **gpus(2, 69.9, 69.9))]))
     assert small.status is Status.ISSUES_FOUND and small.triggers == 2  # both GPUs, in the one scan window
     assert small.message == ("2 violation(s): total CPU p95 < 70% while GPU p95 < 70% and GPU memory p95 < 70%")
+    assert small.details["n0"]["gpu1_memory"]["p95"] == pytest.approx(69.9) and small.details["n0"]["cpu"][
+        "max"
+    ] == pytest.approx(69.9)
+    (series,) = small.series
+    assert series.label == "n0 total CPU p95 (%)" and series.y == pytest.approx((69.9,)) and series.threshold == 70.0
     for cpu, util, mem in ((70.0, 69.9, 69.9), (69.9, 70.0, 69.9), (69.9, 69.9, 70.0)):
         arrays = system(10.0, cores=1, cpu0_utilization_percent=cpu, **gpus(1, util, mem))
         v = rule.evaluate(data([arrays]))
@@ -157,6 +162,8 @@ def test_loader_count_bounds_are_strict(workers: int, bad: bool) -> None:
         f"n0: median {workers} loader(s) for 4 cores (allowed 2.8-8: min_threshold 70%, max_threshold 200%)"
     )
     assert v.details["n0"] == {"cores": 4, "dataloaders": workers, "min_loaders": 2.8, "max_loaders": 8.0}
+    (series,) = v.series
+    assert series.label == "n0 parallel data loaders" and set(series.y) == {workers} and len(series.y) == 11
 
 
 def test_loader_rule_needs_more_seconds_than_patience() -> None:
@@ -315,3 +322,54 @@ def test_input_bottleneck_needs_more_cycles_than_patience() -> None:
     v = InputBottleneck(patience=10).evaluate(data([], [_waiting_worker(11, wait=0.75)]))
     assert v.status is Status.NO_DATA
     assert v.message == "too little data: 10 step cycles; the rule needs more than patience=10"
+
+
+def test_gpu_rules_say_what_is_missing() -> None:
+    assert BatchSize().evaluate(data()).message == (
+        "no system metrics were recorded (CPU-only run, or NVML unavailable): this rule needs GPU utilisation"
+    )
+    assert BatchSize().evaluate(data([system(2.0)])).message == (
+        "the run recorded no GPU metrics (CPU-only run, or NVML unavailable): this rule needs GPU utilisation"
+    )
+
+
+def test_gpu_memory_of_the_job_is_judged_where_recorded() -> None:
+    mem = np.array([10.0, 10.0, 10.0, 20.0, 20.0, 20.0])
+    arrays = system(3.0, cores=1, gpu0_process_memory_used_percent=mem, **gpus(1, 50.0, 90.0))
+    v = GPUMemoryIncrease(window=1, patience=1, increase=5.0).evaluate(data([arrays]))
+    assert v.triggers == 1 and v.details["n0/gpu0"]["source"] == "process"
+    assert "moving average of this job's processes' memory (NVML): 10.00 points" in v.message
+    device = GPUMemoryIncrease(window=1, patience=1, increase=5.0, memory_source="device").evaluate(data([arrays]))
+    assert device.triggers == 0 and device.details["n0/gpu0"]["source"] == "device"
+
+
+def test_profiler_rule_defaults() -> None:
+    from trainspect.rules.profiler import Dataloader, InputBottleneck, LoadBalancing, StepOutlier, WorkerStraggler
+
+    expected = {
+        InputBottleneck: {"threshold": 50.0, "patience": 10},
+        BatchSize: {
+            "cpu_threshold_p95": 70.0,
+            "gpu_threshold_p95": 70.0,
+            "gpu_memory_threshold_p95": 70.0,
+            "patience": 1000,
+            "window": 500,
+        },
+        GPUMemoryIncrease: {"increase": 5.0, "patience": 1000, "window": 10, "memory_source": "job"},
+        LoadBalancing: {"threshold": 0.5, "patience": 1000},
+        MaxInitializationTime: {"threshold": 20.0, "scan_interval_us": 60_000_000},
+        StepOutlier: {
+            "stddev": 3.0,
+            "n_outliers": 10,
+            "mad_factor": 5.0,
+            "min_lost_percent": 20.0,
+            "min_excess_s": 0.5,
+            "min_step_excess_s": 0.05,
+            "warmup_steps": 2,
+        },
+        WorkerStraggler: {"threshold": 20.0, "min_steps": 10, "measure": "compute"},
+        Dataloader: {"min_threshold": 70.0, "max_threshold": 200.0, "patience": 10, "min_wait_percent": 10.0},
+    }
+    for cls, defaults in expected.items():
+        rule = cls()
+        assert {k: getattr(rule, k) for k in defaults} == defaults, cls.__name__

@@ -184,3 +184,13 @@ def test_cycles_of_a_run_without_training_steps_are_its_other_cycles() -> None:
     tab.steps["mode"] = np.array([2, 2, 2, 3, 3, 3], np.uint8)
     cyc = step_cycles(tab)
     assert cyc.steps.tolist() == [1, 2, 4, 5]  # the switch from EVAL to PREDICT starts no cycle
+
+
+def test_a_wait_recorded_with_its_step_belongs_to_that_steps_cycle() -> None:
+    tab = _rank_tab(sync=False)
+    tab.spans = {
+        k: np.append(v, x) for (k, v), x in zip(tab.spans.items(), (4, T0 + 0.5, T0 + 0.6, 3, -1, 0), strict=True)
+    }
+    cyc = step_cycles(tab)  # Keras times the wait for step 3's batch inside step 0's time
+    assert cyc.loader_s.tolist() == pytest.approx([0.4, 0.2, 0.1], abs=1e-6)
+    assert cyc.between_s.tolist() == pytest.approx([0.6, 1.0, 0.9], abs=1e-6)

@@ -6,6 +6,7 @@ Every summary is built by hand, so each change text, interval and winner below i
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +46,9 @@ def test_figures_are_formatted_with_their_digits_and_thousands() -> None:
     assert (rows["step_p50_s"]["a"], rows["step_p50_s"]["b"]) == ("0.1235", "NaN !")
     assert rows["step_p50_s"]["change"] == "non-finite" and rows["step_p50_s"]["winner"] is None
     assert "price_per_hour" not in rows  # unknown for both runs: no row
+    one = _rows(RunSummary("a", io_wait_p95=5.0, gpu_mean=45.678), RunSummary("b", dataloader_wait_percent=12.345))
+    assert (one["io_wait_p95"]["a"], one["io_wait_p95"]["b"]) == ("5", "–")  # known for one run: shown
+    assert one["gpu_mean"]["a"] == "45.7" and one["dataloader_wait_percent"]["b"] == "12.3"  # 3 digits
 
 
 def test_the_faster_run_wins_and_totals_rank_nothing() -> None:
@@ -127,6 +131,7 @@ def test_health_rows_show_each_verdict_and_the_rule_lines() -> None:
     rows = health_rows(a, RunSummary("b"))
     assert [r["key"] for r in rows] == ["verdict", "rules", "report"]
     assert rows[0]["a"] == "1 rule found issues (X)" and rows[1]["b"] == "–"
+    assert rows[1]["a"] == "2 rules: 2 judged, 1 found issues (X)" and rows[2]["a"] == "–"
     assert [r["key"] for r in health_rows(RunSummary("a"), RunSummary("b"))] == ["verdict", "report"]
 
 
@@ -170,3 +175,16 @@ def test_the_table_marks_winners_and_ends_with_the_rule_lines() -> None:
     assert any(line.startswith("throughput (steps/s)") and line.split()[3:5] == ["20", "*"] for line in lines)
     assert "rules of A: 1 rule: 1 judged, 0 found issues" in lines and "rules of B" not in table
     assert [r["key"] for r in compare_runs(a, b)][-1] == "saving"
+
+
+def test_run_ids_and_report_links(tmp_path: Path) -> None:
+    from trainspect.report.compare import _href, is_mlflow_run_id
+
+    assert is_mlflow_run_id("0123456789abcdef0123456789abcdef")
+    assert not is_mlflow_run_id(str(tmp_path)) and not is_mlflow_run_id("runs/a")
+    report = tmp_path / "a" / "report.html"
+    report.parent.mkdir()
+    report.write_text("<html></html>")
+    assert _href(str(report), tmp_path / "compare.html") == "a/report.html"
+    assert _href(str(report), None) == report.as_uri()
+    assert _href("a/report.html", None) == "" and _href("", None) == "" and _href(str(tmp_path / "no.html"), None) == ""

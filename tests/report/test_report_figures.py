@@ -289,8 +289,14 @@ def test_operator_and_memory_sections_state_their_figures(tmp_path: Path) -> Non
     OperatorSection().build(ctx, page)
     assert _texts(page, "note") == ["No CPU operator was recorded in the detailed window."]
     assert _texts(page, "p") == ["The most expensive GPU operator is sgemm (75.0% of GPU self time on w0)."]
+    table = next(b for b in page.blocks if b["kind"] == "table")
+    assert table["rows"] == [
+        ["w0", "sgemm", "2", "3,000,000", "3,500,000", "75"],
+        ["w0", "relu", "2", "1,000,000", "1,000,000", "25"],
+    ]
     option = next(iter(page.charts.values()))
     assert option["series"][0]["data"] == [1.0, 3.0]  # seconds, smallest first
+    assert option["yAxis"]["data"] == ["relu", "sgemm"] and option["xAxis"]["type"] == "value"  # horizontal bars
     tab = _tab([0.0, 1.0], [0.5, 1.5])
     tab.step_metrics = {
         "global_step": np.arange(2, dtype=np.int64),
@@ -348,8 +354,9 @@ def test_line_chart_marks_triggers_thresholds_and_the_first_nan() -> None:
     assert option["series"][2]["markLine"]["label"]["formatter"] == "first NaN/Inf: step 2"
     assert option["series"][2]["data"] == [[2.0, 1.0]]  # at the chart's top: the largest finite value
     assert option["yAxis"]["type"] == "value" and option["xAxis"]["minInterval"] == 1
-    timed = charts.line_chart({"a": ([T0 + 5, T0 + 6], [1.0, 2.0])}, y_unit="count")
+    timed = charts.line_chart({"a": ([T0 + 5, T0 + 6], [1.0, 2.0])}, y_unit="count", mark_x=[T0 + 6])
     assert timed["series"][0]["data"] == [[0.0, 1.0], [1.0, 2.0]] and timed["yAxis"]["minInterval"] == 1
+    assert timed["series"][1]["data"] == [[1.0, 2.0]]  # the trigger at elapsed 1 s, on the value there
 
 
 def test_pie_and_bar_charts_drop_what_cannot_be_drawn() -> None:
@@ -376,6 +383,7 @@ def test_heatmap_chart_marks_step_starts_up_to_its_limit() -> None:
         "step_boundaries": [T0 + 0.5, T0 + 1.5, T0 + 1.7, T0 + 9.0],
     }
     option = charts.heatmap_chart(hm, max_marks=3)
+    assert option["yAxis"] == {"type": "category", "data": ["cpu0"], "inverse": True}  # the first row on top
     assert option["series"][0]["data"] == [[0, 0, 1.0], [2, 0, 3.0], [3, 0, 4.0]]
     assert option["series"][0]["markLine"]["data"] == [{"xAxis": "0 s"}, {"xAxis": "1 s"}, {"xAxis": "3 s"}]
     dense = charts.heatmap_chart(hm, max_marks=2)
