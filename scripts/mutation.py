@@ -94,6 +94,7 @@ _MLFLOW = [
 ]
 _TENSOR_RULES = [
     "tests/rules/test_rule_thresholds.py",
+    "tests/rules/test_rule_defaults.py",
     "tests/rules/test_rules_tensor.py",
     "tests/rules/test_rules_parameters.py",
     "tests/rules/test_rules_fast_paths.py",
@@ -116,7 +117,11 @@ TESTS: dict[str, list[str]] = {
     "rules/profiler/_bottleneck.py": _PROFILER_RULES,
     "rules/profiler/cpu_bottleneck.py": [*_PROFILER_RULES, "tests/profiler/test_job_cpu_rules.py"],
     "rules/profiler/io_bottleneck.py": _PROFILER_RULES,
-    "rules/vanishing_gradient.py": ["tests/rules/test_vanishing_gradient_edges.py", "tests/rules/test_rules_tensor.py"],
+    "rules/vanishing_gradient.py": [
+        "tests/rules/test_rule_defaults.py",
+        "tests/rules/test_vanishing_gradient_edges.py",
+        "tests/rules/test_rules_tensor.py",
+    ],
     "hooks/save_plan.py": ["tests/hooks/test_save_plan_rules.py", "tests/hooks/test_save_config.py"],
     # added for issue 33: profiler analyses, report, MLflow, more rules and store modules
     "store/background.py": _WRITER,
@@ -127,9 +132,21 @@ TESTS: dict[str, list[str]] = {
     "profiler/histograms.py": [*_ANALYSES, "tests/tb_plugin/test_metric_catalogue.py"],
     "profiler/heatmap.py": _ANALYSES,
     "profiler/ranks.py": [*_ANALYSES, "tests/profiler/test_profiler_straggler.py"],
-    "profiler/system_window.py": [*_ANALYSES, "tests/profiler/test_profiler_storage.py"],
-    "profiler/events.py": [*_ANALYSES, "tests/profiler/test_sagemaker_output.py"],
-    "profiler/traces.py": [*_ANALYSES, "tests/profiler/test_sagemaker_output.py"],
+    "profiler/system_window.py": [
+        "tests/profiler/test_time_units_and_windows.py",
+        *_ANALYSES,
+        "tests/profiler/test_profiler_storage.py",
+    ],
+    "profiler/events.py": [
+        "tests/profiler/test_time_units_and_windows.py",
+        *_ANALYSES,
+        "tests/profiler/test_sagemaker_output.py",
+    ],
+    "profiler/traces.py": [
+        "tests/profiler/test_time_units_and_windows.py",
+        *_ANALYSES,
+        "tests/profiler/test_sagemaker_output.py",
+    ],
     "report/summary.py": _REPORT,
     "report/charts.py": _REPORT,
     "report/sections.py": _REPORT,
