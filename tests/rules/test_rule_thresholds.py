@@ -17,12 +17,14 @@ from trainspect.rules import (
     ClassImbalance,
     Confusion,
     DeadRelu,
+    ExplodingTensor,
     LossNotDecreasing,
     NLPSequenceRatio,
     Overfit,
     Overtraining,
     PoorWeightInitialization,
     SaturatedActivation,
+    SimilarAcrossRuns,
     StalledTrainingRule,
     Status,
     TensorVariance,
@@ -306,3 +308,55 @@ def test_loss_decrease_must_reach_diff_percent_and_a_rise_must_pass_its_threshol
     assert rise[4].triggered and rise[4].detail.endswith("; 10 is above the best loss 9 by more than 6%")
     two = checks(LossNotDecreasing(num_steps=2, diff_percent=10.0, literal=True), data)
     assert [r is None for r in two] == [True, True, False, True, False]  # every num_steps-th loss is judged
+
+
+# --- ExplodingTensor, SimilarAcrossRuns: none allowed, counted -----------------------------------------------
+def _grads(n: int, skipped: float | None, *values: float) -> object:
+    roles = {"main": [tensor(f"g{i}", np.array([v, 1.0])) for i, v in enumerate(values)]}
+    roles["main"].append(tensor("nan_origin/x", np.array([np.nan])))  # the origin's saved tensors are no finding
+    if skipped is not None:
+        roles["amp"] = [tensor("amp/skipped", np.float32(skipped))]
+    return step(n, roles)
+
+
+def test_nan_tensors_are_counted_and_gradscaler_skips_allowed_in_a_row() -> None:
+    quiet = checks(ExplodingTensor(), [_grads(0, None, 1.0, 2.0)])[0]
+    assert not quiet.triggered and quiet.detail == "no NaN/Inf values in 3 tensor(s) (threshold: none allowed)"
+    bad = checks(ExplodingTensor(), [_grads(0, None, np.nan, np.inf, 1.0)])[0]
+    assert bad.value == 2.0 and bad.tensors == ("g0", "g1")
+    assert bad.detail == "NaN/Inf values in g0 and 1 more (threshold: none allowed)"
+    assert checks(ExplodingTensor(only_nan=True), [_grads(0, None, np.inf)])[0].detail.startswith("no NaN values")
+    data = [_grads(i, 1.0, np.nan) for i in range(3)] + [_grads(3, 0.0, 1.0), _grads(4, 1.0, np.nan)]
+    res = checks(ExplodingTensor(amp_skips_allowed=2), data)
+    assert [r.triggered for r in res] == [False, False, True, False, False]  # the skip count restarts at step 3
+    assert res[1].detail == "GradScaler skipped the step (2 in a row, allowed: 2): non-finite values are normal"
+    assert res[2].detail == "NaN/Inf values in g0 (threshold: none allowed)"
+    clean = [_grads(i, 1.0, 1.0) for i in range(3)]
+    stuck = checks(ExplodingTensor(amp_skips_allowed=2), clean)[2]
+    assert stuck.triggered and stuck.tensors == ("amp/skipped",)
+    assert stuck.detail == "GradScaler skipped 3 steps in a row (allowed: 2): the gradients stay non-finite"
+
+
+def test_runs_differ_when_any_compared_tensor_differs() -> None:
+    from trainspect.rules import StepData
+
+    def at(n: int, mine: dict[str, np.ndarray], theirs: dict[str, np.ndarray]) -> StepData:
+        base = step(n, [tensor(k, v) for k, v in mine.items()])
+        other = {k: tensor(k, v) for k, v in theirs.items()}
+        return StepData(base.step, base.mode, base.mode_step, base.wall_time, "worker_0", base.roles, (other,))
+
+    same = checks(SimilarAcrossRuns(other_trials="x"), [at(0, {"a": np.ones(2), "b": np.zeros(2)}, {"a": np.ones(2)})])
+    assert not same[0].triggered and same[0].detail == "0 of 1 compared tensor(s) differ (threshold: none may differ)"
+    data = [
+        at(
+            0,
+            {"a": np.ones(2), "b": np.zeros(2), "c": np.ones(3)},
+            {"a": np.ones(2) * 2, "b": np.ones(3), "c": np.ones(3)},
+        )
+    ]
+    res = checks(SimilarAcrossRuns(other_trials="x"), data)[0]
+    assert res.triggered and res.value == 2.0 and res.tensors == ("a", "b")  # a different shape differs too
+    assert res.detail == "2 of 3 compared tensor(s) differ, first a (threshold: none may differ)"
+    nan = checks(SimilarAcrossRuns(other_trials="x"), [at(0, {"a": np.array([np.nan])}, {"a": np.array([np.nan])})])
+    assert not nan[0].triggered  # NaN in both at the same place: alike
+    assert SimilarAcrossRuns(other_trials="x,y").compared_runs() == ["x", "y"]
