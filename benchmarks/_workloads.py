@@ -176,6 +176,7 @@ def toggled_ratio(
     block_steps: int,
     every: int | None = None,
     saves: list[float] | None = None,
+    cpu: dict[str, list[float]] | None = None,
 ) -> tuple[float, list[float], float]:
     """Instrumented/plain step-time ratio of ONE model, the hook attached and detached in turn.
 
@@ -186,7 +187,9 @@ def toggled_ratio(
     round; the median of the per-round ratios is reported. Each instrumented block ends with ``hook.flush()`` (its
     steps written to disk), so the background writer's work is counted, serialised, in the block that caused it.
     ``every`` (a trainspect hook saving every ``every`` steps): the training thread's extra seconds of each saving
-    step are appended to ``saves``. Returns (median ratio, per-round ratios, plain ms/step).
+    step are appended to ``saves``. ``cpu``: each round's extra CPU seconds per step of the hooked blocks, of the
+    training thread (``"thread"``, ``time.thread_time``) and of the whole process (``"process"``: the writer threads
+    too), are appended. Returns (median ratio, per-round ratios, plain ms/step).
     """
     model, opt, loss_fn, batches = make(workload)
     train(model, opt, loss_fn, batches, 5)
@@ -210,19 +213,26 @@ def toggled_ratio(
     ratios, plain, save_times = [], [], [] if saves is None else saves
     for r in range(rounds):
         times = {"plain": 0.0, "hooked": 0.0}
+        thread = {"plain": 0.0, "hooked": 0.0}
+        process = {"plain": 0.0, "hooked": 0.0}
         for kind in ("plain", "hooked", "hooked", "plain") if r % 2 == 0 else ("hooked", "plain", "plain", "hooked"):
             if kind == "hooked":
                 attach()
-            start = time.perf_counter()
+            start, t0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
             if kind == "hooked":
                 _hooked_block(hook, model, opt, loss_fn, batches, block_steps, every, save_times)
                 hook.flush()
             else:
                 train(model, opt, loss_fn, batches, block_steps)
             times[kind] += time.perf_counter() - start
+            thread[kind] += time.thread_time() - t0
+            process[kind] += time.process_time() - p0
             if kind == "hooked":
                 hook._remove_handles()
         ratios.append(times["hooked"] / times["plain"])
         plain.append(times["plain"] / (2 * block_steps))
+        if cpu is not None:
+            cpu.setdefault("thread", []).append((thread["hooked"] - thread["plain"]) / (2 * block_steps))
+            cpu.setdefault("process", []).append((process["hooked"] - process["plain"]) / (2 * block_steps))
     hook.close()
     return statistics.median(ratios), ratios, statistics.median(plain) * 1000

@@ -5,6 +5,10 @@
 
 Single-threaded CPU, synthetic data (16 fixed batches), the workloads of spec/peers_measured.md.
 
+* Per-step cost (issue 33 target: <= 30 us per loss-only step on the training thread): the default capture on T10
+  (10 parameter tensors), toggled as below, the extra CPU seconds per step of the training thread
+  (``time.thread_time``) and of the whole process (``time.process_time``: the writer threads too), medians of the
+  rounds.
 * Default and weights+gradients+losses every 100 (targets 1.03x / 1.05x): one model, the hook attached and
   detached in turn, 60 rounds of four ~0.6 s blocks (plain, hooked, hooked, plain, or the mirror image), median of
   the per-round ratios (``_workloads.toggled_ratio``: on this shared VM two model instances differ by 1-5 % in
@@ -156,6 +160,26 @@ def _nan_origin(base: str, workloads: list[str], rounds: int) -> list[str]:
     return failed
 
 
+STEP_COST_TARGET_US = 30.0
+"""Issue 33: the default capture's cost per loss-only step on the training thread."""
+
+
+def _step_cost(base: str, rounds: int) -> list[str]:
+    """The default capture's CPU cost per loss-only step: the training thread's, and the whole process's."""
+    out = os.path.join(base, "step-cost")
+    cpu: dict[str, list[float]] = {}
+    _, _, plain_ms = wl.toggled_ratio("T10", lambda: ts.torch.Hook(out), rounds, BLOCK_STEPS["T10"], cpu=cpu)
+    thread, process = (statistics.median(cpu[k]) * 1e6 for k in ("thread", "process"))
+    ok = thread <= STEP_COST_TARGET_US
+    print(
+        f"per-step cost, default capture (losses every step), T10 ({plain_ms * 1000:.0f} us plain steps), "
+        f"{rounds} rounds:\n  training thread {thread:+.1f} us/step CPU (target <= {STEP_COST_TARGET_US:.0f} us: "
+        f"{'ok' if ok else 'MISSED'}); whole process {process:+.1f} us/step CPU (the writer threads included)",
+        flush=True,
+    )
+    return [] if ok else ["per-step cost on the training thread"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a quarter of the steps, 3 pairs")
@@ -165,10 +189,13 @@ def main() -> None:
     parser.add_argument("--workloads", default="W1,W2", help="'' (none): the sweep only")
     parser.add_argument("--no-sweep", action="store_true", help="skip the 10/100/1,000-parameter-tensor sweep")
     parser.add_argument("--nan-origin", default="W1,W2,TX", help="workloads of the NaN origin cost ('': skip it)")
+    parser.add_argument("--no-step-cost", action="store_true", help="skip the per-step CPU cost")
     args = parser.parse_args()
     base = tempfile.mkdtemp(prefix="ts_bench_")
     failed = []
     rounds = 30 if args.quick else args.rounds
+    if not args.no_step_cost:
+        failed += _step_cost(base, rounds)
     for workload in filter(None, args.workloads.split(",")):
         block = BLOCK_STEPS[workload]
         print(f"{workload}: one model, hook attached/detached in turn, {rounds} rounds x 4 blocks x {block} steps")

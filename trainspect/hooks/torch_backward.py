@@ -103,6 +103,8 @@ class LossTap:
         self.derived: dict[int, tuple[torch.Tensor, torch.Tensor | None, float]] = {}
         self.factor = 1.0
         self.suspended = 0
+        self.loss_forwards: dict[Any, bool] = {}
+        """Whether a caller's code (of a functional loss) is a loss module's ``forward``, by code object."""
         self._finder = ImportWatcher(PATCHED_ON_IMPORT, self._framework_imported)
 
     @staticmethod
@@ -250,8 +252,14 @@ def _wrap_functional(original: Any, name: str, tap: LossTap) -> Any:
         finally:
             tap.functional_depth = 0
         try:
-            frame = sys._getframe(1)  # a loss module's forward: recorded as that module (f_locals costs a dict)
-            if frame.f_code.co_name != "forward" or not isinstance(frame.f_locals.get("self"), _Loss):
+            frame = sys._getframe(1)  # a loss module's forward: recorded as that module
+            code = frame.f_code
+            in_loss = tap.loss_forwards.get(code)
+            if in_loss is None:  # asked once per caller (f_locals costs a dict)
+                in_loss = code.co_name == "forward" and isinstance(frame.f_locals.get("self"), _Loss)
+                if len(tap.loss_forwards) < 1024:
+                    tap.loss_forwards[code] = in_loss
+            if not in_loss:
                 for listener in tap.listeners:
                     listener._on_functional_loss(name, out)
             elif tap.suspended:  # no global hook sees the loss module: record its output from here
