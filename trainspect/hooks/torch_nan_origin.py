@@ -3,11 +3,12 @@
 Active while ExplodingTensor is among a PyTorch hook's live rules (``ExplodingTensor(origin=False)`` turns it off).
 
 * **Forward origin.** A forward hook on every submodule of the registered models checks each floating-point output
-  (one ``sum`` per output: NaN and ±Inf propagate into it; a sum that is not finite is confirmed with
-  ``isfinite``, so a finite output whose sum overflows is not blamed). Hooks fire as modules *end*, so the first
-  non-finite output in a step belongs to the innermost module that made it: it is the **producer** if its inputs
-  were finite; if its inputs were already non-finite, the code of the module that called it made the value (its
-  parent in the module tree, or, for a registered model, the code outside the models: ``where="input"``). A loss
+  as its module ends (one ``sum`` per output: NaN and ±Inf propagate into it; a sum that is not finite is confirmed
+  with ``isfinite``, so a finite output whose sum overflows is not blamed); nothing is held past that. Hooks fire as
+  modules *end*, so the first non-finite output in a step belongs to the innermost module that made it: it is the
+  **producer** if its inputs were finite; if its inputs were already non-finite, the code of the module that called
+  it made the value (its parent in the module tree, or, for a registered model, the code outside the models:
+  ``where="input"``). A loss
   that is not finite while every module output was finite was made by the loss computation (``where="loss"``).
   Modules that only passed the value on are listed after the producer (``propagated_by``), and the producer's
   inputs and outputs at that step are saved (collection ``nan_origin``).
@@ -47,8 +48,6 @@ MAX_PROPAGATORS = 8
 """Modules listed as having passed the value on, after its producer."""
 FEW_GRADIENTS = 64
 """Up to this many gradients (on the CPU) are checked with a sum each; more with one ``_foreach_norm``."""
-MAX_HELD = 4096
-"""Module outputs held at most before they are looked at (a forward pass that never ends at a registered model)."""
 _MAX_PARTS = 16  # tensors looked at per output (a tuple's or dict's first ones), two levels deep
 
 
@@ -136,9 +135,6 @@ class NanOrigin:
         self._late: list[tuple[Any, list[tuple[str, str, bool]], torch.Tensor, Any]] = []  # copies on their way
         self._capture_next: str | None = None  # a module whose tensors are saved at its next call
         self._late_grads: list[tuple[Any, ...]] = []  # gradient norms on their way to the host
-        self._held: list[tuple[str, nn.Module, Any, Any, Any]] = []  # host outputs of the running forward pass
-        self._held_scan: list[tuple[str, nn.Module, Any, Any, Any]] = []
-        self._tops: set[int] = set()  # ids of the registered models and their drivers: a forward pass ends there
         self._all: set[str] = set()  # the hooked modules' names
         self._owner: dict[int, str] = {}  # parameter id -> the module that holds it
         self._sentinels: set[int] = set()  # per module, its smallest parameter: its gradient is checked every step
@@ -152,7 +148,7 @@ class NanOrigin:
         self.detach()
         if not self.active or self.forward_found is not None:
             return self
-        models, submodules, self._tops = registry.models, registry.submodules, registry.top
+        models, submodules = registry.models, registry.submodules
         inside: set[int] = set()
         for model in models:
             for module in model.modules():
@@ -184,10 +180,6 @@ class NanOrigin:
 
     remove = detach
 
-    hold = False
-    """True: host outputs are held until the model's forward pass ends and looked at only if its output is not finite
-    (no reduction per module, but tensors live until then); False: each output is summed as its module ends."""
-
     def _on_output(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
         if self.hook.disabled:
             return
@@ -200,38 +192,19 @@ class NanOrigin:
                 parts: Any = (("output_0", output),) if output.is_floating_point() else ()
             else:
                 parts = tuple(_parts(output, "output"))
-            if not parts:  # nothing to look at; a model's non-float output (an argmax) still ends its pass
-                if self._held and id(module) in self._tops:
-                    self._scan(force=False)
+            if not parts:
                 return
             on_host = self.immediate if self.immediate is not None else parts[0][1].device.type == "cpu"
             if not on_host:
                 self._defer(name, args, parts)
                 return
-            held = self._held
-            held.append((name, module, args, output, parts))
-            if not self.hold or id(module) in self._tops or len(held) > MAX_HELD:
-                self._scan(force=len(held) > MAX_HELD)
-        except Exception as exc:  # never the user's training: this part stops, with one warning
-            self.detach()
-            _log.warning("trainspect: NaN origin search stopped (%s: %s)", type(exc).__name__, exc)
-
-    def _scan(self, force: bool) -> None:
-        """A registered model's forward pass ended: if its output is not finite, find the producer among the held.
-
-        Host tensors are only held (referenced) while the model's forward pass runs: nothing is computed for a
-        module unless the model's output (or, with ``force``, anything) turns out not finite.
-        """
-        held, self._held = self._held, []
-        if not force and all(_finite(t) for _, t in held[-1][4]):
-            return
-        self._held_scan = held
-        for name, module, args, output, parts in held:
-            for path, t in parts:
+            for path, t in parts:  # judged as the module ends: an in-place change later does not move the blame
                 if not _finite(t):
                     self._bad_output(name, path, t, module, args, output)
                     break
-        self._held_scan = []  # the tensors are not kept past the forward pass
+        except Exception as exc:  # never the user's training: this part stops, with one warning
+            self.detach()
+            _log.warning("trainspect: NaN origin search stopped (%s: %s)", type(exc).__name__, exc)
 
     def _bad_output(self, name: str, path: str, t: torch.Tensor, module: nn.Module, args: Any, output: Any) -> None:
         finding = self._finding
@@ -244,12 +217,8 @@ class NanOrigin:
         producer = self._finding.get("module")
         if inputs_finite:
             self._save(name, args, output)
-        elif producer is not None:  # the parent's own code made it: its tensors, held too, are saved with it
-            parent = next(((a, o) for n, _, a, o, _ in reversed(self._held_scan) if n == producer), None)
-            if parent is not None:
-                self._save(producer, *parent)
-            else:  # not held: saved as it ends, later in this forward pass
-                self._capture_next = producer
+        elif producer is not None:  # the parent's own code made it: its tensors are saved as it ends
+            self._capture_next = producer
 
     def _defer(self, name: str, args: Any, parts: Any) -> None:
         """Keep the flags of a module's outputs and inputs on their device (read when the step ends)."""
@@ -300,8 +269,6 @@ class NanOrigin:
         """
         if not self.active:
             return
-        if self._held:  # a forward pass that did not end at a registered model (a loss that is a submodule's)
-            self._scan(force=False)
         if self._flags:
             self._send_flags()
         self._read_late(wait=False)
