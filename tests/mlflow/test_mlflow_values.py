@@ -302,3 +302,37 @@ def test_the_run_to_log_to(monkeypatch: pytest.MonkeyPatch) -> None:
     assert resolve_run(None) == ("fromenv", False)
     with pytest.raises(ValueError, match="mlflow_run=3"):
         resolve_run(3)
+
+
+def test_close_stops_the_logging_thread(tmp_path: Path) -> None:
+    sink = FakeSink()
+    logger = _logger(tmp_path, sink, log_every_n_steps=1)
+    logger.start()
+    thread = logger._thread
+    assert thread is not None and thread.is_alive() and json.loads(sync_file(tmp_path).read_text())["complete"] is False
+    logger.submit(_rec(0, 1.0))
+    assert logger.close() is True
+    assert not thread.is_alive() and sink.sent() == [("train/loss", 1.0, 0)]
+
+
+def test_retries_back_off_doubling_up_to_thirty_seconds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainspect.mlflow_plugin import logger as logger_mod
+
+    now = [1000.0]
+    monkeypatch.setattr(logger_mod.time, "monotonic", lambda: now[0])
+    sink = FakeSink()
+    sink.fail = True
+    logger = _logger(tmp_path, sink, log_every_n_steps=1)
+    logger.submit(_rec(0, 1.0))
+    assert logger.tick(force=True) is False  # the first failure
+    waits = []
+    for _ in range(6):
+        calls = sink.calls
+        for wait in (1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 32.0):  # the first wait after which a tick tries again
+            now[0] += wait
+            logger.tick()
+            if sink.calls > calls:
+                waits.append(wait)
+                break
+            now[0] -= wait
+    assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]  # 2 s after one failure, doubling, at most 30 s
