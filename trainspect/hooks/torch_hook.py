@@ -1,9 +1,11 @@
-"""The PyTorch hook: translates module, autograd and optimizer events into calls on the neutral collector.
+"""The PyTorch hook: translates module, autograd and optimizer events into the step driver's and collector's calls.
 
-The step lifecycle is :mod:`trainspect.hooks.step_state` (``collector.state``, and this hook's ``_step``); a step's
-tensors travel through :class:`~trainspect.hooks.torch_staging.StepStaging`, its losses through
+When steps begin and end is the step driver's (:mod:`trainspect.hooks.step_driver`: the public ``begin_step`` /
+``end_step``, or inferred from this hook's forward and optimizer events); this hook is its PyTorch parts
+(``step_beginning`` … ``no_step_to_end``). A step's tensors travel through
+:class:`~trainspect.hooks.torch_staging.StepStaging`, its losses through
 :class:`~trainspect.hooks.torch_staging.StepLosses`, its gradient and module hooks through
-:class:`~trainspect.hooks.torch_captures.StepHooks`.
+:class:`~trainspect.hooks.torch_captures.StepHooks`; every callback goes through the one guard (:mod:`._guard`).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ def _open_run(collector: Any) -> None:
 class Hook(HookAPI):
     """Records losses, weights, gradients, module inputs/outputs and optimizer variables of a PyTorch model.
 
-    Steps begin at the registered model's forward pass; a training step ends at ``optimizer.step()``. A weight at
+    Steps begin at the registered model's forward pass and a training step ends at ``optimizer.step()``, unless the
+    loop (or a trainer integration) drives them with ``begin_step`` / ``end_step``. A weight at
     step N is the value used in step N's forward pass, a gradient at step N the one computed in its backward pass:
     by default the one the optimizer applies, read when ``optimizer.step()`` runs (after DDP's all-reduce, FSDP's
     reduce-scatter, DeepSpeed's reduction: the same on every rank; unscaled under ``GradScaler``). Sharded parameters
