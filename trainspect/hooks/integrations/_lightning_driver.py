@@ -37,26 +37,46 @@ class LightningDriver:
     _at = -1
 
     def _bind(self, trainer: Any, pl_module: Any) -> Any:
-        """The hook this callback drives (None: inert), found once per trainer setup."""
-        if self._bound:
-            return self.hook
+        """The hook this callback drives (None: inert), looked for at setup and when a loop starts, not per batch."""
+        if not self._bound:
+            self._bound = True
+            self.hook = self._find(trainer, pl_module)
+        return self.hook
+
+    def _find(self, trainer: Any, pl_module: Any) -> Any:
         hook = self._given if self._given is not None else hook_for(pl_module)
         if hook is None:
             return None
-        self._bound = True
         for other in getattr(trainer, "callbacks", ()):
             if other is self:
                 break
-            if isinstance(other, LightningDriver) and other._bound and other.hook is hook:
+            if isinstance(other, LightningDriver) and other.hook is hook:
                 return None  # another callback drives this hook
-        self.hook = hook
         self._drive_train = bool(getattr(pl_module, "automatic_optimization", True))
         return hook
+
+    def _loop_start(self, trainer: Any, pl_module: Any) -> Any:
+        """A loop begins: a hook made since the setup (none was found then) is looked for again."""
+        if self.hook is None:
+            self._bound = False
+        return self._bind(trainer, pl_module)
 
     # --- Lightning's hooks -------------------------------------------------------------------------------
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """Find the hook that records ``pl_module``."""
         self._bind(trainer, pl_module)
+
+    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
+        """Look for the hook again if none was found at setup."""
+        self._loop_start(trainer, pl_module)
+
+    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
+        """Look for the hook again if none was found at setup."""
+        self._loop_start(trainer, pl_module)
+
+    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
+        """Look for the hook again if none was found at setup."""
+        self._loop_start(trainer, pl_module)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """End the open step; the next setup binds again (the hook may have closed)."""
@@ -65,7 +85,7 @@ class LightningDriver:
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         """Lightning divides the loss by ``accumulate_grad_batches`` before its backward pass: multiplied back."""
-        hook = self._bind(trainer, pl_module)
+        hook = self._loop_start(trainer, pl_module)
         if hook is not None and self._drive_train:
             hook.loss_divisor = float(getattr(trainer, "accumulate_grad_batches", 1) or 1)
 
@@ -77,7 +97,7 @@ class LightningDriver:
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         """The first micro-batch of an optimizer step begins a TRAIN step."""
-        hook = self._bind(trainer, pl_module)
+        hook = self.hook
         if hook is None or not self._drive_train or self._train_open:
             return
         hook.begin_step("train")
@@ -94,7 +114,7 @@ class LightningDriver:
         self._train_open = False
 
     def _begin(self, trainer: Any, pl_module: Any, mode: str) -> None:
-        hook = self._bind(trainer, pl_module)
+        hook = self.hook
         if hook is not None:
             self._train_open = False  # a validation inside an accumulation window ends its TRAIN step
             hook.begin_step(mode)

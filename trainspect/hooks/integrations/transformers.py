@@ -38,20 +38,15 @@ class TrainspectCallback(TrainerCallback):  # type: ignore[misc]
         self.hook: Any = None
         self._open = False
 
-    def _bind(self, model: Any) -> Any:
-        if self.hook is None:
-            self.hook = self._given if self._given is not None else hook_for(model)
-        return self.hook
-
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        """Bind to the hook; the Trainer's loss division is multiplied back."""
-        hook = self._bind(model)
+        """Bind to the hook (looked for once per ``train()``); the Trainer's loss division is multiplied back."""
+        self.hook = hook = self._given if self._given is not None else hook_for(model)
         if hook is not None:
             hook.loss_divisor = "micro_batches"
 
-    def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """An optimizer step's first micro-batch begins a TRAIN step."""
-        hook = self._bind(model)
+        hook = self.hook
         if hook is not None:
             hook.begin_step("train")
             self._open = True
