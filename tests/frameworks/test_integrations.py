@@ -106,12 +106,17 @@ def test_a_hook_made_after_the_trainer_is_driven_by_the_entry_points_callback(tm
     )
 
 
-def test_without_a_hook_the_callback_does_nothing(tmp_path: Path) -> None:
+def test_without_a_hook_the_callback_does_nothing_and_looks_once_per_loop(tmp_path: Path, monkeypatch) -> None:
+    from trainspect.hooks.integrations import _lightning_driver
+
+    looked = []
+    monkeypatch.setattr(_lightning_driver, "hook_for", lambda module: looked.append(module))
     model = Regressor()
     trainer = _trainer(tmp_path, [], accumulate=1)
-    trainer.fit(model, _loader(4, 1))
+    trainer.fit(model, _loader(12, 1))  # 6 training batches
     (callback,) = [c for c in trainer.callbacks if isinstance(c, TrainspectCallback)]
-    assert callback.hook is None and len(model.losses) == 2
+    assert callback.hook is None and len(model.losses) == 6
+    assert len(looked) == 2  # at setup and when the training loop started, not per batch
 
 
 def test_accelerate_gradient_accumulation_records_the_scripts_loss(tmp_path: Path) -> None:
