@@ -1,0 +1,185 @@
+"""The step driver's transitions, pinned one by one: which call ends which step, in which mode (issue 33).
+
+A real collector (recording into a temporary run directory) and a framework adapter that only notes the calls the
+driver makes; the PyTorch and Keras hooks are these parts plus the framework's work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainspect.exceptions import TrainingStopped
+from trainspect.hook_settings import check_settings
+from trainspect.hooks.collector import Collector
+from trainspect.hooks.step_driver import StepDriver
+from trainspect.hooks.step_state import StepPhase, StepState
+from trainspect.modes import ModeKeys
+
+
+class Parts:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+
+    def step_beginning(self) -> None:
+        self.calls.append(("beginning",))
+
+    def step_began(self, saving: bool, mode: ModeKeys) -> None:
+        self.calls.append(("began", mode))
+
+    def step_ending(self, final: bool) -> tuple[None, bool]:
+        self.calls.append(("ending", final))
+        return None, False
+
+    def no_step_to_end(self, final: bool) -> None:
+        self.calls.append(("nothing", final))
+
+
+class Extras:
+    quiet = False
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+        self.stop: TrainingStopped | None = None
+
+    def check_stop(self, collector: Collector) -> None:
+        if self.stop is not None:
+            stop, self.stop = self.stop, None
+            raise stop
+
+    def on_step_start(self, collector: Collector) -> None:
+        self.events.append(("start", collector.mode, collector.global_step))
+
+    def on_step_end(self, collector: Collector, record: Any) -> None:
+        self.events.append(("end", collector.mode, collector.global_step))
+
+
+@pytest.fixture
+def driver(tmp_path: Path) -> StepDriver:
+    collector = Collector("pytorch", check_settings("pytorch", {"out_dir": str(tmp_path)}))
+    collector.start()
+    return StepDriver(collector, Extras(), Parts())
+
+
+def _steps(driver: StepDriver) -> list[tuple[Any, ...]]:
+    return driver.extras.events  # type: ignore[no-any-return]
+
+
+def test_begin_ends_the_open_step_first_and_each_mode_counts_its_own(driver: StepDriver) -> None:
+    driver.begin(ModeKeys.TRAIN)
+    driver.begin(ModeKeys.TRAIN)
+    driver.begin(ModeKeys.EVAL)  # the TRAIN step ends in TRAIN, then the mode switches
+    driver.end()
+    assert _steps(driver) == [
+        ("start", ModeKeys.TRAIN, 0),
+        ("end", ModeKeys.TRAIN, 0),
+        ("start", ModeKeys.TRAIN, 1),
+        ("end", ModeKeys.TRAIN, 1),
+        ("start", ModeKeys.EVAL, 2),
+        ("end", ModeKeys.EVAL, 2),
+    ]
+    assert driver.collector.mode_steps == {ModeKeys.TRAIN: 1, ModeKeys.EVAL: 0}
+    calls = driver.parts.calls  # type: ignore[attr-defined]
+    assert calls[:3] == [("beginning",), ("nothing", False), ("began", ModeKeys.TRAIN)]
+    assert calls[3:6] == [("beginning",), ("ending", False), ("began", ModeKeys.TRAIN)]
+    assert calls[-1] == ("ending", False)
+
+
+def test_end_without_a_step_asks_the_parts_to_release_and_records_nothing(driver: StepDriver) -> None:
+    assert driver.end(final=True) is None
+    assert driver.parts.calls == [("nothing", True)]  # type: ignore[attr-defined]
+    assert _steps(driver) == [] and driver.collector.global_step == -1
+
+
+def test_set_mode_ends_the_open_step_only_when_the_mode_changes(driver: StepDriver) -> None:
+    driver.begin(ModeKeys.TRAIN)
+    driver.set_mode(ModeKeys.TRAIN)
+    assert driver.state.open
+    driver.set_mode(ModeKeys.PREDICT)
+    assert not driver.state.open and driver.collector.mode is ModeKeys.PREDICT
+
+
+def test_inferred_training_steps_span_the_micro_batches_until_an_optimizer_steps(driver: StepDriver) -> None:
+    asked = []
+
+    def accumulates() -> bool:
+        asked.append(1)
+        return True
+
+    driver.forward_began(ModeKeys.TRAIN, accumulates)
+    driver.forward_began(ModeKeys.TRAIN, accumulates)  # no optimizer stepped: the same step
+    assert driver.collector.global_step == 0 and asked == [1]
+    driver.optimizer_stepped()  # ends the TRAIN step
+    assert not driver.state.open and driver.training.optimizer_seen
+    driver.forward_began(ModeKeys.TRAIN, accumulates)
+    driver.forward_began(ModeKeys.TRAIN, accumulates)
+    assert driver.collector.global_step == 1 and asked == [1]  # an optimizer was seen: not asked again
+    assert not driver.training.optimizer_stepped  # reset when the step began
+
+
+def test_without_an_optimizer_every_forward_pass_is_a_step(driver: StepDriver) -> None:
+    for _ in range(3):
+        driver.forward_began(ModeKeys.TRAIN, lambda: False)
+    assert driver.collector.global_step == 2
+
+
+def test_eval_forward_passes_are_steps_and_an_optimizer_step_does_not_end_them(driver: StepDriver) -> None:
+    driver.forward_began(ModeKeys.EVAL, lambda: True)
+    driver.optimizer_stepped()
+    assert driver.state.open  # an EVAL step ends at the next forward pass, not at an optimizer step
+    driver.forward_began(ModeKeys.EVAL, lambda: True)
+    assert driver.collector.global_step == 1
+    driver.forward_began(ModeKeys.TRAIN, lambda: True)  # the mode switch ends the EVAL step
+    assert [e[1] for e in _steps(driver) if e[0] == "end"] == [ModeKeys.EVAL, ModeKeys.EVAL]
+
+
+def test_a_driven_mode_is_not_inferred_and_the_others_still_are(driver: StepDriver) -> None:
+    driver.drive(ModeKeys.TRAIN)
+    driver.begin(ModeKeys.TRAIN)
+    driver.forward_began(ModeKeys.TRAIN, lambda: False)  # would begin a step if inferred
+    driver.optimizer_stepped()  # would end it
+    assert driver.state.open and driver.collector.global_step == 0
+    driver.end()
+    driver.forward_began(ModeKeys.EVAL, lambda: False)  # EVAL is not driven: inferred
+    assert driver.state.open and driver.collector.mode is ModeKeys.EVAL
+    driver.drive(None)  # the current mode, EVAL
+    assert driver.driven == {ModeKeys.TRAIN, ModeKeys.EVAL}
+
+
+def test_a_stop_ends_the_open_step_and_opens_no_other(driver: StepDriver) -> None:
+    driver.begin(ModeKeys.TRAIN)
+    driver.extras.stop = TrainingStopped("ExplodingTensor", 0)  # type: ignore[attr-defined]
+    with pytest.raises(TrainingStopped):
+        driver.begin(ModeKeys.TRAIN)
+    assert not driver.state.open
+    assert _steps(driver) == [("start", ModeKeys.TRAIN, 0), ("end", ModeKeys.TRAIN, 0)]
+    driver.begin(ModeKeys.TRAIN)  # asked once: training that goes on records on
+    assert driver.collector.global_step == 1
+
+
+def test_the_lifecycle_refuses_transitions_the_diagram_does_not_have() -> None:
+    state = StepState()
+    with pytest.raises(RuntimeError, match="end_step in phase IDLE"):
+        state.end()
+    state.begin(True)
+    assert state.phase is StepPhase.OPEN and state.saving
+    with pytest.raises(RuntimeError, match="begin_step in phase OPEN"):
+        state.begin(False)
+    with pytest.raises(RuntimeError, match="close in phase OPEN"):
+        state.close()
+    state.end()
+    assert not state.saving
+    state.close()
+    assert state.phase is StepPhase.CLOSED
+    with pytest.raises(RuntimeError, match="begin_step in phase CLOSED"):
+        state.begin(True)
+
+
+def test_after_close_no_step_opens(driver: StepDriver) -> None:
+    driver.begin(ModeKeys.TRAIN)
+    driver.collector.close()
+    assert driver.state.phase is StepPhase.CLOSED
+    assert driver.collector.begin_step() is False
+    assert driver.collector.global_step == 0
