@@ -407,10 +407,14 @@ def main() -> int:
         copy_root = Path(tmp)
         shutil.copytree(PACKAGE, copy_root / "trainspect", ignore=shutil.ignore_patterns("__pycache__"))
         _check_imports_the_copy(copy_root)
+        passed: set[tuple[str, ...]] = set()  # modules sharing a test list: their baseline runs once
         for module in args.modules:  # the unmutated copy must pass, or every mutant would count as killed
+            if tuple(TESTS[module]) in passed:
+                continue
             if _run_tests(copy_root, TESTS[module], args.timeout * 2, show=True) != "survived":
                 print(f"baseline: the tests of {module} fail without any mutant; fix them first", file=sys.stderr)
                 return 2
+            passed.add(tuple(TESTS[module]))
         results = _run_all(chosen, copy_root, args.timeout)
     return _summary(results)
 

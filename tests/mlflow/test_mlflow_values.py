@@ -336,3 +336,14 @@ def test_retries_back_off_doubling_up_to_thirty_seconds(tmp_path: Path, monkeypa
                 break
             now[0] -= wait
     assert waits == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]  # 2 s after one failure, doubling, at most 30 s
+
+
+def test_a_session_flush_sends_what_is_queued(tmp_path: Path) -> None:
+    from trainspect.mlflow_plugin.session import MlflowSession
+
+    session = MlflowSession(tmp_path, "r1", tracking_uri="http://127.0.0.1:9", log_every_n_steps=1)  # never reached
+    sink = FakeSink()
+    session.logger.sink = sink  # type: ignore[assignment]
+    assert session.run_id == "r1"
+    session.submit(_rec(0, 1.0))
+    assert session.flush() is True and sink.sent() == [("train/loss", 1.0, 0)]

@@ -373,3 +373,81 @@ def test_profiler_rule_defaults() -> None:
     for cls, defaults in expected.items():
         rule = cls()
         assert {k: getattr(rule, k) for k in defaults} == defaults, cls.__name__
+
+
+# --- WorkerStraggler, OverallSystemUsage ---------------------------------------------------------------------
+def _ranks(*step_s: float) -> object:
+    # one step a second per worker (binary fractions: exact times), no synchronisation waits recorded
+    return data([], [steps(np.full(12, s), worker=f"worker_{i}", gap=1.0 - s) for i, s in enumerate(step_s)])
+
+
+def test_a_rank_straggles_past_the_threshold_of_the_others_own_time() -> None:
+    from trainspect.rules.profiler import WorkerStraggler
+
+    v = WorkerStraggler(threshold=20.0).evaluate(_ranks(0.5, 0.5, 0.75))
+    assert v.status is Status.ISSUES_FOUND and v.workers == ("worker_2",)
+    assert v.message == (
+        "worker_2 computes 50 % longer per step than the median of the other ranks (750 ms vs 500 ms; threshold 20 %); "
+        "no synchronisation waits were recorded, so compute is the whole step"
+    )
+    compute, loader = v.series
+    assert compute.y == (0.5, 0.5, 0.75) and compute.trigger_x == (2.0,) and loader.trigger_x == ()
+    at = WorkerStraggler(threshold=25.0).evaluate(_ranks(0.5, 0.5, 0.75))  # 250 ms is 25 % of 1 s: not more
+    assert at.status is Status.NO_ISSUES_FOUND
+    assert at.message.startswith("no straggler among 3 workers (median compute 500 ms per step, data-loader wait 0 ms")
+
+
+def test_time_between_steps_is_a_share_of_the_others_own_time() -> None:
+    from trainspect.rules.profiler import WorkerStraggler
+
+    v = WorkerStraggler(threshold=20.0).evaluate(_ranks(0.5, 0.75))  # worker_0 spends 0.5 s between its steps
+    assert v.workers == ("worker_0",)
+    assert v.message.startswith(
+        "worker_0 spends 500 ms per step between steps outside the data loader, the other rank 250 ms: every step "
+        "waits 250 ms for it, 25 % of the others' own time per step (threshold 20 %)"
+    )
+    few = WorkerStraggler(min_steps=12).evaluate(_ranks(0.5, 0.75))
+    assert few.status is Status.NO_DATA and few.message.startswith("0 worker(s) with at least 12 step cycles")
+
+
+def test_system_usage_statistics_and_narrative() -> None:
+    from trainspect.rules.profiler import OverallSystemUsage
+
+    arrays = system(2.0, cores=1, cpu0_utilization_percent=12.345, cpu_memory_used_percent=-1.0, **gpus(1, 70.0, 40.0))
+    v = OverallSystemUsage().evaluate(data([arrays]))
+    assert v.details["CPU"]["n0"] == {"max": 12.35, "p99": 12.35, "p95": 12.35, "p50": 12.35, "min": 12.35}
+    assert v.details["CPU memory"]["n0"]["min"] == 0.0  # clamped at 0
+    assert v.message == "n0: GPU p50 70.0%, CPU p50 12.3%."  # GPU p95 at 70 %: not underused, p50 not above it
+    under = OverallSystemUsage().evaluate(data([system(2.0, cores=1, cpu0_utilization_percent=10.0, **gpus(1, 69.0))]))
+    assert under.message == "n0: GPU p95 69.0% and CPU p95 10.0% are below 70%: underutilised."
+    well = OverallSystemUsage().evaluate(data([system(2.0, cores=1, **gpus(1, 70.5))]))
+    assert well.message == "n0: GPU p50 70.5% above 70%: well utilised."
+    bottleneck = OverallSystemUsage().evaluate(
+        data([system(2.0, cores=1, cpu0_utilization_percent=70.0, **gpus(1, 9.0))])
+    )
+    assert bottleneck.message == "n0: GPU p95 9.0% below 70% with CPU p95 70.0%: a CPU bottleneck is likely."
+    cpu_only = OverallSystemUsage().evaluate(data([system(2.0, cores=1)]))
+    assert cpu_only.message == "n0: CPU p95 20.0%, p50 20.0% (no GPU)."
+    assert OverallSystemUsage().evaluate(data()).status is Status.NO_DATA
+
+
+def test_batch_size_series_rounds_to_three_decimals_and_accepts_a_patience_of_one() -> None:
+    arrays = system(10.0, cores=1, cpu0_utilization_percent=12.3456, **gpus(1, 90.0, 90.0))
+    (series,) = BatchSize(window=4, patience=4).evaluate(data([arrays])).series
+    assert series.y == (12.346,)
+    assert BatchSize(window=1, patience=1).patience == 1
+
+
+def test_literal_outliers_of_every_prefix_are_the_brute_force_ones() -> None:
+    from trainspect.rules.profiler._prefix_outliers import PrefixOutliers
+
+    rng = np.random.default_rng(3)
+    dur = rng.gamma(4.0, 0.05, 4000)
+    dur[rng.integers(0, 4000, 40)] += rng.uniform(0.5, 2.0, 40)
+    scan = PrefixOutliers(dur, 3.0)
+    for n in (1500, 2200, 3100, 4000):
+        d = dur[:n]
+        idx = np.flatnonzero(d > d.mean() + 3.0 * d.std())
+        for k in (0, 1, 5, 30):
+            assert scan.nth_outlier(n, k) == (int(idx[k]) if len(idx) > k else None), (n, k)
+    assert scan.exact < 16  # the prefix sums answered most windows

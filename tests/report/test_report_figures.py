@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from trainspect.profiler.arrays import FrameworkTables, SystemArrays
 from trainspect.profiler.data import ProfilerData
@@ -391,3 +392,19 @@ def test_heatmap_chart_marks_step_starts_up_to_its_limit() -> None:
     dense = charts.heatmap_chart(hm, max_marks=2)
     assert "markLine" not in dense["series"][0]
     assert dense["title"]["subtext"] == "step starts in 3 of 4 time buckets (too dense to mark)"
+
+
+def test_a_failing_step_outlier_rule_loses_only_its_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from trainspect.rules.profiler.step_outlier import StepOutlier
+
+    def boom(self: object, data: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(StepOutlier, "evaluate", boom)
+    page = Page()
+    with caplog.at_level("WARNING", logger="trainspect.report._framework_sections"):
+        StepDurationSection().build(_ctx(tmp_path, framework=[_tab([0, 1, 2], [0.5, 1.5, 2.9])]), page)
+    assert [r.getMessage() for r in caplog.records] == ["trainspect report: StepOutlier failed: boom"]
+    assert _texts(page) == [] and sum(b["kind"] == "chart" for b in page.blocks) == 2

@@ -243,6 +243,10 @@ def test_gradient_spread_and_loss_patience_are_counted_exactly() -> None:
     )
     assert below[0].triggered and "gradient p95-p5 spread 0.9 (threshold 0.91)" in below[0].detail
     loss = [step(i, {"loss": [tensor("loss", np.float32(v))]}) for i, v in enumerate([2.0, 1.0, 1.0, 1.5])]
+    spread = checks(PoorWeightInitialization(distribution_range=0.91), [step(0, {"grad": [tensor("g", grad)]})])[0]
+    assert not spread.triggered and spread.detail == (
+        "step 0: gradient p95-p5 spread 0.9 (threshold 0.91) (reported only: needs badly scaled activations)"
+    )
     res = checks(PoorWeightInitialization(patience=2, literal=True), loss)
     assert [r.triggered for r in res] == [False, False, False, True]
     assert res[3].detail == "step 3: loss not improved for 2 saved steps (patience 2)"
@@ -326,9 +330,9 @@ def test_nan_tensors_are_counted_and_gradscaler_skips_allowed_in_a_row() -> None
     assert bad.value == 2.0 and bad.tensors == ("g0", "g1")
     assert bad.detail == "NaN/Inf values in g0 and 1 more (threshold: none allowed)"
     assert checks(ExplodingTensor(only_nan=True), [_grads(0, None, np.inf)])[0].detail.startswith("no NaN values")
-    data = [_grads(i, 1.0, np.nan) for i in range(3)] + [_grads(3, 0.0, 1.0), _grads(4, 1.0, np.nan)]
+    data = [_grads(i, 1.0, np.nan) for i in range(3)] + [_grads(3, 0.0, 1.0)] + [_grads(i, 1.0, np.nan) for i in (4, 5)]
     res = checks(ExplodingTensor(amp_skips_allowed=2), data)
-    assert [r.triggered for r in res] == [False, False, True, False, False]  # the skip count restarts at step 3
+    assert [r.triggered for r in res] == [False, False, True, False, False, False]  # the count restarts at step 3
     assert res[1].detail == "GradScaler skipped the step (2 in a row, allowed: 2): non-finite values are normal"
     assert res[2].detail == "NaN/Inf values in g0 (threshold: none allowed)"
     clean = [_grads(i, 1.0, 1.0) for i in range(3)]
@@ -360,3 +364,13 @@ def test_runs_differ_when_any_compared_tensor_differs() -> None:
     nan = checks(SimilarAcrossRuns(other_trials="x"), [at(0, {"a": np.array([np.nan])}, {"a": np.array([np.nan])})])
     assert not nan[0].triggered  # NaN in both at the same place: alike
     assert SimilarAcrossRuns(other_trials="x,y").compared_runs() == ["x", "y"]
+
+
+def test_layer_shares_are_percentages_from_0_to_100() -> None:
+    from trainspect.exceptions import ConfigError
+
+    for cls in (SaturatedActivation, DeadRelu):
+        assert cls(threshold_layer=0).threshold_layer == 0.0 and cls(threshold_layer=100).threshold_layer == 100.0
+        for bad in (-0.5, 100.5):
+            with pytest.raises(ConfigError, match="threshold_layer"):
+                cls(threshold_layer=bad)
