@@ -118,6 +118,7 @@ TESTS: dict[str, list[str]] = {
     "rules/profiler/cpu_bottleneck.py": [*_PROFILER_RULES, "tests/profiler/test_job_cpu_rules.py"],
     "rules/profiler/io_bottleneck.py": _PROFILER_RULES,
     "rules/vanishing_gradient.py": [
+        "tests/rules/test_rule_thresholds.py",
         "tests/rules/test_rule_defaults.py",
         "tests/rules/test_vanishing_gradient_edges.py",
         "tests/rules/test_rules_tensor.py",

@@ -374,3 +374,24 @@ def test_layer_shares_are_percentages_from_0_to_100() -> None:
         for bad in (-0.5, 100.5):
             with pytest.raises(ConfigError, match="threshold_layer"):
                 cls(threshold_layer=bad)
+
+
+# --- VanishingGradient: exactly zero is counted only once dead ---------------------------------------------
+def test_a_gradient_exactly_zero_counts_once_it_died() -> None:
+    from trainspect.rules import VanishingGradient
+
+    def grad(n: int, value: float) -> object:
+        return step(n, [tensor("gradient/a.weight", None, ["gradients"], abs_mean=value)])
+
+    never = checks(VanishingGradient(), [grad(0, 0.0)])[0]
+    assert not never.triggered and never.detail.endswith(
+        "not counted: gradient/a.weight (exactly zero since its first record: no gradient flows (unused parameter, "
+        "dead from the start))"
+    )
+    res = checks(VanishingGradient(dead_steps=3), [grad(0, 1e-3), grad(1, 0.0), grad(2, 0.0), grad(3, 0.0)])
+    assert [r.triggered for r in res] == [False, False, False, True]
+    assert "1 of 3 recorded step(s) to count as dead" in res[1].detail
+    assert res[3].detail.startswith(
+        "1 gradient(s) below threshold 1e-07 at step 3; smallest abs_mean 0 in gradient/a.weight"
+    )
+    assert "1 dead (non-zero, then exactly zero)" in res[3].detail
