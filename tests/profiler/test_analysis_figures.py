@@ -147,6 +147,8 @@ def test_step_percentiles_and_time_between_steps_are_exact() -> None:
 def test_step_histogram_counts_per_bin() -> None:
     frame = step_histogram(data([], [steps(np.array([1.0, 1.0, 3.0, 2.0]))]), bins=2)
     assert frame[["bin_start", "bin_end", "count"]].values.tolist() == [[1.0, 2.0, 2], [2.0, 3.0, 2]]
+    two = step_histogram(data([], [steps(np.array([1.0]), worker="worker_1"), steps(np.array([2.0]))]), bins=1)
+    assert two["worker"].tolist() == ["worker_0", "worker_1"]  # by worker, whatever the order read
     assert step_histogram(data()).empty
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from trainspect.profiler.events import TraceEvent, key_for, smdebug_names, unit_factor
 from trainspect.profiler.system_window import FILE_SPAN_S, SystemFileWindow, needed_files
-from trainspect.profiler.traces import in_window, load_trace, parse_trace, read_trace_file, to_us
+from trainspect.profiler.traces import in_window, load_trace, parse_trace, read_trace_file, tf_trace_metadata, to_us
 from trainspect.profiler.writers import SystemChunkWriter
 from trainspect.store.layout import RunLayout
 
@@ -147,3 +147,21 @@ def test_a_window_reads_the_samples_from_start_to_before_end(tmp_path: Path) -> 
     assert window.span() == (T0, T0 + 100.0)
     assert SystemFileWindow(tmp_path / "none").span() is None
     assert np.isclose(window.node_arrays("n1", T0 + 100.0, T0 + 100.001).timestamps[0], T0 + 100.0)
+
+
+def test_a_tf_trace_is_placed_by_the_metadata_of_its_step_folder(tmp_path: Path) -> None:
+    step_dir = tmp_path / "000000000100"
+    trace = step_dir / "plugins" / "profile" / "run1" / "host.trace.json.gz"
+    trace.parent.mkdir(parents=True)
+    trace.write_bytes(
+        gzip.compress(json.dumps({"traceEvents": [{"ph": "X", "name": "op", "ts": 5, "dur": 2}]}).encode())
+    )
+    (step_dir / "algo-1_1000_2000.metadata").write_text("")
+    assert tf_trace_metadata(trace) == ("algo-1", 1000, 2000)
+    events, problem = read_trace_file(trace)
+    assert [(e.start_time, e.end_time, e.node_id) for e in events] == [(1005.0, 1007.0, "algo-1")] and problem is None
+    (step_dir / "algo-1_1000_2000.metadata").unlink()
+    assert read_trace_file(trace) == (
+        [],
+        "no <node>_<start>_<end>.metadata file next to the TF trace: its start time is unknown",
+    )

@@ -194,3 +194,10 @@ def test_a_wait_recorded_with_its_step_belongs_to_that_steps_cycle() -> None:
     cyc = step_cycles(tab)  # Keras times the wait for step 3's batch inside step 0's time
     assert cyc.loader_s.tolist() == pytest.approx([0.4, 0.2, 0.1], abs=1e-6)
     assert cyc.between_s.tolist() == pytest.approx([0.6, 1.0, 0.9], abs=1e-6)
+
+
+def test_a_step_ending_with_the_previous_one_starts_no_cycle() -> None:
+    tab = _rank_tab(sync=False)
+    tab.steps["end"][2] = tab.steps["end"][1]  # step 2 ends with step 1 (a duplicate record): a cycle of 0 s
+    cyc = step_cycles(tab)
+    assert cyc.steps.tolist() == [1, 3] and cyc.cycle_s.tolist() == pytest.approx([2.0, 4.0], abs=1e-6)

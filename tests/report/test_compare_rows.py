@@ -46,8 +46,8 @@ def test_figures_are_formatted_with_their_digits_and_thousands() -> None:
     assert (rows["step_p50_s"]["a"], rows["step_p50_s"]["b"]) == ("0.1235", "NaN !")
     assert rows["step_p50_s"]["change"] == "non-finite" and rows["step_p50_s"]["winner"] is None
     assert "price_per_hour" not in rows  # unknown for both runs: no row
-    one = _rows(RunSummary("a", io_wait_p95=5.0, gpu_mean=45.678), RunSummary("b", dataloader_wait_percent=12.345))
-    assert (one["io_wait_p95"]["a"], one["io_wait_p95"]["b"]) == ("5", "–")  # known for one run: shown
+    one = _rows(RunSummary("a", io_wait_p95=5.125, gpu_mean=45.678), RunSummary("b", dataloader_wait_percent=12.345))
+    assert (one["io_wait_p95"]["a"], one["io_wait_p95"]["b"]) == ("5.12", "–")  # known for one run: shown
     assert one["gpu_mean"]["a"] == "45.7" and one["dataloader_wait_percent"]["b"] == "12.3"  # 3 digits
 
 

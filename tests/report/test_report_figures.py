@@ -374,6 +374,7 @@ def test_elapsed_labels_keep_close_times_apart() -> None:
     assert charts.elapsed_labels([0, 0.01, 0.02]) == ["0.00 s", "0.01 s", "0.02 s"]
     assert charts.elapsed_labels([0, 599]) == ["0 s", "599 s"]
     assert charts.elapsed_labels([0, 300, 600]) == ["0:00", "5:00", "10:00"]
+    assert charts.elapsed_labels([599, 600, 601]) == ["9:59", "10:00", "10:01"]  # a second apart: minutes past 10
     assert charts.elapsed_labels([]) == []
 
 
