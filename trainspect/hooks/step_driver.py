@@ -85,7 +85,10 @@ class StepDriver:
         """End the open step, switch to ``mode`` (None: stay), begin the next step; return whether it saves."""
         collector, extras = self.collector, self.extras
         self.parts.step_beginning()
-        self.end()
+        if self.state.open:
+            self.end()
+        else:
+            self.parts.no_step_to_end(False)
         if mode is not None and mode is not collector.mode:
             collector.set_mode(mode)
         if not extras.quiet:

@@ -215,7 +215,8 @@ class Hook(HookAPI):
         """Join what was saved before the step; stage the weights and attach the step hooks of a saving step."""
         if self._pending or self._losses.held:
             self._join_early()
-        if saving:
+        captures = self._step.captures
+        if saving and (captures.at_begin or captures.generation != self.collector.planner.generation):
             self._capture(self.collector)
 
     def _capture(self, collector: Collector) -> None:
@@ -235,7 +236,8 @@ class Hook(HookAPI):
         staging, quiet, losses = self.staging, self._extras.quiet, self._losses
         if self.loss_divisor == "micro_batches":
             losses.times_micro_batches(BACKWARD_LOSS)
-        self._nan.step_ended(losses.values)
+        if self._nan.active:
+            self._nan.step_ended(losses.values)
         scalars, known = losses.flush(staging, quiet) if losses.values else (None, False)
         if staging.staged or staging.grads or staging.late is not None:
             staging.commit(defer=quiet and not final)
@@ -328,7 +330,8 @@ class Hook(HookAPI):
             self._driver.begin()
             if not self._state.open:
                 return  # closed
-        self._note_loss(name)
+        if name not in self._loss_names:
+            self._note_loss(name)
         self._losses.add(name, value)
 
     def _note_loss(self, name: str) -> None:
@@ -388,7 +391,8 @@ class Hook(HookAPI):
     @guarded()
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         self._step.optimizer_seen = True
-        self._nan.check_gradients(self._params, self._losses.values)
+        if self._nan.active:
+            self._nan.check_gradients(self._params, self._losses.values)
         if self._timer_recorder is not None:  # the profiler times the backward pass and the optimizer
             self._extras.on_optimizer_start()
         return first_closure_losses(self._losses, args, kwargs) if len(args) > 1 or kwargs else None
@@ -405,8 +409,9 @@ class Hook(HookAPI):
                 stage_optimizer_variables(self.collector, self.staging, optimizer)
             if self._step_hooks.handles:  # a step that opened inside optimizer.step() (its closure's forward pass)
                 self._step_hooks.read_gradients()
-            if self.collector.mode in TRAINING_MODES:
-                self._series.name_step(losses, optimizer, self._registry, self.collector.collections)
+            series = self._series
+            if self.collector.mode in TRAINING_MODES and (series.owners or not series.decided):
+                series.name_step(losses, optimizer, self._registry, self.collector.collections)
         elif self._unregistered == 1:
             self._unregistered = warn_unregistered()
         self._driver.optimizer_stepped()
