@@ -451,3 +451,68 @@ def test_literal_outliers_of_every_prefix_are_the_brute_force_ones() -> None:
         for k in (0, 1, 5, 30):
             assert scan.nth_outlier(n, k) == (int(idx[k]) if len(idx) > k else None), (n, k)
     assert scan.exact < 16  # the prefix sums answered most windows
+
+
+# --- survivors of the first mutation pass: edges of the profiler rules ---------------------------------------
+def test_between_steps_share_is_stated_in_percent() -> None:
+    from trainspect.rules.profiler import WorkerStraggler
+
+    v = WorkerStraggler().evaluate(_ranks(0.25, 0.875))  # worker_0 spends 0.75 s between steps, worker_1 0.125 s
+    assert v.workers == ("worker_0",)
+    assert "every step waits 625 ms for it, 62 % of the others' own time per step (threshold 20 %)" in v.message
+
+
+def test_framework_metrics_need_steps_or_spans_and_list_operators_over_two_percent() -> None:
+    import pandas as pd
+
+    from trainspect.profiler.arrays import FrameworkTables
+    from trainspect.profiler.detailed import OPERATOR_COLUMNS
+    from trainspect.rules.profiler import OverallFrameworkMetrics
+
+    assert OverallFrameworkMetrics().evaluate(data([], [FrameworkTables("w")])).status is Status.NO_DATA
+    d = data([], [steps(np.ones(2), gap=1.0, start=T0)])
+    d.operators = pd.DataFrame(
+        [
+            ["worker_0", 0, 1, "cpu", "mm", 1, 95.5, 95.5],
+            ["worker_0", 0, 1, "cpu", "mul", 1, 2.5, 2.5],
+            ["worker_0", 0, 1, "cpu", "add", 1, 2.0, 2.0],
+        ],
+        columns=OPERATOR_COLUMNS,
+    )
+    v = OverallFrameworkMetrics().evaluate(d)
+    assert v.details["CPU"] == pytest.approx({"mm": 100 * 95.5 / 98.0, "mul": 100 * 2.5 / 98.0})
+
+
+def test_a_job_that_ended_before_its_threshold_without_a_step_has_no_verdict() -> None:
+    # windows at 0-180 s: the last one ends at 210 s; a 200 s threshold was reachable, a 210 s one was not
+    ended = data([system(200.0)], [steps(np.zeros(0))], ended=True)
+    reachable = MaxInitializationTime(threshold=200 / 60, scan_interval_us=30_000_000).evaluate(ended)
+    assert reachable.status is Status.NO_ISSUES_FOUND and reachable.message.startswith("no step yet after 3.3 min")
+    too_short = MaxInitializationTime(threshold=210 / 60, scan_interval_us=30_000_000).evaluate(ended)
+    assert too_short.status is Status.NO_DATA
+
+
+def test_a_gpu_with_one_sample_is_compared() -> None:
+    from trainspect.rules.profiler import LoadBalancing
+
+    one = np.full(6, np.nan)
+    one[0] = 90.0
+    arrays = system(3.0, cores=1, gpu0_utilization_percent=10.0, gpu1_utilization_percent=one)
+    v = LoadBalancing(patience=5).evaluate(data([arrays]))
+    assert v.details["n0"]["distances"]["gpu0"]["gpu1"] == pytest.approx(np.sqrt(np.log(2)), abs=1e-4)
+
+
+def test_input_wait_median_share_per_cycle() -> None:
+    from trainspect.rules.profiler import InputBottleneck
+
+    tab = _waiting_worker(12)
+    tab.spans["start"][1:7] += 0.25  # cycles 1-6 wait 0.25 s (25 %), cycles 7-11 wait 0.5 s (50 %)
+    d = InputBottleneck(patience=10).evaluate(data([], [tab])).details["worker_0"]
+    assert d["p50_wait_percent"] == 25.0 and d["p50_wait_s"] == 0.25 and d["cycles"] == 11
+
+
+def test_gpu_memory_columns_without_utilisation_are_judged_and_any_increase_may_be_set() -> None:
+    arrays = system(3.0, cores=1, gpu0_memory_used_percent=np.array([10.0, 10.0, 10.0, 20.0, 20.0, 20.0]))
+    v = GPUMemoryIncrease(window=1, patience=1, memory_source="device").evaluate(data([arrays]))
+    assert v.triggers == 1 and list(v.details) == ["n0/gpu0"]
+    assert GPUMemoryIncrease(increase=0).increase == 0.0

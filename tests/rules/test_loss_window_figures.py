@@ -91,3 +91,14 @@ def test_a_rise_is_judged_on_the_level_against_the_best_level() -> None:
     one_lucky = _remembered(10.0, 10.0, 10.0)
     assert not one_lucky.rose(Window(20.0, 1, 0.0, 3, 3), percent=0.0, z=0.0)  # median(10, 10, 20): no rise
     assert not WindowedSeries(1).rose(new, percent=0.0, z=0.0)  # nothing remembered yet
+
+
+def test_the_drift_of_three_window_medians_widens_the_margin() -> None:
+    s = _remembered(10.0, 12.0, 10.0)  # levels 10, 11, 10: best level 10; medians step by 2
+    new = Window(13.0, 1, 0.0, 3, 3)  # level median(12, 10, 13) = 12: 2 above the best level
+    drift = 1.4826 * 2.0 / math.sqrt(2.0)  # 2.097: the wander of the medians
+    assert s.best_level == 10.0 and drift > 2.0
+    assert not s.rose(new, percent=0.0, z=1.0)  # 2 is within one drift
+    assert s.rose(new, percent=0.0, z=0.95)  # 0.95 drifts: 1.99
+    two = _remembered(10.0, 12.0)  # two medians: no drift estimate yet
+    assert two.rose(Window(14.0, 1, 0.0, 2, 2), percent=0.0, z=100.0)  # level median(12, 14) = 13 > 10

@@ -24,12 +24,12 @@ from trainspect.rules import (
 )
 
 DEFAULTS = [
-    (VanishingGradient, {}, {"threshold": 1e-07, "converged_loss_ratio": 0.001, "dead_steps": 3}),
+    (VanishingGradient, {}, {"threshold": 1e-07, "converged_loss_ratio": 0.001, "dead_steps": 3, "literal": False}),
     (ExplodingTensor, {}, {"only_nan": False, "origin": True, "amp_skips_allowed": 10}),
     (
         PoorWeightInitialization,
         {},
-        {"threshold": 10.0, "distribution_range": 0.001, "patience": 5, "steps": 10},
+        {"threshold": 10.0, "distribution_range": 0.001, "patience": 5, "steps": 10, "literal": False},
     ),
     (
         SaturatedActivation,
@@ -47,7 +47,14 @@ DEFAULTS = [
     (
         WeightUpdateRatio,
         {},
-        {"num_steps": None, "large_threshold": 10.0, "small_threshold": 1e-08, "epsilon": 1e-09, "dead_steps": 3},
+        {
+            "num_steps": None,
+            "large_threshold": 10.0,
+            "small_threshold": 1e-08,
+            "epsilon": 1e-09,
+            "dead_steps": 3,
+            "literal": False,
+        },
     ),
     (AllZero, {"tensor_regex": "x"}, {"threshold": 100.0}),
     (ClassImbalance, {}, {"threshold_imbalance": 10.0, "threshold_misprediction": 0.7, "samples": 500}),
@@ -55,10 +62,10 @@ DEFAULTS = [
     (
         LossNotDecreasing,
         {},
-        {"num_steps": 10, "diff_percent": 0.1, "increase_threshold_percent": 5.0, "mode": None},
+        {"num_steps": 10, "diff_percent": 0.1, "increase_threshold_percent": 5.0, "mode": None, "literal": False},
     ),
-    (Overfit, {}, {"start_step": 0, "patience": 1, "ratio_threshold": 0.1}),
-    (Overtraining, {}, {"patience_train": 5, "patience_validation": 10, "delta": 0.01}),
+    (Overfit, {}, {"start_step": 0, "patience": 1, "ratio_threshold": 0.1, "literal": False}),
+    (Overtraining, {}, {"patience_train": 5, "patience_validation": 10, "delta": 0.01, "literal": False}),
     (UnchangedTensor, {"tensor_regex": "x"}, {"num_steps": 3, "rtol": 1e-05, "atol": 1e-08, "equal_nan": False}),
     (CheckInputImages, {}, {"threshold_mean": 0.2, "threshold_samples": 500, "channel": 1}),
     (NLPSequenceRatio, {}, {"token_values": ["0"], "token_thresholds_percent": ["50"]}),

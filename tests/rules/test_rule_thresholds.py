@@ -395,3 +395,74 @@ def test_a_gradient_exactly_zero_counts_once_it_died() -> None:
         "1 gradient(s) below threshold 1e-07 at step 3; smallest abs_mean 0 in gradient/a.weight"
     )
     assert "1 dead (non-zero, then exactly zero)" in res[3].detail
+
+
+# --- what a rule asks for, and the inputs it skips ---------------------------------------------------------
+def test_rules_skip_tensors_without_values() -> None:
+    empty = tensor("x_input", None)
+    x = np.array([[12.0, 0.0]] * 2)
+    sat = _one(SaturatedActivation(), empty, tensor("t", x, ["tanh_input"]), roles="tanh")
+    assert sat.value == 50.0
+    dead = _one(DeadRelu(), tensor("relu_output_1", None), tensor("relu_output_0", np.array([[0.0, 1.0]] * 2)))
+    assert dead.value == 50.0 and dead.detail.endswith("in relu_output_0 (threshold 50%)")
+    img = np.zeros((2, 2, 1, 1))
+    images = checks(
+        CheckInputImages(regex=["img"], threshold_samples=2), [step(0, [tensor("img0", None), tensor("img", img)])]
+    )
+    assert images[0].value == 0.0 and "over 2 images" in images[0].detail
+    var = _one(TensorVariance(tensor_regex="w", max_threshold=1.0), tensor("v", None), tensor("w", None, variance=0.5))
+    assert var.value == 0.5 and var.detail == "variance from 0.5 (w) to 0.5 (w) (thresholds min n/a, max 1)"
+    assert checks(
+        Confusion(), [step(0, {"labels": [tensor("labels", None)], "predictions": [tensor("predictions", [1])]})]
+    ) == [None]
+
+
+def test_rule_configuration_is_checked_at_construction() -> None:
+    from trainspect.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="AllZero"):
+        AllZero()
+    assert TensorVariance(tensor_regex="w", min_threshold=1.0, max_threshold=1.0).max_threshold == 1.0
+    with pytest.raises(ConfigError, match="min_threshold=2.0 is above max_threshold=1.0"):
+        TensorVariance(tensor_regex="w", min_threshold=2.0, max_threshold=1.0)
+    assert Confusion(max_off_diag=1.0).max_off_diag == 1.0
+    with pytest.raises(ConfigError, match="max_off_diag"):
+        Confusion(max_off_diag=1.5)
+    stall = StalledTrainingRule(stop_training_on_fire=True)
+    assert [a.name for a in stall.actions] == ["StopTraining"]
+    assert all(a.name != "StopTraining" for a in StalledTrainingRule().actions)  # only when asked to
+    from trainspect.rules.actions import StopTraining
+
+    given = StalledTrainingRule(actions=[StopTraining()], stop_training_on_fire=True)
+    assert [a.name for a in given.actions] == ["StopTraining"]  # not added twice
+
+
+def test_requirements_of_the_update_and_init_rules() -> None:
+    (weights,) = WeightUpdateRatio(num_steps=5).requirements()
+    assert (weights.collection, weights.save_interval, weights.raw) == ("weights", 5, True)
+    reqs = PoorWeightInitialization(steps=4).requirements()
+    assert reqs[0].collection == "relu_input" and reqs[0].save_interval == 1 and reqs[0].end_step == 4
+    assert reqs[0].raw is False and reqs[0].reductions == ("variance",)
+
+
+def test_one_class_has_a_ratio_of_one_and_a_zero_variance_layer_is_left_out() -> None:
+    one = checks(ClassImbalance(samples=3), [_labels([2, 2, 2])])[0]
+    assert one.value == 1.0 and one.detail == "class count ratio 1 over 3 labels (threshold 10)"
+    acts = {
+        "act": [
+            tensor("a_relu_input", None, variance=0.0),
+            tensor("b_relu_input", None, variance=1.0),
+            tensor("c_relu_input", None, variance=10.0),
+        ]
+    }
+    assert checks(PoorWeightInitialization(threshold=9.99), [step(0, acts)])[0].value == pytest.approx(10.0)
+    assert checks(PoorWeightInitialization(literal=True), [step(0, acts)])[0].value is None  # 10 / 0: no ratio
+    (series,) = run(DeadRelu(), [step(0, [tensor("relu_output_0", np.ones((2, 2)))])]).series
+    assert series.threshold == 50.0
+
+
+def test_overtraining_says_how_many_evaluations_it_has_seen() -> None:
+    res = [c for c in checks(Overtraining(), _rounds([1.0, 0.5], [1.0, 1.0])) if c is not None]
+    assert [c.value for c in res] == [0.0, 1.0]
+    assert res[0].detail.endswith("; 1 evaluation(s) so far: too few to tell, patience 10 needs 11")
+    assert res[1].detail.endswith("; 2 evaluation(s) so far: too few to tell, patience 10 needs 11")
