@@ -516,3 +516,19 @@ def test_gpu_memory_columns_without_utilisation_are_judged_and_any_increase_may_
     v = GPUMemoryIncrease(window=1, patience=1, memory_source="device").evaluate(data([arrays]))
     assert v.triggers == 1 and list(v.details) == ["n0/gpu0"]
     assert GPUMemoryIncrease(increase=0).increase == 0.0
+
+
+def test_batch_size_judges_the_95th_percentile_of_the_window() -> None:
+    cpu = np.full(22, 50.0)
+    cpu[-2:] = 100.0  # the last 21 samples: 19 at 50 %, 2 at 100 %: p95 100 %, p90 50 %
+    arrays = system(11.0, cores=1, cpu0_utilization_percent=cpu, **gpus(1, 10.0, 10.0))
+    v = BatchSize(window=21, patience=21).evaluate(data([arrays]))
+    assert v.status is Status.NO_ISSUES_FOUND and v.series[0].y == (100.0,)
+
+
+def test_exactly_the_minimum_share_of_loaders_is_enough() -> None:
+    from trainspect.rules.profiler import Dataloader
+
+    rule = Dataloader(literal=True, patience=10)  # 10 cores: at least 7 loaders
+    assert rule.evaluate(data([system(20.0, cores=10)], [_loader_seconds(11, 7)])).status is Status.NO_ISSUES_FOUND
+    assert rule.evaluate(data([system(20.0, cores=10)], [_loader_seconds(11, 6)])).status is Status.ISSUES_FOUND

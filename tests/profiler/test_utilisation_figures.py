@@ -201,3 +201,10 @@ def test_a_step_ending_with_the_previous_one_starts_no_cycle() -> None:
     tab.steps["end"][2] = tab.steps["end"][1]  # step 2 ends with step 1 (a duplicate record): a cycle of 0 s
     cyc = step_cycles(tab)
     assert cyc.steps.tolist() == [1, 3] and cyc.cycle_s.tolist() == pytest.approx([2.0, 4.0], abs=1e-6)
+
+
+def test_a_wait_ending_exactly_at_its_steps_end_is_inside_it() -> None:
+    tab = _rank_tab()
+    tab.spans["start"][2], tab.spans["end"][2] = T0 + 2.8, T0 + 3.0  # step 1's sync wait ends as step 1 ends
+    cyc = step_cycles(tab)
+    assert cyc.sync_s.tolist() == pytest.approx([0.2, 0.2, 0.0], abs=1e-6)

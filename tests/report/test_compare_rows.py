@@ -107,6 +107,8 @@ def test_noise_is_the_95_interval_of_the_ratio_and_a_difference_inside_it_wins_n
     row = _rows(a, b)["steps_per_s"]
     lo, hi = 100 * math.expm1(math.log(100 / 95) - 0.1045), 100 * math.expm1(math.log(100 / 95) + 0.1045)
     assert row["winner"] is None and row["change"] == f"+5.3%, within noise (95% CI {lo:+.1f}% to {hi:+.1f}%)"
+    nearer = RunSummary("b", loop_s=94.0, steps=1000, cycle_rel_se=0.04)  # ln(100/94) = 0.062: 0.6 of the noise
+    assert _rows(a, nearer)["steps_per_s"]["winner"] is None
     fast = RunSummary("b", loop_s=40.0, steps=1000, cycle_rel_se=0.04)
     row = _rows(a, fast)["steps_per_s"]
     assert row["winner"] == "b" and row["change"].startswith("2.5× (95% CI +")

@@ -120,6 +120,7 @@ def test_usage_advice_cut_offs_and_figures() -> None:
     assert usage_advice(70.0, 40.0, 10.0).startswith("GPU utilisation p95 is 40% while CPU p95 is 70%: a CPU bottl")
     assert usage_advice(10.0, 95.0, 70.0).startswith("GPU utilisation p95 is 95% but p50 only 70%: the GPUs are busy")
     assert usage_advice(10.0, 95.0, 70.5) == "GPUs are well utilised (p50 70%)."
+    assert usage_advice(10.0, 70.0, 50.0).startswith("GPU utilisation p95 is 70% but p50 only 50%")  # not underused
     assert usage_advice(10.0, 95.0, None).startswith("GPU utilisation p95 is 95% but p50 only 0%")  # p50 unknown
     assert usage_advice(None, 40.0, 5.0).startswith("GPU utilisation p95 is 40% and CPU p95 0%: the instance")
 
