@@ -19,34 +19,25 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from trainspect.hook_settings import signature
 from trainspect.hooks._guard import guarded
-from trainspect.hooks.collector import Collector
 from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.step_driver import TRAINING_MODES, StepDriver
-from trainspect.hooks.step_state import NO_CAPTURES, Captures
+from trainspect.hooks.step_state import NO_CAPTURES
 from trainspect.hooks.torch_amp import record_amp_skip
 from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
-from trainspect.hooks.torch_captures import StepHooks, decide_captures, stage_optimizer_variables
+from trainspect.hooks.torch_captures import StepHooks, stage_optimizer_variables
 from trainspect.hooks.torch_loss_series import OptimizerLosses
 from trainspect.hooks.torch_models import ModelRegistry, infer_mode, warn_unregistered
 from trainspect.hooks.torch_nan_origin import NanOrigin, nan_wanted
 from trainspect.hooks.torch_params import ParamView
 from trainspect.hooks.torch_staging import StepLosses, StepStaging, first_closure_losses
+from trainspect.hooks.torch_step_parts import BACKWARD_LOSS, TorchStepParts
 from trainspect.modes import ModeKeys
 
 __all__ = ["Hook"]
 
-BACKWARD_LOSS = "loss"
-"""The name of the loss that ``.backward()`` was called on (collection ``losses``), as Keras names its loss."""
 
-
-@torch.compiler.disable
-def _open_run(collector: Any) -> None:
-    """Open the run at the first step (not traced when that step is a compiled model's first forward pass)."""
-    collector.open(final=True)
-
-
-class Hook(HookAPI):
+class Hook(TorchStepParts, HookAPI):
     """Records losses, weights, gradients, module inputs/outputs and optimizer variables of a PyTorch model.
 
     Steps begin at the registered model's forward pass and a training step ends at ``optimizer.step()``, unless the
@@ -190,82 +181,6 @@ class Hook(HookAPI):
         name = f"{type(loss_module).__name__}_output_0"
         own_hook_dicts(loss_module)
         self._handles.append(loss_module.register_forward_hook(Callback(self._on_loss_module, name)))
-
-    # --- saving between the framework's events (HookAPI.save_tensor, save_scalar) -----------------------------
-    def _as_value(self, value: Any) -> torch.Tensor:
-        return value if isinstance(value, torch.Tensor) else torch.as_tensor(value)
-
-    def _kept(self, value: torch.Tensor) -> torch.Tensor:
-        return value.detach().clone()
-
-    def _add_forced(self, name: str, value: torch.Tensor, colls: tuple[str, ...]) -> None:
-        self.staging.stage(name, value, self.collector.planner.forced_plan(name, colls))
-
-    def _added_late(self) -> None:
-        self.staging.commit(defer=False)
-
-    # --- step parts: the framework's work at the boundaries the driver decides (trainspect.hooks.step_driver) --
-    def step_beginning(self) -> None:
-        """Open the run at the first step: a model sharded since it was registered is recorded by every rank."""
-        if not self.collector.opened:
-            self._refresh_params()
-            _open_run(self.collector)
-
-    def step_began(self, saving: bool, mode: ModeKeys) -> None:
-        """Join what was saved before the step; stage the weights and attach the step hooks of a saving step."""
-        if self._pending or self._losses.held:
-            self._join_early()
-        captures = self._step.captures
-        if saving and (captures.at_begin or captures.generation != self.collector.planner.generation):
-            self._capture(self.collector)
-
-    def _capture(self, collector: Collector) -> None:
-        """What the saving step records is decided (again, if the collections or the parameters changed) and begun."""
-        step = self._step
-        captures = step.captures
-        changed = captures.generation != collector.planner.generation
-        if (changed or captures.at_begin) and self._refresh_params() or changed:
-            step.captures = captures = decide_captures(collector, self._params)
-        if captures.at_begin:
-            self._capture_at_begin(captures)
-
-    def step_ending(self, final: bool) -> tuple[list[Any] | None, bool]:
-        """Hand the step's losses and copies to the collector; device copies are read a step later (quiet runs)."""
-        if self._step_hooks.handles:
-            self._step_hooks.detach()
-        staging, quiet, losses = self.staging, self._extras.quiet, self._losses
-        if self.loss_divisor == "micro_batches":
-            losses.times_micro_batches(BACKWARD_LOSS)
-        if self._nan.active:
-            self._nan.step_ended(losses.values)
-        scalars, known = losses.flush(staging, quiet) if losses.values else (None, False)
-        if staging.staged or staging.grads or staging.late is not None:
-            staging.commit(defer=quiet and not final)
-        return scalars, known
-
-    def no_step_to_end(self, final: bool) -> None:
-        """Between steps: the step hooks come off; at close, the last step's copies are read."""
-        if self._step_hooks.handles:
-            self._step_hooks.detach()
-        if final and self.staging.late is not None:
-            self.staging.complete_late()
-
-    def _join_early(self) -> None:
-        """Tensors saved and losses recorded before the step began join it."""
-        pending, self._pending = self._pending, []
-        for name, value, colls in pending:
-            self._add_forced(name, value, colls)
-        for name in self._losses.take_held():
-            self._note_loss(name)
-
-    def _capture_at_begin(self, captures: Captures) -> None:
-        """Stage the weights the step saves (as its forward pass will use them) and attach its step hooks."""
-        staging, collector = self.staging, self.collector
-        staging.stage_reads([(name, view.weight, collector.plan(name)) for name, view in captures.params])
-        if captures.gradients or captures.module_io:
-            step = self._step  # no heap scan here: before the first optimizer step, gradients are also hooked
-            known = step.optimizer_seen or bool(step.accumulates)
-            self._step_hooks.attach(captures, self._params, self._submodules, optimizer_known=known)
 
     # --- torch callbacks: translated into the driver's events ----------------------------------------------
     @guarded()
