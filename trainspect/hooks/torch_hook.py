@@ -1,8 +1,8 @@
 """The PyTorch hook: translates module, autograd and optimizer events into the step driver's and collector's calls.
 
 When steps begin and end is the step driver's (:mod:`trainspect.hooks.step_driver`: the public ``begin_step`` /
-``end_step``, or inferred from this hook's forward and optimizer events); this hook is its PyTorch parts
-(``step_beginning`` … ``no_step_to_end``). A step's tensors travel through
+``end_step``, or inferred from this hook's forward and optimizer events); what a PyTorch step records at its
+boundaries is :mod:`trainspect.hooks.torch_step_parts`. A step's tensors travel through
 :class:`~trainspect.hooks.torch_staging.StepStaging`, its losses through
 :class:`~trainspect.hooks.torch_staging.StepLosses`, its gradient and module hooks through
 :class:`~trainspect.hooks.torch_captures.StepHooks`; every callback goes through the one guard (:mod:`._guard`).
