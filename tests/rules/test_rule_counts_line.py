@@ -51,3 +51,21 @@ def test_could_not_look_groups_by_need_and_counts_the_rest() -> None:
 
 def test_steps_text_separates_thousands() -> None:
     assert steps_text({"TRAIN": 12345, "EVAL": 3}) == "12,345 TRAIN, 3 EVAL steps" and steps_text({}) == "no steps"
+
+
+def test_steps_per_mode_of_a_trial() -> None:
+    from trainspect.modes import ModeKeys
+    from trainspect.rules.counts import step_counts
+
+    class Trial:
+        def __init__(self, by_mode: dict[ModeKeys, list[int]]) -> None:
+            self.by_mode = by_mode
+
+        def steps(self, mode: ModeKeys) -> list[int]:
+            return self.by_mode.get(mode, [])
+
+    assert step_counts(Trial({ModeKeys.TRAIN: [0, 1, 2], ModeKeys.EVAL: [3], ModeKeys.GLOBAL: [4]})) == {
+        "TRAIN": 3,
+        "EVAL": 1,
+    }
+    assert step_counts(Trial({ModeKeys.GLOBAL: [0, 1]})) == {"GLOBAL": 2} and step_counts(Trial({})) == {}

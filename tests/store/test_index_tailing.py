@@ -64,3 +64,20 @@ def test_damaged_and_misshapen_records_are_counted_and_the_rest_kept(tmp_path: P
         f"skipped 1 corrupt index record(s): corrupt record at byte {at} ({size} bytes skipped)"
     )
     assert source.problems[1].startswith("skipped 2 index records of the wrong shape in 1 file, first: ")
+
+
+def test_a_missing_data_file_and_a_damaged_collections_file_are_named(tmp_path: Path) -> None:
+    folder = tmp_path / "tensors" / "worker_0"
+    _write(folder, range(2))
+    for data in folder.glob("data-*.bin"):
+        data.unlink()
+    (folder / "collections.json").write_text("{")
+    source, index = TrainspectSource(tmp_path), TrialIndex()
+    assert source.collections() is not None  # the built-in collections
+    assert source.refresh(index) == 2 and index.sorted_steps == [0, 1]  # the losses are in the index itself
+    assert any(
+        "data-000000.bin: it is missing: the raw tensor values its index points to" in p for p in source.problems
+    )
+    damaged = [p for p in source.problems if "collections.json" in p]
+    assert len(damaged) == 1 and damaged[0].endswith("; the built-in collections' patterns are used")
+    assert "DamagedFile" not in damaged[0]
