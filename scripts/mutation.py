@@ -190,7 +190,7 @@ TESTS: dict[str, list[str]] = {
     "rules/tensor_variance.py": _TENSOR_RULES,
     "rules/unchanged_tensor.py": _TENSOR_RULES,
     "rules/weight_update_ratio.py": [*_TENSOR_RULES, "tests/rules/test_dead_gradients.py"],
-    "store/source.py": ["tests/store/test_index_tailing.py", *_STORE],
+    "store/source.py": ["tests/store/test_index_tailing.py", "tests/store/test_shards.py", *_STORE],
     "rules/counts.py": [
         "tests/rules/test_rule_counts_line.py",
         "tests/mlflow/test_mlflow_values.py",

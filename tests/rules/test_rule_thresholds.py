@@ -466,3 +466,59 @@ def test_overtraining_says_how_many_evaluations_it_has_seen() -> None:
     assert [c.value for c in res] == [0.0, 1.0]
     assert res[0].detail.endswith("; 1 evaluation(s) so far: too few to tell, patience 10 needs 11")
     assert res[1].detail.endswith("; 2 evaluation(s) so far: too few to tell, patience 10 needs 11")
+
+
+# --- second mutation pass: inputs the rules must tell apart ------------------------------------------------
+def test_image_channels_need_an_axis_the_tensor_has() -> None:
+    img = np.zeros((2, 2, 1, 1))
+    flat = tensor("ids", np.arange(4.0))  # one axis: no channel axis 1, not an image
+    res = checks(CheckInputImages(regex=["img"], threshold_samples=2), [step(0, [flat, tensor("img", img)])])
+    assert res[0].value == 0.0 and "over 2 images" in res[0].detail
+
+
+def test_logits_are_compared_as_their_argmax() -> None:
+    labels = np.array([0, 1, 1])
+    logits = np.array([[5.0, 0.0], [0.0, 5.0], [5.0, 0.0]])  # predicts 0, 1, 0
+    res = checks(
+        Confusion(), [step(0, {"labels": [tensor("labels", labels)], "predictions": [tensor("predictions", logits)]})]
+    )
+    assert res[0].value == pytest.approx(0.5)  # prediction 0: 1 of 2 right
+    (act, grad, loss) = PoorWeightInitialization().selects()
+    assert act.raw is False and act.reductions == ("variance",) and grad.raw and loss.role == "loss"
+
+
+def _frozen_run(n_frozen: int) -> list:
+    data = []
+    for s in range(2):
+        weights = [tensor("t.weight", np.array([1.0, 2.0 + s]), ["weights"])]
+        weights += [tensor(f"w{i}.weight", np.array([1.0, 1.0]), ["weights"]) for i in range(n_frozen)]
+        grads = [tensor("gradient/t.weight", None, ["gradients"], abs_mean=0.1)]
+        data.append(step(s, {"main": weights, "grad": grads}))
+    return data
+
+
+def test_frozen_weights_are_named_five_at_most_then_counted() -> None:
+    rule = WeightUpdateRatio()
+    state = rule.init_state()
+    for d in _frozen_run(5):
+        rule.check(state, d)
+    five = rule.finish(state, None)
+    assert five.triggered and five.tensors == tuple(f"w{i}.weight" for i in range(5))
+    assert five.detail.endswith(
+        "frozen? w0.weight (steps 0-1); w1.weight (steps 0-1); w2.weight (steps 0-1); "
+        "w3.weight (steps 0-1); w4.weight (steps 0-1)"
+    )
+    state = rule.init_state()
+    for d in _frozen_run(7):
+        rule.check(state, d)
+    seven = rule.finish(state, None)
+    assert seven.detail.startswith("7 weight(s) never moved (ratio 0 < threshold 1e-08)")
+    assert seven.detail.endswith("w4.weight (steps 0-1) and 2 more")
+
+
+def test_a_loss_taking_turns_with_another_alternates_from_its_third_return() -> None:
+    data = [step(n, [tensor("loss/a" if n % 2 == 0 else "loss/b", np.float32(1.0), ["losses"])]) for n in range(12)]
+    res = checks(LossNotDecreasing(num_steps=1), data)
+    alternating = [n for n, r in enumerate(res) if r is not None and "alternates with another optimizer" in r.detail]
+    # each series returns after the other's judged value: loss/b at steps 3, 5, 7, loss/a at 4, 6, 8
+    assert alternating == [7, 8, 9, 10, 11]
