@@ -165,3 +165,14 @@ def test_a_tf_trace_is_placed_by_the_metadata_of_its_step_folder(tmp_path: Path)
         [],
         "no <node>_<start>_<end>.metadata file next to the TF trace: its start time is unknown",
     )
+
+
+def test_a_relative_tf_trace_path_finds_the_metadata_four_folders_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    trace = Path("plugins") / "profile" / "run1" / "host.trace.json.gz"  # its step folder: the working directory
+    trace.parent.mkdir(parents=True)
+    trace.write_bytes(gzip.compress(b"[]"))
+    Path("algo-2_10_20.metadata").write_text("")
+    assert tf_trace_metadata(trace) == ("algo-2", 10, 20)

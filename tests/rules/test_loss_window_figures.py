@@ -102,3 +102,14 @@ def test_the_drift_of_three_window_medians_widens_the_margin() -> None:
     assert s.rose(new, percent=0.0, z=0.95)  # 0.95 drifts: 1.99
     two = _remembered(10.0, 12.0)  # two medians: no drift estimate yet
     assert two.rose(Window(14.0, 1, 0.0, 2, 2), percent=0.0, z=100.0)  # level median(12, 14) = 13 > 10
+
+
+def test_the_drift_is_that_of_the_last_eight_medians() -> None:
+    s = _remembered(50.0, 5.0, 5.0, 5.0, 5.0, 5.0, 6.0, 5.0, 6.0)  # the last 8 step by 0, 0, 0, 0, 1, 1, 1
+    assert s.best_level == 5.0
+    assert s.rose(Window(6.0, 1, 0.0, 9, 9), percent=0.0, z=2.0)  # level 6, drift 0 (the jump from 50 is forgotten)
+
+
+def test_the_best_window_is_the_first_of_equal_ones() -> None:
+    s = _remembered(1.0, 2.0, 1.0)
+    assert (s.best.mean, s.best.first_step) == (1.0, 0)
