@@ -522,3 +522,19 @@ def test_a_loss_taking_turns_with_another_alternates_from_its_third_return() -> 
     alternating = [n for n, r in enumerate(res) if r is not None and "alternates with another optimizer" in r.detail]
     # each series returns after the other's judged value: loss/b at steps 3, 5, 7, loss/a at 4, 6, 8
     assert alternating == [7, 8, 9, 10, 11]
+
+
+def test_a_rising_validation_loss_counts_evaluations_in_a_row() -> None:
+    rng = np.random.default_rng(0)
+    data, n = [], 0
+    for val in (1.0, 1.0, 1.5, 2.0, 2.5):  # training stays at 1: validation rises from the third evaluation
+        for mode, level, count in ((ModeKeys.TRAIN, 1.0, 5), (ModeKeys.EVAL, val, 4)):
+            for _ in range(count):
+                loss = np.float32(level + 0.01 * rng.standard_normal())
+                data.append(step(n, [tensor("loss", loss, ["losses"])], mode))
+                n += 1
+    data.append(step(n, [tensor("loss", np.float32(1.0), ["losses"])], ModeKeys.TRAIN))
+    res = [c for c in checks(Overfit(patience=2), data) if c is not None]
+    assert [c.triggered for c in res] == [False, False, False, True, True]
+    assert res[1].detail.endswith("not rising beyond its noise (0/2 in a row)")
+    assert res[2].detail.endswith("rising (1/2 in a row)") and res[3].detail.endswith("rising (2/2 in a row)")
