@@ -1,4 +1,4 @@
-"""Mutation testing of trainspect's store, rules and hook modules: do the tests notice when the code changes.
+"""Mutation testing of the store, rule, profiler, report, MLflow and hook modules: do the tests notice a change.
 
 A small self-contained AST mutator (no mutmut configuration needed). Each mutant changes one thing in one module:
 ``<``↔``<=``, ``>``↔``>=``, ``==``↔``!=``, ``is``↔``is not``, ``in``↔``not in``, ``and``↔``or``, ``+``↔``-``,
