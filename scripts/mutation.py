@@ -103,6 +103,12 @@ _TENSOR_RULES = [
 ]
 _LOSS_RULES = [*_TENSOR_RULES, "tests/rules/test_interleaved_losses.py", "tests/rules/test_eval_rules_trust.py"]
 # module (relative to trainspect/) -> the pytest arguments (test files, options) of the tests that exercise it
+_LIFECYCLE = [
+    "tests/hooks/test_step_driver.py",
+    "tests/hooks/test_step_api.py",
+    "tests/hooks/test_backward_loss_steps.py",
+    "tests/hooks/test_torch_capture.py",
+]
 TESTS: dict[str, list[str]] = {
     "store/framing.py": [
         "tests/store/test_framing.py",
@@ -124,6 +130,10 @@ TESTS: dict[str, list[str]] = {
         "tests/rules/test_rules_tensor.py",
     ],
     "hooks/save_plan.py": ["tests/hooks/test_save_plan_rules.py", "tests/hooks/test_save_config.py"],
+    # the step lifecycle: which call ends which mode's step, accumulation, driven vs inferred, a stop, close
+    "hooks/step_driver.py": _LIFECYCLE,
+    "hooks/step_state.py": _LIFECYCLE,
+    "hooks/collector.py": [*_LIFECYCLE, "tests/hooks/test_save_config.py", "tests/store/test_backlog.py"],
     # added for issue 33: profiler analyses, report, MLflow, more rules and store modules
     "store/background.py": _WRITER,
     "store/run_writer.py": _WRITER,
