@@ -47,6 +47,40 @@ def _misuse(exc: Exception) -> bool:
     return isinstance(exc, TypeError) and tb is not None and tb.tb_next is None
 
 
+_FIXED = """\
+def {name}(self, {params}):
+    if self.disabled:
+        return _g_default
+    try:
+        return _g_fn(self, {params})
+    except TrainingStopped:
+        raise
+    except Exception as exc:
+        self._internal_error(_g_name, exc)
+        return _g_default
+"""
+"""A guard with the entry's own parameters: ``*args, **kwargs`` cost a tuple and a dict per call (hooks run per
+module call and per step); a call with wrong arguments fails at the wrapper, as Python raises it."""
+
+
+def _fixed_wrapper(fn: Callable[..., Any], default: Any) -> Callable[..., Any] | None:
+    """The guard of ``fn`` as a function of ``fn``'s parameters, or None when they are not plain positional ones."""
+    code = fn.__code__
+    params = code.co_varnames[1 : code.co_argcount]
+    if (
+        code.co_flags & 0x0C  # CO_VARARGS | CO_VARKEYWORDS
+        or code.co_kwonlyargcount
+        or code.co_posonlyargcount
+        or fn.__defaults__
+        or code.co_varnames[:1] != ("self",)
+        or any(name.startswith("_g_") or name in ("self", "exc", "TrainingStopped") for name in params)
+    ):
+        return None
+    scope = {"_g_fn": fn, "_g_default": default, "_g_name": fn.__name__, "TrainingStopped": TrainingStopped}
+    exec(_FIXED.format(name=fn.__name__, params=", ".join(params)), scope)  # noqa: S102  # a fixed template
+    return cast(Callable[..., Any], scope[fn.__name__])
+
+
 def guarded(default: Any = None) -> Callable[[F], F]:
     """Wrap a hook entry: on an internal error, warn once, disable the hook, return ``default``.
 
@@ -56,6 +90,10 @@ def guarded(default: Any = None) -> Callable[[F], F]:
     """
 
     def decorate(fn: F) -> F:
+        fixed = _fixed_wrapper(fn, default)
+        if fixed is not None:
+            return cast(F, functools.wraps(fn)(fixed))
+
         @functools.wraps(fn)
         def wrapper(self: Guarded, *args: Any, **kwargs: Any) -> Any:
             if self.disabled:

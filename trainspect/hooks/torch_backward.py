@@ -43,11 +43,13 @@ from trainspect.hooks.integrations import PATCHED_ON_IMPORT
 __all__ = [
     "BackwardTap",
     "FUNCTIONAL_LOSSES",
+    "LOSS_CALLBACKS",
     "LossTap",
     "hold",
     "micro_batches_name",
     "optimizer_holds",
     "optimizers_of",
+    "watch_loss_module",
 ]
 
 log = logging.getLogger(__name__)
@@ -74,6 +76,9 @@ FUNCTIONAL_LOSSES = {
     "ctc_loss": "CTCLoss",
 }
 """Functional losses recorded as the loss module of the same name (``F.mse_loss`` → ``MSELoss_output_0``)."""
+
+LOSS_CALLBACKS = "_trainspect_loss_callbacks"
+"""The attribute of a registered loss module holding its hooks' callbacks (see :func:`watch_loss_module`)."""
 
 Target = tuple[Any, str, Callable[[Any], Any]]
 """(owner, attribute, wrapper factory) of one patch."""
@@ -196,6 +201,28 @@ class LossTap:
             factor *= entry[2]
         return tensor, factor
 
+    def functional_loss(self, name: str, out: Any, frame: Any) -> None:
+        """A functional loss returned ``out`` to ``frame``: recorded as that loss module's output, or as ``name``.
+
+        In a loss module's ``forward`` it is that module's output: recorded there only for a registered module
+        (:func:`watch_loss_module`), or for any while ``autolog``'s global hooks are suspended.
+        """
+        code = frame.f_code
+        in_loss = self.loss_forwards.get(code)
+        if in_loss is None:  # asked once per caller (f_locals costs a dict)
+            in_loss = code.co_name == "forward" and isinstance(frame.f_locals.get("self"), _Loss)
+            if len(self.loss_forwards) < 1024:
+                self.loss_forwards[code] = in_loss
+        if not in_loss:
+            for listener in self.listeners:
+                listener._on_functional_loss(name, out)
+        elif self.suspended:  # no global hook sees the loss module: record its output from here
+            for listener in self.listeners:
+                listener.record_loss(f"{type(frame.f_locals['self']).__name__}_output_0", out)
+        else:  # a registered loss module (see watch_loss_module): its output is this
+            for callback in frame.f_locals["self"].__dict__.get(LOSS_CALLBACKS, ()):
+                callback(out)
+
     def notify(self, tensors: Any) -> None:
         """A backward pass begins on ``tensors``: a one-element tensor goes to the listeners as the step's loss."""
         if not isinstance(tensors, torch.Tensor):
@@ -252,19 +279,9 @@ def _wrap_functional(original: Any, name: str, tap: LossTap) -> Any:
         finally:
             tap.functional_depth = 0
         try:
-            frame = sys._getframe(1)  # a loss module's forward: recorded as that module
-            code = frame.f_code
-            in_loss = tap.loss_forwards.get(code)
-            if in_loss is None:  # asked once per caller (f_locals costs a dict)
-                in_loss = code.co_name == "forward" and isinstance(frame.f_locals.get("self"), _Loss)
-                if len(tap.loss_forwards) < 1024:
-                    tap.loss_forwards[code] = in_loss
-            if not in_loss:
-                for listener in tap.listeners:
-                    listener._on_functional_loss(name, out)
-            elif tap.suspended:  # no global hook sees the loss module: record its output from here
-                for listener in tap.listeners:
-                    listener.record_loss(f"{type(frame.f_locals['self']).__name__}_output_0", out)
+            tap.functional_loss(name, out, sys._getframe(1))
+        except TrainingStopped:
+            raise  # a StopTraining action at the step this loss began
         except Exception as exc:
             tap.failed(name, exc)
         return out
@@ -323,6 +340,44 @@ class BackwardTap:
         if self._hook in tap.listeners:
             tap.listeners = tuple(h for h in tap.listeners if h is not self._hook)
         tap._release_if_unused()
+
+
+class _LossWatch:
+    """A registered loss module's callback, taken off it by :meth:`remove`."""
+
+    def __init__(self, module: torch.nn.Module, callback: Any) -> None:
+        self.module, self.callback = module, callback
+        state = module.__dict__
+        state[LOSS_CALLBACKS] = (*state.get(LOSS_CALLBACKS, ()), callback)
+
+    def remove(self) -> None:
+        state = self.module.__dict__
+        kept = tuple(c for c in state.get(LOSS_CALLBACKS, ()) if c is not self.callback)
+        if kept:
+            state[LOSS_CALLBACKS] = kept
+        else:
+            state.pop(LOSS_CALLBACKS, None)
+
+
+def watch_loss_module(module: torch.nn.Module, callback: Any) -> _LossWatch | None:
+    """Call ``callback(output)`` with each output of ``module``, taken from the functional loss its ``forward`` returns.
+
+    Only for PyTorch's own loss classes whose ``forward`` returns one of :data:`FUNCTIONAL_LOSSES` (``nn.MSELoss``
+    returns ``F.mse_loss(...)``), while the tap is installed: the tap already runs inside them, so no module hook is
+    needed (PyTorch's call path for a module with a hook costs more than the rest of the loss's recording). The
+    callback is stored on the module (``callback`` is a :class:`~trainspect.hooks.torch_callbacks.Callback`: a copy
+    of the module carries a no-op, a spawned process its own hook's). Returns its handle, or None (use a forward
+    hook).
+    """
+    cls = type(module)
+    tap = LossTap.current()
+    if tap is None or cls.__module__ != "torch.nn.modules.loss":
+        return None
+    names = cls.forward.__code__.co_names
+    for fname, cls_name in FUNCTIONAL_LOSSES.items():
+        if cls.__name__ == cls_name and fname in names and (F, fname) in tap.originals:
+            return _LossWatch(module, callback)
+    return None
 
 
 def hold() -> tuple[LossTap, Callable[[], None]]:

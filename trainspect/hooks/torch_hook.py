@@ -23,7 +23,7 @@ from trainspect.hooks.hook_api import HookAPI
 from trainspect.hooks.step_driver import TRAINING_MODES, StepDriver
 from trainspect.hooks.step_state import NO_CAPTURES
 from trainspect.hooks.torch_amp import record_amp_skip
-from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds
+from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds, watch_loss_module
 from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
 from trainspect.hooks.torch_captures import StepHooks, stage_optimizer_variables
 from trainspect.hooks.torch_loss_series import OptimizerLosses
@@ -179,8 +179,12 @@ class Hook(TorchStepParts, HookAPI):
         """Record a loss module's output every step (collection ``losses``)."""
         self.start()
         name = f"{type(loss_module).__name__}_output_0"
-        own_hook_dicts(loss_module)
-        self._handles.append(loss_module.register_forward_hook(Callback(self._on_loss_module, name)))
+        callback = Callback(self._on_loss_module, name)
+        handle: Any = watch_loss_module(loss_module, callback)  # PyTorch's own loss classes: no module hook needed
+        if handle is None:
+            own_hook_dicts(loss_module)
+            handle = loss_module.register_forward_hook(callback)
+        self._handles.append(handle)
 
     # --- torch callbacks: translated into the driver's events ----------------------------------------------
     @guarded()
@@ -230,8 +234,18 @@ class Hook(TorchStepParts, HookAPI):
             step.accumulates = optimizer_holds([view.param for view in self._registry.params])
         return step.accumulates
 
-    def _on_loss_module(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
-        self.record_loss(name, output)
+    @guarded()
+    def _on_loss_module(self, name: str, *call: Any) -> None:
+        """A registered loss module's output, recorded at the open step.
+
+        Called as the module's forward hook ``(module, args, output)``, or by the loss tap with ``(output)`` (see
+        :func:`~trainspect.hooks.torch_backward.watch_loss_module`).
+        """
+        output = call[-1]
+        if self._state.open and name in self._loss_names and isinstance(output, torch.Tensor):
+            self._losses.add(name, output)  # record_loss's steady state
+        else:
+            self.record_loss(name, output)
 
     @guarded()
     def record_loss(self, name: str, value: Any) -> None:
@@ -254,20 +268,24 @@ class Hook(TorchStepParts, HookAPI):
             self._loss_names.add(name)
             self.collector.collections.get("losses").add_tensor_name(name)
 
+    @guarded()
     def _on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step.
 
         A backward pass outside any step (the model called as ``model.forward(x)``, or a container's submodule
         outside the registered ones) opens one: its loss, weights and gradients are recorded (not its module tensors).
         """
-        if not self._state.open and not self.disabled and ModeKeys.TRAIN not in self._driver.driven:
+        state = self._state
+        if not state.open and ModeKeys.TRAIN not in self._driver.driven:
             self._open_at_backward(loss)
         divisor = self.loss_divisor
         if divisor != 1.0 and type(divisor) is float:
             loss = loss.detach() * divisor
-        self._on_functional_loss(BACKWARD_LOSS, loss)
+        if state.open and BACKWARD_LOSS in self._loss_names:
+            self._losses.add(BACKWARD_LOSS, loss)  # the steady state of _on_functional_loss
+        else:
+            self._on_functional_loss(BACKWARD_LOSS, loss)
 
-    @guarded()
     def _open_at_backward(self, loss: torch.Tensor) -> None:
         if not self._registry.models:
             self._unregistered = self._unregistered or 1  # warned about at the optimizer step
@@ -314,18 +332,19 @@ class Hook(TorchStepParts, HookAPI):
 
     @guarded()
     def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        losses, state, step = self._losses, self._state, self._step
+        losses, state = self._losses, self._state
         losses.frozen = False
-        losses.held.clear()
+        if losses.held:
+            losses.held.clear()
         if not self._extras.quiet:
             self._extras.on_optimizer_end()
         if state.open:
-            if state.saving and step.captures.optimizer:
+            if state.saving and self._step.captures.optimizer:
                 stage_optimizer_variables(self.collector, self.staging, optimizer)
             if self._step_hooks.handles:  # a step that opened inside optimizer.step() (its closure's forward pass)
                 self._step_hooks.read_gradients()
             series = self._series
-            if self.collector.mode in TRAINING_MODES and (series.owners or not series.decided):
+            if (series.owners or not series.decided) and self.collector.mode in TRAINING_MODES:
                 series.name_step(losses, optimizer, self._registry, self.collector.collections)
         elif self._unregistered == 1:
             self._unregistered = warn_unregistered()

@@ -248,7 +248,11 @@ class StepLosses:
             snap = torch_tensors.snapshot(value)  # looked up here: tests fake a device at this boundary
             self._last = (value, snap)
             self._last_names = {name}
-        self._add_snapshot(name, snap)
+        values = self.values
+        if name in values:
+            self._add_snapshot(name, snap)  # a further micro-batch
+        else:
+            values[name] = snap
 
     def _add_snapshot(self, name: str, snap: HostScalar | torch.Tensor) -> None:
         values = self.values

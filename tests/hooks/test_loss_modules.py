@@ -1,0 +1,74 @@
+"""Registered loss modules: PyTorch's own loss classes are recorded through the loss tap, any other through a hook."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import torch
+from torch import nn
+
+import trainspect as ts
+from trainspect.hooks.torch_backward import LOSS_CALLBACKS
+
+torch.set_num_threads(1)
+
+
+class ScaledMSE(nn.MSELoss):
+    """A subclass with its own forward: its output is not the functional loss's."""
+
+    def forward(self, input: torch.Tensor, target: torch.Tensor) -> torch.Tensor:  # noqa: A002
+        return 2.0 * super().forward(input, target)
+
+
+def _train(hook: ts.torch.Hook, loss_fn: nn.Module, steps: int, other: nn.Module | None = None) -> list[float]:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    gen = torch.Generator().manual_seed(2)
+    values = []
+    for _ in range(steps):
+        x, y = torch.randn(8, 3, generator=gen), torch.randn(8, 1, generator=gen)
+        opt.zero_grad()
+        out = model(x)
+        if other is not None:
+            other(out.detach(), torch.zeros_like(y))  # another loss module of the same class, not registered
+        loss = loss_fn(out, y)
+        loss.backward()
+        opt.step()
+        values.append(loss.item())
+    return values
+
+
+def test_a_torch_loss_module_is_recorded_every_step_without_a_module_hook(tmp_path) -> None:
+    loss_fn = nn.MSELoss()
+    with ts.torch.Hook(tmp_path) as hook:
+        expected = _train(hook, loss_fn, 4, other=nn.MSELoss())
+        assert not loss_fn._forward_hooks and not loss_fn._forward_pre_hooks  # PyTorch's faster call path
+        assert len(loss_fn.__dict__[LOSS_CALLBACKS]) == 1
+    assert LOSS_CALLBACKS not in loss_fn.__dict__  # taken off at close
+    tensor = ts.create_trial(tmp_path).tensor("MSELoss_output_0")
+    assert tensor.steps() == [0, 1, 2, 3]
+    np.testing.assert_allclose([tensor.value(s) for s in range(4)], expected, rtol=1e-6)  # not the other module's
+
+
+def test_a_loss_subclass_with_its_own_forward_is_recorded_through_a_hook(tmp_path) -> None:
+    loss_fn = ScaledMSE()
+    with ts.torch.Hook(tmp_path) as hook:
+        expected = _train(hook, loss_fn, 3)
+        assert len(loss_fn._forward_hooks) == 1 and LOSS_CALLBACKS not in loss_fn.__dict__
+    tensor = ts.create_trial(tmp_path).tensor("ScaledMSE_output_0")
+    np.testing.assert_allclose([tensor.value(s) for s in range(3)], expected, rtol=1e-6)
+
+
+def test_a_copy_of_a_registered_loss_module_records_nothing_and_works(tmp_path) -> None:
+    loss_fn = nn.CrossEntropyLoss()
+    with ts.torch.Hook(tmp_path) as hook:
+        hook.register_loss(loss_fn)
+        twin = copy.deepcopy(loss_fn)
+        logits, labels = torch.randn(4, 3), torch.tensor([0, 1, 2, 1])
+        assert torch.isclose(twin(logits, labels), loss_fn(logits, labels))
+        twin.__dict__[LOSS_CALLBACKS][0](torch.ones(()))  # the copy's callback is a no-op
+    assert "CrossEntropyLoss_output_0" in ts.create_trial(tmp_path).tensor_names()
