@@ -104,6 +104,7 @@ _TENSOR_RULES = [
 _LOSS_RULES = [*_TENSOR_RULES, "tests/rules/test_interleaved_losses.py", "tests/rules/test_eval_rules_trust.py"]
 # module (relative to trainspect/) -> the pytest arguments (test files, options) of the tests that exercise it
 _LIFECYCLE = [
+    "tests/hooks/test_collector_lifecycle.py",
     "tests/hooks/test_step_driver.py",
     "tests/hooks/test_step_api.py",
     "tests/hooks/test_backward_loss_steps.py",
