@@ -14,7 +14,9 @@ torch.set_num_threads(1)
 def _hook_and_step(tmp_path) -> tuple[ts.torch.Hook, nn.Module]:
     torch.manual_seed(0)
     model = nn.Linear(3, 1)
-    hook = ts.torch.Hook(tmp_path, include_collections=["weights", "losses"], save_config=ts.SaveConfig(save_interval=1))
+    hook = ts.torch.Hook(
+        tmp_path, include_collections=["weights", "losses"], save_config=ts.SaveConfig(save_interval=1)
+    )
     hook.register_module(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     opt.zero_grad()
