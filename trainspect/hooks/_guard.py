@@ -73,7 +73,7 @@ def _fixed_wrapper(fn: Callable[..., Any], default: Any) -> Callable[..., Any] |
         or code.co_posonlyargcount
         or fn.__defaults__
         or code.co_varnames[:1] != ("self",)
-        or any(name.startswith("_g_") or name in ("self", "exc", "TrainingStopped") for name in params)
+        or any(name.startswith("_g_") or name in ("exc", "TrainingStopped") for name in params)
     ):
         return None
     scope = {"_g_fn": fn, "_g_default": default, "_g_name": fn.__name__, "TrainingStopped": TrainingStopped}

@@ -371,13 +371,16 @@ def watch_loss_module(module: torch.nn.Module, callback: Any) -> _LossWatch | No
     """
     cls = type(module)
     tap = LossTap.current()
-    if tap is None or cls.__module__ != "torch.nn.modules.loss":
+    fname = next((f for f, name in FUNCTIONAL_LOSSES.items() if name == cls.__name__), None)
+    if (
+        tap is None
+        or fname is None
+        or cls.__module__ != "torch.nn.modules.loss"
+        or fname not in cls.forward.__code__.co_names
+        or (F, fname) not in tap.originals
+    ):
         return None
-    names = cls.forward.__code__.co_names
-    for fname, cls_name in FUNCTIONAL_LOSSES.items():
-        if cls.__name__ == cls_name and fname in names and (F, fname) in tap.originals:
-            return _LossWatch(module, callback)
-    return None
+    return _LossWatch(module, callback)
 
 
 def hold() -> tuple[LossTap, Callable[[], None]]:

@@ -268,24 +268,20 @@ class Hook(TorchStepParts, HookAPI):
             self._loss_names.add(name)
             self.collector.collections.get("losses").add_tensor_name(name)
 
-    @guarded()
     def _on_backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()`` was called: record ``loss`` (collection ``losses``) at the open step.
 
         A backward pass outside any step (the model called as ``model.forward(x)``, or a container's submodule
         outside the registered ones) opens one: its loss, weights and gradients are recorded (not its module tensors).
         """
-        state = self._state
-        if not state.open and ModeKeys.TRAIN not in self._driver.driven:
+        if not self._state.open and not self.disabled and ModeKeys.TRAIN not in self._driver.driven:
             self._open_at_backward(loss)
         divisor = self.loss_divisor
         if divisor != 1.0 and type(divisor) is float:
             loss = loss.detach() * divisor
-        if state.open and BACKWARD_LOSS in self._loss_names:
-            self._losses.add(BACKWARD_LOSS, loss)  # the steady state of _on_functional_loss
-        else:
-            self._on_functional_loss(BACKWARD_LOSS, loss)
+        self._on_functional_loss(BACKWARD_LOSS, loss)
 
+    @guarded()
     def _open_at_backward(self, loss: torch.Tensor) -> None:
         if not self._registry.models:
             self._unregistered = self._unregistered or 1  # warned about at the optimizer step

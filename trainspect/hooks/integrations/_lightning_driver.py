@@ -66,17 +66,7 @@ class LightningDriver:
         """Find the hook that records ``pl_module``."""
         self._bind(trainer, pl_module)
 
-    def on_validation_start(self, trainer: Any, pl_module: Any) -> None:
-        """Look for the hook again if none was found at setup."""
-        self._loop_start(trainer, pl_module)
-
-    def on_test_start(self, trainer: Any, pl_module: Any) -> None:
-        """Look for the hook again if none was found at setup."""
-        self._loop_start(trainer, pl_module)
-
-    def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
-        """Look for the hook again if none was found at setup."""
-        self._loop_start(trainer, pl_module)
+    on_validation_start = on_test_start = on_predict_start = _loop_start
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         """End the open step; the next setup binds again (the hook may have closed)."""
