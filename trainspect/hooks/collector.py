@@ -172,7 +172,8 @@ class Collector(Guarded):
         self._known_names: set[str] = set()
         self._members: dict[str, set[str]] = {}
         self._histograms: set[str] = set()
-        self._started = False
+        self.opened = False
+        """Whether the run is open (this worker's identity settled, its files claimed, or nothing to record)."""
         self._wanted = False
         self._closed = False
 
@@ -191,15 +192,10 @@ class Collector(Guarded):
         """Whether this worker writes tensors (``include_workers="one"`` keeps only the chief's)."""
         return not self.dry_run and (self.include_workers == "all" or self.rank == 0 or self.sharded)
 
-    @property
-    def opened(self) -> bool:
-        """Whether the run is open (this worker's identity settled, its files claimed, or nothing to record)."""
-        return self._started
-
     def on_open(self, callback: Callable[[Collector], None]) -> None:
         """Call ``callback(collector)`` when the run opens (at once if it is open), unless nothing is recorded."""
         self._on_open.append(callback)
-        if self._started and not self.dry_run:
+        if self.opened and not self.dry_run:
             callback(self)
 
     def start(self) -> None:
@@ -217,12 +213,12 @@ class Collector(Guarded):
         the first step opens the run (``final=True``). A conflict (another job's directory, another process
         recording this worker, ranks that disagree) records nothing, with one warning; training goes on.
         """
-        if self._started or self._closed:
+        if self.opened or self._closed:
             return
         ident = settle_identity(self.layout, final, self._job_id, self._fresh_job_id)
         if ident is None:
             return
-        self._started = True
+        self.opened = True
         self.identity = ident
         self.rank, self.worker = ident.rank, self._worker_given or ident.worker
         self._job_id = self._job_id or ident.job_id
@@ -265,7 +261,7 @@ class Collector(Guarded):
 
     def finish_upload(self) -> None:
         """URL run directories: send what is left to the store (after every other part of the hook closed)."""
-        if self.remote is not None and self._started:
+        if self.remote is not None and self.opened:
             self.remote.close()
         elif self.remote is not None:
             self.remote.discard()
@@ -275,7 +271,7 @@ class Collector(Guarded):
         """Finish the open step, flush everything and write the end marker."""
         if self._closed:
             return
-        if not self._started and self._wanted:
+        if not self.opened and self._wanted:
             self.open(final=False)  # a started rank that never stepped still joins (and ends) a distributed job
         self.end_step()
         self._closed = True
@@ -283,7 +279,7 @@ class Collector(Guarded):
         if self._writer is not None:
             self._writer.write_collections(self._collections_doc())
             self._writer.close()
-        if self._started and not self.dry_run and self.identity is not None:
+        if self.opened and not self.dry_run and self.identity is not None:
             try:
                 write_worker_manifest(self.layout, self.worker, end_time=time.time(), last_step=self.global_step)
                 if all_workers_ended(self.layout, self.identity.world_size):
@@ -313,7 +309,7 @@ class Collector(Guarded):
             self.end_step()
         if self._closed:
             return False
-        if not self._started:
+        if not self.opened:
             self.open(final=True)
         mode, global_step = self.mode, self.global_step + 1
         mode_steps = self.mode_steps
@@ -358,8 +354,12 @@ class Collector(Guarded):
         if self._scalars:
             scalars, self._scalars, known = self._scalars + (scalars or []), [], False
         if scalars:
-            if not tensors:  # the common step: its loss only, handed to the writer as Python values
-                self._queue_scalars(key, scalars, known)
+            if not tensors:  # the common step: its loss only, queued at once as Python values (a SIGKILL loses
+                writer = self._writer  # at most the writer's interval)
+                if writer is not None:
+                    writer.submit_scalars(key, scalars)
+                    if not known and not self._known_names.issuperset([s[0] for s in scalars]):
+                        self._note_members([(name, colls) for name, _, _, colls in scalars])
                 return None
             for scalar in scalars:
                 tensors[scalar[0]] = scalar_record(scalar)
@@ -369,14 +369,6 @@ class Collector(Guarded):
         if self._writer is not None and tensors:
             self._submit(record)
         return record
-
-    def _queue_scalars(self, key: StepKey, scalars: list[Scalar], known: bool) -> None:
-        """Queue a scalar-only step at once (what a SIGKILL loses is bounded by the writer's interval)."""
-        if self._writer is None:
-            return
-        self._writer.submit_scalars(key, scalars)
-        if not known and not self._known_names.issuperset([s[0] for s in scalars]):
-            self._note_members([(name, colls) for name, _, _, colls in scalars])
 
     def _submit(self, record: StepRecord) -> None:
         assert self._writer is not None

@@ -83,21 +83,22 @@ class StepDriver:
 
     def begin(self, mode: ModeKeys | None = None) -> bool:
         """End the open step, switch to ``mode`` (None: stay), begin the next step; return whether it saves."""
-        collector, extras = self.collector, self.extras
-        self.parts.step_beginning()
+        collector, extras, parts = self.collector, self.extras, self.parts
+        parts.step_beginning()
         if self.state.open:
             self.end()
         else:
-            self.parts.no_step_to_end(False)
+            parts.no_step_to_end(False)
         if mode is not None and mode is not collector.mode:
             collector.set_mode(mode)
-        if not extras.quiet:
+        quiet = extras.quiet
+        if not quiet:
             extras.check_stop(collector)
         saving = collector.begin_step()
         self.training.optimizer_stepped = False
-        if not extras.quiet:
+        if not quiet:
             extras.on_step_start(collector)
-        self.parts.step_began(saving, collector.mode)
+        parts.step_began(saving, collector.mode)
         return saving
 
     def end(self, final: bool = False) -> StepRecord | None:
@@ -130,9 +131,13 @@ class StepDriver:
         the model (``accumulates()``, asked only then): the micro-batches of gradient accumulation are one step.
         """
         collector, step, state = self.collector, self.training, self.state
-        if (mode if mode is not None else collector.mode) in self.driven:
+        current = collector.mode
+        if mode is None or mode is current:
+            if current in self.driven:
+                return
+        elif mode in self.driven:
             return
-        if mode is not None and mode is not collector.mode:
+        else:
             self.end()
             collector.set_mode(mode)
         if (

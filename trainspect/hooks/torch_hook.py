@@ -90,6 +90,7 @@ class Hook(TorchStepParts, HookAPI):
         the recorded ``loss`` is multiplied back. ``"micro_batches"``: by the number of micro-batches of its step
         (Hugging Face's ``Trainer``). Set by the trainer integrations (:mod:`trainspect.hooks.integrations`)."""
         self._nan = NanOrigin(self, self._extras.note_origin, active=nan_wanted(self._extras.rules))
+        self._accumulates = self._optimizer_exists  # bound once: asked at every forward pass
 
     __init__.__signature__ = signature("pytorch")  # type: ignore[attr-defined]  # one keyword per setting
 
@@ -179,11 +180,11 @@ class Hook(TorchStepParts, HookAPI):
         """Record a loss module's output every step (collection ``losses``)."""
         self.start()
         name = f"{type(loss_module).__name__}_output_0"
-        callback = Callback(self._on_loss_module, name)
-        handle: Any = watch_loss_module(loss_module, callback)  # PyTorch's own loss classes: no module hook needed
+        # PyTorch's own loss classes: the loss tap hands their output over, no module hook is needed
+        handle: Any = watch_loss_module(loss_module, Callback(self._on_loss_output, name))
         if handle is None:
             own_hook_dicts(loss_module)
-            handle = loss_module.register_forward_hook(callback)
+            handle = loss_module.register_forward_hook(Callback(self._on_loss_module, name))
         self._handles.append(handle)
 
     # --- torch callbacks: translated into the driver's events ----------------------------------------------
@@ -196,7 +197,7 @@ class Hook(TorchStepParts, HookAPI):
         mode = None
         if not self._mode_explicit:
             mode = infer_mode(module, self.collector.mode, self._state.open and not step.optimizer_stepped)
-        self._driver.forward_began(mode, self._optimizer_exists)
+        self._driver.forward_began(mode, self._accumulates)
         if not self._extras.quiet:
             self._extras.on_forward_start()
 
@@ -234,14 +235,16 @@ class Hook(TorchStepParts, HookAPI):
             step.accumulates = optimizer_holds([view.param for view in self._registry.params])
         return step.accumulates
 
+    def _on_loss_module(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
+        """A registered loss module's forward hook: its output is recorded (:meth:`_on_loss_output`)."""
+        self._on_loss_output(name, output)
+
     @guarded()
-    def _on_loss_module(self, name: str, *call: Any) -> None:
+    def _on_loss_output(self, name: str, output: Any) -> None:
         """A registered loss module's output, recorded at the open step.
 
-        Called as the module's forward hook ``(module, args, output)``, or by the loss tap with ``(output)`` (see
-        :func:`~trainspect.hooks.torch_backward.watch_loss_module`).
+        Called by its forward hook, or by the loss tap (see :func:`~trainspect.hooks.torch_backward.watch_loss_module`).
         """
-        output = call[-1]
         if self._state.open and name in self._loss_names and isinstance(output, torch.Tensor):
             self._losses.add(name, output)  # record_loss's steady state
         else:

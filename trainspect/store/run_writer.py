@@ -137,7 +137,7 @@ class RunWriter:
 
         Its record, index entry and TensorBoard event are made on the writer thread.
         """
-        return self._bg.submit(("scalars", key, scalars), force=True)  # losses and scalars are never dropped
+        return self._bg.submit(("scalars", key, scalars), 0, True)  # forced: losses and scalars are never dropped
 
     @property
     def tensor_queue(self) -> BackgroundWriter:
