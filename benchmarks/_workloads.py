@@ -236,3 +236,35 @@ def toggled_ratio(
             cpu.setdefault("process", []).append((process["hooked"] - process["plain"]) / (2 * block_steps))
     hook.close()
     return statistics.median(ratios), ratios, statistics.median(plain) * 1000
+
+
+def toggled_thread_cost(
+    workload: str,
+    attachers: dict[str, Callable[[nn.Module, nn.Module], Callable[[], None]]],
+    rounds: int,
+    block_steps: int,
+) -> dict[str, float]:
+    """Extra training-thread CPU microseconds per step of each attacher, toggled against plain as in ``toggled_ratio``.
+
+    ``attachers``: name -> ``attach(model, loss_fn)``, which instruments the one model and returns its ``detach``
+    (called after the block; it also waits for what the block wrote). Every attacher runs in every round, each with
+    its own plain blocks (plain, attached, attached, plain, or the mirror image). Returns the medians of the rounds.
+    """
+    model, opt, loss_fn, batches = make(workload)
+    train(model, opt, loss_fn, batches, 5)
+    costs: dict[str, list[float]] = {name: [] for name in attachers}
+    for r in range(rounds):
+        for name, attach in attachers.items():
+            thread = {"plain": 0.0, "attached": 0.0}
+            order = (
+                ("plain", "attached", "attached", "plain") if r % 2 == 0 else ("attached", "plain", "plain", "attached")
+            )
+            for kind in order:
+                detach = attach(model, loss_fn) if kind == "attached" else None
+                t0 = time.thread_time()
+                train(model, opt, loss_fn, batches, block_steps)
+                if detach is not None:
+                    detach()
+                thread[kind] += time.thread_time() - t0
+            costs[name].append((thread["attached"] - thread["plain"]) / (2 * block_steps) * 1e6)
+    return {name: statistics.median(values) for name, values in costs.items()}

@@ -8,7 +8,9 @@ Single-threaded CPU, synthetic data (16 fixed batches), the workloads of spec/pe
 * Per-step cost (issue 33 target: <= 30 us per loss-only step on the training thread): the default capture on T10
   (10 parameter tensors), toggled as below, the extra CPU seconds per step of the training thread
   (``time.thread_time``) and of the whole process (``time.process_time``: the writer threads too), medians of the
-  rounds.
+  rounds. Then where it goes, toggled the same way: PyTorch's hooking alone (no-op module and optimizer hooks,
+  pass-through backward and loss wrappers: what any recorder built on them pays), trainspect with its six per-step
+  event handlers swapped for no-ops, and trainspect.
 * Default and weights+gradients+losses every 100 (targets 1.03x / 1.05x): one model, the hook attached and
   detached in turn, 60 rounds of four ~0.6 s blocks (plain, hooked, hooked, plain, or the mirror image), median of
   the per-round ratios (``_workloads.toggled_ratio``: on this shared VM two model instances differ by 1-5 % in
@@ -31,6 +33,7 @@ Single-threaded CPU, synthetic data (16 fixed batches), the workloads of spec/pe
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -39,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -180,6 +184,101 @@ def _step_cost(base: str, rounds: int) -> list[str]:
     return [] if ok else ["per-step cost on the training thread"]
 
 
+def _noop(*args: object) -> None:
+    return None
+
+
+def _hooking_alone(model: Any, loss_fn: Any) -> Any:
+    """What any recorder built on PyTorch's hooks pays, doing nothing in them: no-op forward (pre-)hooks on the model,
+    no-op global optimizer step hooks, pass-through wrappers of ``torch.autograd.backward`` and of the loss module's
+    functional loss (T10: ``F.mse_loss``). Returns the detach."""
+    import torch
+    import torch.nn.functional as F  # noqa: N812
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    handles = [
+        model.register_forward_pre_hook(functools.partial(_noop)),
+        model.register_forward_hook(functools.partial(_noop), always_call=True),
+        register_optimizer_step_pre_hook(functools.partial(_noop)),
+        register_optimizer_step_post_hook(functools.partial(_noop)),
+    ]
+    originals = [(torch.autograd, "backward", torch.autograd.backward), (F, "mse_loss", F.mse_loss)]
+    for owner, attr, original in originals:
+        setattr(owner, attr, functools.partial(_pass_through, original))
+
+    def detach() -> None:
+        for handle in handles:
+            handle.remove()
+        for owner, attr, original in originals:
+            setattr(owner, attr, original)
+
+    return detach
+
+
+def _pass_through(original: Any, *args: Any, **kwargs: Any) -> Any:
+    return original(*args, **kwargs)
+
+
+_EVENT_HANDLERS = {
+    "_on_top_forward_pre": lambda self, module, args: None,
+    "_on_top_forward": lambda self, module, args, output: None,
+    "_on_loss_output": lambda self, name, output: None,
+    "_on_backward": lambda self, loss: None,
+    "_on_optimizer_pre": lambda self, optimizer, args, kwargs: None,
+    "_on_optimizer_post": lambda self, optimizer, args, kwargs: None,
+}
+"""The PyTorch hook's per-step event handlers, as no-ops (benchmark-only: where the per-step cost goes)."""
+
+
+def _hook_attacher(hook: ts.torch.Hook, handlers: dict[str, Any]) -> Any:
+    """An attacher (``_workloads.toggled_thread_cost``) of a default-capture hook, ``handlers`` swapped in meanwhile."""
+    from trainspect.hooks.step_state import NO_CAPTURES
+
+    def attach(model: Any, loss_fn: Any) -> Any:
+        saved = {name: ts.torch.Hook.__dict__[name] for name in handlers}
+        for name, handler in handlers.items():
+            setattr(ts.torch.Hook, name, handler)
+        hook._top.clear()  # re-registering after _remove_handles (benchmark-only use of the hook's internals)
+        hook._params.clear()
+        hook._submodules.clear()
+        hook._step.captures = NO_CAPTURES
+        hook._globals_installed = False
+        hook.register_module(model)
+        hook.register_loss(loss_fn)
+
+        def detach() -> None:
+            hook.flush()
+            hook._remove_handles()
+            hook._step.forward_depth = 0
+            for name, handler in saved.items():
+                setattr(ts.torch.Hook, name, handler)
+
+        return detach
+
+    return attach
+
+
+def _step_cost_parts(base: str, rounds: int) -> None:
+    """Where the per-step cost goes: PyTorch's hooking alone, trainspect with no-op event handlers, trainspect."""
+    shell, full = ts.torch.Hook(os.path.join(base, "shell")), ts.torch.Hook(os.path.join(base, "parts"))
+    attachers = {
+        "hooking": _hooking_alone,
+        "shell": _hook_attacher(shell, _EVENT_HANDLERS),
+        "full": _hook_attacher(full, {}),
+    }
+    costs = wl.toggled_thread_cost("T10", attachers, rounds, BLOCK_STEPS["T10"])
+    full.close()
+    shell.disabled = True  # it recorded nothing (its handlers were no-ops): no warning saying so at exit
+    shell.close()
+    print(
+        f"  where it goes ({rounds} rounds, training thread, each toggled against plain): PyTorch's hooking alone "
+        f"(no-op module and optimizer hooks, pass-through backward and loss wrappers) {costs['hooking']:+.1f} us; "
+        f"trainspect with its six event handlers as no-ops (its patches, loss tap and callbacks) {costs['shell']:+.1f} "
+        f"us; trainspect {costs['full']:+.1f} us",
+        flush=True,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="a quarter of the steps, 3 pairs")
@@ -196,6 +295,7 @@ def main() -> None:
     rounds = 30 if args.quick else args.rounds
     if not args.no_step_cost:
         failed += _step_cost(base, rounds)
+        _step_cost_parts(base, rounds)
     for workload in filter(None, args.workloads.split(",")):
         block = BLOCK_STEPS[workload]
         print(f"{workload}: one model, hook attached/detached in turn, {rounds} rounds x 4 blocks x {block} steps")
