@@ -169,6 +169,22 @@ def _hooked_block(
     saves.extend(times[at] - median for at in range(-first % every, steps, every))
 
 
+def reattach(hook: Any, model: nn.Module, loss_fn: nn.Module) -> None:
+    """Register ``model`` and ``loss_fn`` with a trainspect hook again after ``hook._remove_handles()``.
+
+    Benchmark-only use of the hook's internals: the toggled benchmarks attach and detach one hook many times.
+    """
+    from trainspect.hooks.step_state import NO_CAPTURES  # here: the smdebug side runs without trainspect
+
+    hook._top.clear()
+    hook._params.clear()
+    hook._submodules.clear()
+    hook._step.captures = NO_CAPTURES
+    hook._globals_installed = False
+    hook.register_module(model)
+    hook.register_loss(loss_fn)
+
+
 def toggled_ratio(
     workload: str,
     hook_factory: Callable[[], Any],
@@ -195,16 +211,8 @@ def toggled_ratio(
     train(model, opt, loss_fn, batches, 5)
     hook = hook_factory()
 
-    def attach() -> None:  # re-registering after _remove_handles (benchmark-only use of the hook's internals)
-        hook._top.clear()
-        hook._params.clear()
-        hook._submodules.clear()
-        from trainspect.hooks.step_state import NO_CAPTURES  # here: the smdebug side runs without trainspect
-
-        hook._step.captures = NO_CAPTURES
-        hook._globals_installed = False
-        hook.register_module(model)
-        hook.register_loss(loss_fn)
+    def attach() -> None:
+        reattach(hook, model, loss_fn)
 
     attach()
     train(model, opt, loss_fn, batches, 5)

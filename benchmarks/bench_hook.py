@@ -232,19 +232,12 @@ _EVENT_HANDLERS = {
 
 def _hook_attacher(hook: ts.torch.Hook, handlers: dict[str, Any]) -> Any:
     """An attacher (``_workloads.toggled_thread_cost``) of a default-capture hook, ``handlers`` swapped in meanwhile."""
-    from trainspect.hooks.step_state import NO_CAPTURES
 
     def attach(model: Any, loss_fn: Any) -> Any:
         saved = {name: ts.torch.Hook.__dict__[name] for name in handlers}
         for name, handler in handlers.items():
             setattr(ts.torch.Hook, name, handler)
-        hook._top.clear()  # re-registering after _remove_handles (benchmark-only use of the hook's internals)
-        hook._params.clear()
-        hook._submodules.clear()
-        hook._step.captures = NO_CAPTURES
-        hook._globals_installed = False
-        hook.register_module(model)
-        hook.register_loss(loss_fn)
+        wl.reattach(hook, model, loss_fn)
 
         def detach() -> None:
             hook.flush()
