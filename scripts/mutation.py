@@ -42,6 +42,7 @@ PACKAGE = ROOT / "trainspect"
 
 # module (relative to trainspect/) -> the test files that exercise it
 _STORE = [
+    "tests/store/test_store_edges.py",
     "tests/store/test_index_recovery.py",
     "tests/store/test_tensor_file_roundtrip.py",
     "tests/store/test_framing.py",
@@ -57,11 +58,13 @@ _WRITER = [
     *_STORE,
 ]
 _PROFILER_RULES = [
+    "tests/profiler/test_profiler_rule_bounds.py",
     "tests/profiler/test_profiler_rule_thresholds.py",
     "tests/profiler/test_profiler_rule_edges.py",
     "tests/profiler/test_profiler_rules.py",
 ]
 _ANALYSES = [
+    "tests/profiler/test_event_edges.py",
     "tests/profiler/test_analysis_figures.py",
     "tests/profiler/test_utilisation_figures.py",
     "tests/profiler/test_profiler_readers.py",
@@ -72,6 +75,7 @@ _ANALYSES = [
     "tests/report/test_report_truth.py",
 ]
 _REPORT = [
+    "tests/report/test_report_edges.py",
     "tests/report/test_report_figures.py",
     "tests/report/test_summary_figures.py",
     "tests/report/test_report_truth.py",
@@ -81,6 +85,7 @@ _REPORT = [
     "-mnot browser",
 ]
 _COMPARE = [
+    "tests/report/test_report_edges.py",
     "tests/report/test_compare_rows.py",
     "tests/report/test_summary_figures.py",
     "tests/report/test_compare.py",
@@ -88,11 +93,13 @@ _COMPARE = [
     "-mnot browser",
 ]
 _MLFLOW = [
+    "tests/mlflow/test_logger_edges.py",
     "tests/mlflow/test_mlflow_values.py",
     "tests/tb_plugin/test_metric_catalogue.py",
     "tests/mlflow/test_mlflow_local.py",
 ]
 _TENSOR_RULES = [
+    "tests/rules/test_rule_edges.py",
     "tests/rules/test_rule_thresholds.py",
     "tests/rules/test_rule_defaults.py",
     "tests/rules/test_rules_tensor.py",
@@ -104,6 +111,7 @@ _TENSOR_RULES = [
 _LOSS_RULES = [*_TENSOR_RULES, "tests/rules/test_interleaved_losses.py", "tests/rules/test_eval_rules_trust.py"]
 # module (relative to trainspect/) -> the pytest arguments (test files, options) of the tests that exercise it
 _LIFECYCLE = [
+    "tests/hooks/test_lifecycle_edges.py",
     "tests/hooks/test_collector_lifecycle.py",
     "tests/hooks/test_step_driver.py",
     "tests/hooks/test_step_api.py",
@@ -125,6 +133,7 @@ TESTS: dict[str, list[str]] = {
     "rules/profiler/cpu_bottleneck.py": [*_PROFILER_RULES, "tests/profiler/test_job_cpu_rules.py"],
     "rules/profiler/io_bottleneck.py": _PROFILER_RULES,
     "rules/vanishing_gradient.py": [
+        "tests/rules/test_rule_edges.py",
         "tests/rules/test_rule_thresholds.py",
         "tests/rules/test_rule_defaults.py",
         "tests/rules/test_vanishing_gradient_edges.py",

@@ -1,0 +1,115 @@
+"""The step lifecycle at its edges: what the driver reports at a step's beginning, a new hook's state, who records.
+
+A real collector recording into a temporary run directory, driven by the step driver with a framework adapter that
+notes what it is told; real PyTorch hooks for the hook-level behaviour.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import trainspect as ts
+from trainspect.hook_settings import check_settings
+from trainspect.hooks.collector import Collector
+from trainspect.hooks.step_driver import StepDriver
+from trainspect.hooks.step_state import StepPhase
+from trainspect.modes import ModeKeys
+
+torch.set_num_threads(1)
+
+
+class _Parts:
+    """A framework adapter that notes whether each step it was told about saves."""
+
+    def __init__(self) -> None:
+        self.saving: list[bool] = []
+
+    def step_beginning(self) -> None:
+        pass
+
+    def step_began(self, saving: bool, mode: ModeKeys) -> None:
+        self.saving.append(saving)
+
+    def step_ending(self, final: bool) -> tuple[None, bool]:
+        return None, False
+
+    def no_step_to_end(self, final: bool) -> None:
+        pass
+
+
+class _Extras:
+    quiet = True
+
+
+def test_the_driver_reports_whether_each_step_it_begins_saves(tmp_path: Path) -> None:
+    settings = check_settings(
+        "pytorch",
+        {
+            "out_dir": str(tmp_path),
+            "include_collections": [ts.Collection("losses", save_config=ts.SaveConfig(save_interval=3))],
+        },
+    )
+    collector = Collector("pytorch", settings)
+    collector.start()
+    parts = _Parts()
+    driver = StepDriver(collector, _Extras(), parts)
+    reported = [driver.begin(ModeKeys.TRAIN) for _ in range(5)]
+    driver.end()
+    collector.close()
+    assert reported == [True, False, False, True, False]  # every third step saves the losses
+    assert reported == parts.saving  # what the caller is told is what the framework adapter was told
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Linear(3, 1)
+
+
+def test_a_new_hook_is_idle_and_saves_nothing_until_its_first_step_begins(tmp_path: Path) -> None:
+    hook = ts.torch.Hook(tmp_path, include_collections=["weights"], save_config=ts.SaveConfig(save_interval=1))
+    hook.register_module(_model())
+    state = hook.collector.state
+    assert state.phase is StepPhase.IDLE and not state.open
+    assert state.saving is False  # no step: nothing is being saved
+    assert repr(state) == "StepState(IDLE, saving=False)"
+    hook.begin_step("train")
+    assert state.open and state.saving is True
+    hook.end_step()
+    assert state.phase is StepPhase.IDLE and state.saving is False
+    hook.close()
+
+
+def test_a_rank_other_than_0_records_no_tensors_of_an_unsharded_model_under_include_workers_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1", "TRAINSPECT_JOB_ID": "job-one"}.items():
+        monkeypatch.setenv(name, value)
+    model = _model()
+    hook = ts.torch.Hook(
+        tmp_path,
+        include_workers="one",
+        include_collections=["weights", "losses"],
+        save_config=ts.SaveConfig(save_interval=1),
+    )
+    hook.register_module(model)
+    assert hook.collector.sharded is False  # a plain module: its parameters are whole on every rank
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        hook.begin_step("train")
+        loss = model(torch.ones(2, 3)).pow(2).sum()
+        hook.record_loss("loss", loss)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        hook.end_step()
+    collector: Any = hook.collector
+    assert collector.rank == 1 and collector.worker == "worker_1"
+    assert collector.records_tensors is False
+    hook.close()
+    assert (tmp_path / "workers" / "worker_1.json").is_file()  # the rank joined the job
+    assert not (tmp_path / "tensors" / "worker_1").exists()  # but rank 0 alone records an unsharded model

@@ -1,0 +1,63 @@
+"""Edges of ``MlflowLogger`` seen in MLflow's embedded store: whose run it ends, and the steps of system metrics.
+
+A logger attached to a run the user started leaves that run open at close (only a run created for the job is
+ended), and the system metrics of a node are numbered from step 0, one step per poll that found new samples.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlflow
+import numpy as np
+from mlflow.tracking import MlflowClient
+
+from trainspect.mlflow_plugin import MlflowLogger, MlflowSink
+from trainspect.modes import ModeKeys
+from trainspect.profiler.writers import SystemChunkWriter
+from trainspect.step import StepRecord, TensorRecord
+from trainspect.store.layout import RunLayout
+
+T0 = 1_700_000_000.0
+
+
+def _loss(step: int, value: float) -> StepRecord:
+    tensor = TensorRecord("loss", np.array(value), collections=frozenset({"losses"}))
+    return StepRecord(ModeKeys.TRAIN, step, step, T0 + step, "worker_0", {"loss": tensor})
+
+
+def test_a_logger_on_the_users_run_leaves_it_running_at_close(local_store: str, tmp_path: Path) -> None:
+    client = MlflowClient()
+    with mlflow.start_run() as run:
+        run_id = run.info.run_id
+        logger = MlflowLogger(tmp_path / "run", MlflowSink(run_id, local_store), tail_system=False)
+        logger.submit(_loss(0, 2.5))
+        assert logger.close()
+        assert client.get_run(run_id).info.status == "RUNNING"  # the user goes on logging to it
+    assert client.get_run(run_id).info.status == "FINISHED"  # ended by the user's ``with``
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "train/loss")] == [(0, 2.5)]
+    owned = client.create_run(run.info.experiment_id).info.run_id
+    logger = MlflowLogger(tmp_path / "owned", MlflowSink(owned, local_store), tail_system=False, owns_run=True)
+    assert logger.close()
+    assert client.get_run(owned).info.status == "FINISHED"  # a run created for the job ends with it
+
+
+def test_system_metrics_count_steps_from_zero_one_per_poll_with_new_samples(local_store: str, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    writer = SystemChunkWriter(RunLayout(run_dir).system_dir("algo-1"), "algo-1", 500)
+    with mlflow.start_run() as run:
+        logger = MlflowLogger(run_dir, MlflowSink(run.info.run_id, local_store), watch_verdicts=False)
+        for i, (cpu0, cpu1) in enumerate([(10.0, 30.0), (50.0, 70.0), (90.0, 90.0)]):
+            for k in range(2):  # two samples per poll: the poll logs their mean
+                writer.append(T0 + i + 0.5 * k, {"cpu0_utilization_percent": cpu0, "cpu1_utilization_percent": cpu1})
+            writer.flush()
+            assert logger.tick(force=True)
+        assert logger.tick(force=True)  # nothing new: no step
+        writer.close()
+        assert logger.close()
+    client = MlflowClient()
+    history = client.get_metric_history(run.info.run_id, "system/cpu_utilization_percentage")
+    assert sorted((m.step, m.value) for m in history) == [(0, 20.0), (1, 60.0), (2, 90.0)]
+    cpu0 = client.get_metric_history(run.info.run_id, "system/cpu_0_utilization_percentage")
+    ms = int(T0 * 1000)
+    assert sorted((m.step, m.timestamp) for m in cpu0) == [(0, ms + 500), (1, ms + 1500), (2, ms + 2500)]  # newest

@@ -1,0 +1,128 @@
+"""Profiler rules at the bounds of their data: the last sample's window, a GPU with one sample or none, ties.
+
+Small synthetic timelines (``profiler_synth``) with the figures worked out by hand: which scan windows a rule
+judges, which GPUs it compares, which one its message names, and the percentages and minutes it reports.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from profiler_synth import T0, data, gpus, steps, system
+
+from trainspect.rules.profiler import (
+    BatchSize,
+    GPUMemoryIncrease,
+    InputBottleneck,
+    IOBottleneck,
+    LoadBalancing,
+    MaxInitializationTime,
+    OverallSystemUsage,
+    WorkerStraggler,
+)
+from trainspect.rules.profiler._prefix_outliers import PrefixOutliers
+from trainspect.rules.verdict import Status
+
+
+def test_a_last_sample_past_a_window_end_opens_a_window_of_its_own() -> None:
+    # 122 samples at 0-60.5 s, all bottlenecks: the 60 s window holds 121 (not more than patience), the 120 s one all
+    busy = {"cpu_iowait_percent": 70.0, **gpus(1, 5.0)}
+    v = IOBottleneck(patience=121).evaluate(data([system(61.0, **busy)]))
+    assert v.status is Status.ISSUES_FOUND and v.datapoints == 122
+    assert v.triggers == 1 and v.first_trigger_time == T0 + 120
+    assert v.series[0].x == (T0 + 120,)
+    short = IOBottleneck(patience=120).evaluate(data([system(60.5, **busy)]))  # 121 samples: one window
+    assert short.status is Status.ISSUES_FOUND and short.series[0].x == (T0 + 60,)
+
+
+def test_batch_size_series_has_one_point_per_judged_window() -> None:
+    arrays = system(10.0, cores=1, cpu0_utilization_percent=12.5, **gpus(1, 90.0, 90.0))
+    (series,) = BatchSize(window=4, patience=4).evaluate(data([arrays])).series
+    assert series.x == (T0 + 60,) and series.y == (12.5,)
+
+
+def test_a_gpu_with_one_sample_more_than_the_window_is_not_judged() -> None:
+    # window 3: the first comparison of two full moving averages needs window + 2 samples
+    rule = GPUMemoryIncrease(window=3, patience=1, memory_source="device")
+    four = rule.evaluate(data([system(2.0, cores=1, **gpus(1, 50.0, np.array([10.0, 10.0, 10.0, 40.0])))]))
+    assert four.status is Status.NO_ISSUES_FOUND and four.datapoints == 4
+    assert "n0/gpu0" not in four.details and four.series == ()
+    five = rule.evaluate(data([system(2.5, cores=1, **gpus(1, 50.0, np.array([10.0, 10.0, 10.0, 10.0, 40.0])))]))
+    assert five.status is Status.ISSUES_FOUND and five.details["n0/gpu0"]["increase"] == 10.0
+    assert len(five.series) == 1
+
+
+def test_gpus_with_the_same_memory_increase_are_named_by_the_first() -> None:
+    mem = np.array([10.0, 10.0, 15.0, 20.5, 20.5, 20.5])
+    v = GPUMemoryIncrease(window=1, patience=1, memory_source="device").evaluate(
+        data([system(3.0, cores=1, **gpus(2, 50.0, mem))])
+    )
+    assert v.triggers == 2
+    assert v.message == (
+        "largest increase of the 1-sample moving average of whole-device memory (NVML): 5.50 points on n0/gpu0 "
+        "(threshold 5); 2 violation(s)"
+    )
+
+
+def test_a_wait_tagged_with_the_lowest_global_step_belongs_to_that_step_wherever_it_starts() -> None:
+    tab = steps(np.full(12, 0.25), gap=0.75)  # a step every second
+    tab.steps["global_step"] = np.array([1, 0, *range(2, 12)], np.int64)  # the second step carries global step 0
+    end = float(tab.steps["start"][1])
+    tab.spans = {
+        "kind": np.array([4], np.uint8),
+        "start": np.array([end - 0.5]),
+        "end": np.array([end]),
+        "global_step": np.array([0], np.int64),
+        "workers": np.array([2], np.int16),
+        "pid": np.zeros(1, np.int64),
+    }
+    d = InputBottleneck(patience=10).evaluate(data([], [tab])).details["worker_0"]
+    assert d["cycles"] == 11 and d["input_wait_s"] == 0.5
+
+
+def test_gpus_of_different_nodes_are_compared_when_the_second_has_one_sample() -> None:
+    one = np.full(6, np.nan)
+    one[0] = 90.0
+    n0 = system(3.0, cores=1, gpu0_utilization_percent=10.0)
+    n1 = system(3.0, node="n1", cores=1, gpu0_utilization_percent=one)
+    v = LoadBalancing(patience=5).evaluate(data([n0, n1]))
+    assert v.status is Status.ISSUES_FOUND and v.triggers == 1
+    assert v.details["across_nodes"] == {"n0:gpu0 vs n1:gpu0": pytest.approx(np.sqrt(np.log(2)), abs=1e-4)}
+
+
+def test_a_gpu_without_a_sample_is_not_compared() -> None:
+    arrays = system(3.0, cores=1, gpu0_utilization_percent=10.0, gpu1_utilization_percent=np.nan)
+    v = LoadBalancing(patience=5).evaluate(data([arrays]))
+    assert v.status is Status.NO_ISSUES_FOUND and v.message == "only one GPU per node: no balancing issue"
+    assert v.details["n0"]["distances"] == {}
+
+
+def test_minutes_without_a_step_are_charted_per_window() -> None:
+    rule = MaxInitializationTime(threshold=1.0, scan_interval_us=30_000_000)
+    (series,) = rule.evaluate(data([system(200.0)], [steps(np.ones(3), start=T0 + 120)])).series
+    assert series.x == tuple(T0 + 30.0 * np.arange(7))
+    assert series.y[:4] == (0.0, 0.5, 1.0, 1.5) and np.isnan(series.y[4:]).all()  # the step came in the 120 s one
+
+
+def test_system_usage_reports_the_95th_percentile() -> None:
+    arrays = system(50.0, cores=1, **gpus(1, lambda t: 2 * t))  # GPU at 0, 1, ..., 99 %
+    v = OverallSystemUsage().evaluate(data([arrays]))
+    assert v.details["GPU"]["n0"] == {"max": 99.0, "p99": 98.01, "p95": 94.05, "p50": 49.5, "min": 0.0}
+
+
+def test_a_slower_rank_is_stated_in_percent_of_the_others_compute() -> None:
+    ranks = [steps(np.full(12, s), worker=f"worker_{i}", gap=1.0 - s) for i, s in enumerate((0.5, 0.5, 0.875))]
+    v = WorkerStraggler(threshold=20.0).evaluate(data([], ranks))
+    assert v.workers == ("worker_2",)
+    assert v.message.startswith(
+        "worker_2 computes 75 % longer per step than the median of the other ranks (875 ms vs 500 ms; threshold 20 %)"
+    )
+
+
+def test_step_outliers_of_a_skewed_prefix_are_the_brute_force_ones() -> None:
+    # a quarter of the steps twice as long: the mean (1.25 s) lies well above the median (1 s)
+    dur = np.ones(2000)
+    dur[1::4] = 2.0
+    dur[0] = 1.5  # below mean + std (1.68 s): not an outlier
+    scan = PrefixOutliers(dur, 1.0)
+    assert scan.nth_outlier(2000, 0) == 1 and scan.nth_outlier(2000, 1) == 5
