@@ -45,7 +45,11 @@ def test_a_gpu_with_one_sample_more_than_the_window_is_not_judged() -> None:
     # window 3: the first comparison of two full moving averages needs window + 2 samples
     rule = GPUMemoryIncrease(window=3, patience=1, memory_source="device")
     four = rule.evaluate(data([system(2.0, cores=1, **gpus(1, 50.0, np.array([10.0, 10.0, 10.0, 40.0])))]))
-    assert four.status is Status.NO_ISSUES_FOUND and four.datapoints == 4
+    assert four.status is Status.NO_DATA and four.datapoints == 4  # no GPU judged: said so, no "-inf points"
+    assert four.message == (
+        "too little data: 4 GPU memory samples per GPU at most; the 3-sample moving average needs 5 to compare two "
+        "of them"
+    )
     assert "n0/gpu0" not in four.details and four.series == ()
     five = rule.evaluate(data([system(2.5, cores=1, **gpus(1, 50.0, np.array([10.0, 10.0, 10.0, 10.0, 40.0])))]))
     assert five.status is Status.ISSUES_FOUND and five.details["n0/gpu0"]["increase"] == 10.0

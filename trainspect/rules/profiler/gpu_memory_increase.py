@@ -122,6 +122,12 @@ class GPUMemoryIncrease(ProfilerRule):
             return self.no_data(
                 f"too little data: {most} GPU memory samples; the rule needs more than patience={self.patience}", most
             )
+        if not details:  # more samples than patience, but no GPU has two full moving averages to compare
+            return self.no_data(
+                f"too little data: {most} GPU memory samples per GPU at most; the {self.window}-sample moving average "
+                f"needs {self.window + 2} to compare two of them",
+                most,
+            )
         what = ", ".join(sorted({_SOURCES[s] for *_x, s in found}))
         msg = (
             f"largest increase of the {self.window}-sample moving average of {what}: {biggest[0]:.2f} points on "
