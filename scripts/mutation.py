@@ -139,7 +139,11 @@ TESTS: dict[str, list[str]] = {
         "tests/rules/test_vanishing_gradient_edges.py",
         "tests/rules/test_rules_tensor.py",
     ],
-    "hooks/save_plan.py": ["tests/hooks/test_save_plan_rules.py", "tests/hooks/test_save_config.py"],
+    "hooks/save_plan.py": [
+        "tests/hooks/test_save_plan_rules.py",
+        "tests/hooks/test_save_config.py",
+        "tests/hooks/test_lifecycle_edges.py",
+    ],
     # the step lifecycle: which call ends which mode's step, accumulation, driven vs inferred, a stop, close
     "hooks/step_driver.py": _LIFECYCLE,
     "hooks/step_state.py": _LIFECYCLE,
@@ -212,6 +216,7 @@ TESTS: dict[str, list[str]] = {
     "rules/weight_update_ratio.py": [*_TENSOR_RULES, "tests/rules/test_dead_gradients.py"],
     "store/source.py": ["tests/store/test_index_tailing.py", "tests/store/test_shards.py", *_STORE],
     "rules/counts.py": [
+        "tests/rules/test_rule_edges.py",
         "tests/rules/test_rule_counts_line.py",
         "tests/mlflow/test_mlflow_values.py",
         "tests/report/test_report_truth.py",

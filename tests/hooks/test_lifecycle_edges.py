@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -16,6 +17,7 @@ from torch import nn
 import trainspect as ts
 from trainspect.hook_settings import check_settings
 from trainspect.hooks.collector import Collector
+from trainspect.hooks.save_plan import TensorPlan
 from trainspect.hooks.step_driver import StepDriver
 from trainspect.hooks.step_state import StepPhase
 from trainspect.modes import ModeKeys
@@ -113,3 +115,57 @@ def test_a_rank_other_than_0_records_no_tensors_of_an_unsharded_model_under_incl
     hook.close()
     assert (tmp_path / "workers" / "worker_1.json").is_file()  # the rank joined the job
     assert not (tmp_path / "tensors" / "worker_1").exists()  # but rank 0 alone records an unsharded model
+
+
+def _collector(tmp_path: Path, **extra: Any) -> Collector:
+    settings = check_settings("pytorch", {"out_dir": str(tmp_path), **extra})
+    collector = Collector("pytorch", settings)
+    collector.start()
+    return collector
+
+
+def test_tensors_added_late_to_a_finished_step_are_written_at_that_step(tmp_path: Path) -> None:
+    collector = _collector(tmp_path, include_collections=["default"])
+    collector.begin_step()
+    step = collector.open_step()
+    assert step is not None
+    collector.end_step()
+    plan = TensorPlan(True, (), False, frozenset({"default"}))
+    late = np.arange(3, dtype=np.float32)
+    collector.add_late(step, [("late_copy", plan, late, None, late.shape, None, None)])
+    collector.close()
+    trial = ts.create_trial(tmp_path)
+    assert "late_copy" in trial.tensor_names()
+    np.testing.assert_array_equal(trial.tensor("late_copy").value(step[2]), late)
+
+
+def test_a_reopened_last_step_is_open_and_saving_until_it_ends_again(tmp_path: Path) -> None:
+    collector = _collector(tmp_path)
+    assert collector.reopen_last_step() is False  # no step finished yet
+    collector.begin_step()
+    collector.end_step()
+    assert collector.reopen_last_step() is True
+    state = collector.state
+    assert state.open and state.saving is True  # what is added now is saved, whatever the schedule said
+    collector.end_step()
+    assert not state.open and state.saving is False
+    collector.close()
+
+
+def test_a_hook_whose_first_step_saves_nothing_takes_no_module_inputs_or_outputs(tmp_path: Path) -> None:
+    hook = ts.torch.Hook(
+        tmp_path,
+        include_collections=[
+            ts.Collection("losses", save_config=ts.SaveConfig(start_step=1)),
+            ts.Collection("outs", module_outputs=True),
+        ],
+        save_config=ts.SaveConfig(start_step=1),
+    )
+    model = _model()
+    hook.register_module(model)
+    planner = hook.collector.planner
+    hook.begin_step("train")  # step 0: nothing saves
+    assert hook.collector.state.saving is False and planner.takes_modules is False
+    model(torch.ones(2, 3))
+    hook.end_step()
+    hook.close()

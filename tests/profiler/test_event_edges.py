@@ -10,9 +10,13 @@ import gzip
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from trainspect.profiler import SystemMetricsReader, traces
+from trainspect.profiler.analysis import job_statistics
+from trainspect.profiler.arrays import FrameworkTables
+from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.sagemaker import read_system_file
 from trainspect.profiler.traces import load_trace, read_trace_file
 from trainspect.store.safe_files import UnsafeFile
@@ -87,3 +91,25 @@ def test_a_gzipd_trace_of_several_members_within_the_cap_reads_whole(
     assert problem is None
     assert [e.event_name for e in events] == [f"step_{i:04d}" for i in range(40)]
     assert (events[-1].start_time, events[-1].end_time, events[-1].node_id) == (390.0, 395.0, "algo-1")
+
+
+def test_a_trace_whose_trace_events_is_not_a_list_reads_as_no_events_and_says_so(tmp_path: Path) -> None:
+    path = tmp_path / "1000_algo-1_pythontimeline.json"
+    path.write_text(json.dumps({"traceEvents": 5}))
+    assert load_trace(path) == ([], True)
+    events, problem = read_trace_file(path)
+    assert events == [] and problem == "truncated or malformed trace; readable events kept"
+
+
+def test_a_training_loop_shorter_than_a_second_is_reported_at_its_length(tmp_path: Path) -> None:
+    tab = FrameworkTables("worker_0", "n0", process_start=T0, recorder_start=T0)
+    tab.steps = {
+        "mode": np.ones(2, np.uint8),
+        "mode_step": np.arange(2, dtype=np.int64),
+        "global_step": np.arange(2, dtype=np.int64),
+        "start": np.array([T0 + 2.0, T0 + 2.25]),
+        "end": np.array([T0 + 2.2, T0 + 2.5]),  # the loop: 2.0 s to 2.5 s
+    }
+    stats = job_statistics(ProfilerData(tmp_path, system={}, framework={"worker_0": tab}, job_ended=True))
+    assert (stats["training_loop_start"], stats["training_loop_end"]) == (T0 + 2.0, T0 + 2.5)
+    assert stats["training_loop_s"] == 0.5 and stats["initialization_s"] == 2.0

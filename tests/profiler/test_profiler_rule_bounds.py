@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from profiler_synth import T0, data, gpus, steps, system
 
+from trainspect.profiler.arrays import SystemArrays
 from trainspect.rules.profiler import (
     BatchSize,
     GPUMemoryIncrease,
@@ -17,6 +18,7 @@ from trainspect.rules.profiler import (
     IOBottleneck,
     LoadBalancing,
     MaxInitializationTime,
+    OverallFrameworkMetrics,
     OverallSystemUsage,
     WorkerStraggler,
 )
@@ -130,3 +132,52 @@ def test_step_outliers_of_a_skewed_prefix_are_the_brute_force_ones() -> None:
     dur[0] = 1.5  # below mean + std (1.68 s): not an outlier
     scan = PrefixOutliers(dur, 1.0)
     assert scan.nth_outlier(2000, 0) == 1 and scan.nth_outlier(2000, 1) == 5
+
+
+def test_gpu_metrics_without_the_io_wait_metric_say_so_instead_of_judging() -> None:
+    full = system(10.0, cores=1, **gpus(1, 5.0))  # idle GPU all along: a bottleneck were I/O wait recorded
+    keep = [j for j, key in enumerate(full.keys) if key != "cpu_iowait_percent"]
+    arrays = SystemArrays("n0", full.timestamps, tuple(full.keys[j] for j in keep), full.values[:, keep], 500)
+    v = IOBottleneck(patience=1).evaluate(data([arrays]))
+    assert v.status is Status.NO_DATA and v.datapoints == 0
+    assert v.message == "no I/O wait metrics were recorded next to the GPU metrics"
+
+
+def test_framework_spans_without_steps_report_no_time_outside_steps() -> None:
+    tab = steps(np.array([]))  # forward and backward spans, but no step recorded: no training loop to divide
+    tab.spans = {
+        "kind": np.array([1, 2], np.uint8),
+        "start": np.array([T0 + 5.0, T0 + 5.2]),
+        "end": np.array([T0 + 5.2, T0 + 5.5]),
+        "global_step": np.zeros(2, np.int64),
+        "workers": np.ones(2, np.int16),
+        "pid": np.zeros(2, np.int64),
+    }
+    v = OverallFrameworkMetrics().evaluate(data([], [tab]))
+    assert v.status is Status.NO_ISSUES_FOUND and v.datapoints == 0
+    assert v.message == "0.0% of the training loop was spent outside steps"
+
+
+def test_step_time_stragglers_judge_a_worker_with_exactly_min_steps_steps() -> None:
+    ranks = [steps(np.full(3, 0.5), worker=f"worker_{i}") for i in range(2)]
+    judged = WorkerStraggler(measure="step", min_steps=3).evaluate(data([], ranks))
+    assert judged.status is Status.NO_ISSUES_FOUND and judged.datapoints == 2
+    assert judged.message == "no straggler among 2 workers (median step 0.5 s, threshold 20 %)"
+    short = WorkerStraggler(measure="step", min_steps=4).evaluate(data([], ranks))  # one step short on both
+    assert short.status is Status.NO_DATA and short.message.startswith("0 worker(s) with at least 4 step cycles")
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        pytest.param(np.linspace(-1e-3, 1e-3, 1100), id="evenly-spread"),
+        pytest.param(np.where(np.arange(1100) % 2, 1e-3, -1e-3), id="every-step-on-mean-plus-std"),
+    ],
+)
+def test_step_outliers_of_a_prefix_far_from_the_median_are_the_brute_force_ones(head: np.ndarray) -> None:
+    # 1100 steps of about 1000 s, then 1300 of 0 s: the median (0) lies far from the prefix's mean, so the
+    # running sums leave a rounding error in the prefix's tiny spread that the scan must allow for
+    dur = np.concatenate([1000.0 + head, np.zeros(1300)])
+    prefix = dur[:1100]
+    brute = np.flatnonzero(prefix > prefix.mean() + prefix.std())
+    assert PrefixOutliers(dur, 1.0).nth_outlier(1100, 0) == (int(brute[0]) if len(brute) else None)

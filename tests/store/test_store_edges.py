@@ -6,6 +6,7 @@ is read back through the Trial or the raw index bytes, as a reader sees it.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +14,13 @@ import numpy as np
 import trainspect as ts
 from trainspect.modes import ModeKeys
 from trainspect.step import ScalarStep, StepRecord, TensorRecord
+from trainspect.store import framing
 from trainspect.store.gaps import read_gaps
+from trainspect.store.index import TrialIndex
 from trainspect.store.layout import RunLayout
 from trainspect.store.run_writer import RunWriter
-from trainspect.store.tensor_file import TensorFileWriter
+from trainspect.store.source import TrainspectSource
+from trainspect.store.tensor_file import KIND_INDEX, TensorFileWriter
 
 
 def _index_bytes(folder: Path) -> bytes:
@@ -82,3 +86,20 @@ def test_wait_idle_without_a_timeout_returns_once_every_step_is_readable(tmp_pat
         assert writer.wait_idle(5.0) is True
     finally:
         writer.close()
+
+
+def test_a_hand_written_index_record_whose_data_file_is_missing_is_named_in_the_problems(tmp_path: Path) -> None:
+    folder = tmp_path / "tensors" / "worker_0"
+    writer = TensorFileWriter(folder)
+    value = np.ones(2, dtype=np.float32)
+    writer.write(StepRecord(ModeKeys.TRAIN, 0, 0, 1000.0, "worker_0", {"w": TensorRecord("w", value, {})}))
+    writer.close()
+    (index,) = folder.glob("index-*.idx")
+    # a record in another writer's key order (read one by one), pointing into a data file that is not there
+    payload = json.dumps({"e": [], "f": "data-000777.bin", "t": 1001.0, "ms": 1, "m": 1, "g": 1}).encode()
+    index.write_bytes(index.read_bytes() + framing.frame(KIND_INDEX, payload) + payload)
+    source, trial_index = TrainspectSource(tmp_path), TrialIndex()
+    source.refresh(trial_index)
+    assert trial_index.sorted_steps == [0, 1]
+    missing = [p for p in source.problems if "data-000777.bin" in p]
+    assert missing and "it is missing: the raw tensor values its index points to cannot be read" in missing[0]
