@@ -181,3 +181,13 @@ def test_step_outliers_of_a_prefix_far_from_the_median_are_the_brute_force_ones(
     prefix = dur[:1100]
     brute = np.flatnonzero(prefix > prefix.mean() + prefix.std())
     assert PrefixOutliers(dur, 1.0).nth_outlier(1100, 0) == (int(brute[0]) if len(brute) else None)
+
+
+def test_step_time_stragglers_count_a_zero_length_step_at_zero_seconds() -> None:
+    ranks = [steps(np.array([0.0, 0.0, 0.5]), worker="worker_0"), steps(np.full(3, 0.5), worker="worker_1")]
+    v = WorkerStraggler(measure="step", min_steps=1).evaluate(data([], ranks))
+    assert v.status is Status.ISSUES_FOUND and v.workers == ("worker_1",)
+    assert (
+        v.message
+        == "worker_1 straggle: worker_1 takes 0.5 s per step against 0.25 s over all workers (threshold 20 % above)"
+    )
