@@ -8,21 +8,28 @@ recorded run leaves for VanishingGradient's converged-loss exemption.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 import pytest
-from rules_synth import checks, record, run, step, tensor, write_run
+from rules_synth import checks, losses, record, run, step, tensor, write_run
 
 import trainspect as ts
 from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys
 from trainspect.rules import (
     AllZero,
+    Confusion,
+    DeadRelu,
+    ExplodingTensor,
+    LiveRuleRunner,
+    LossNotDecreasing,
     NLPSequenceRatio,
     Overtraining,
     PoorWeightInitialization,
     SaturatedActivation,
+    SimilarAcrossRuns,
     Status,
     TensorVariance,
     VanishingGradient,
@@ -30,6 +37,8 @@ from trainspect.rules import (
     evaluate,
     tensor_pass,
 )
+from trainspect.rules.counts import RuleCounts
+from trainspect.rules.verdict import Verdict
 
 # LossNotDecreasing (loss_not_decreasing.py, ``room > 0`` -> ``room >= 0`` in ``_extend_open``) has no test here:
 # with no room left the mutant extends the trend points by ``steps[:0]``, an empty list, which changes nothing.
@@ -41,6 +50,86 @@ def test_all_zero_accepts_a_threshold_of_100_percent_and_refuses_more() -> None:
     assert checks(rule, [step(0, [tensor("r", [0.0, 0.0])])])[0].triggered
     with pytest.raises(ConfigError, match=r"threshold=101 is out of range; allowed: >= 0 and <= 100"):
         AllZero(tensor_regex="r", threshold=101)
+
+
+def test_confusion_accepts_a_single_category_and_refuses_none() -> None:
+    labels, preds = tensor("labels", np.array([0, 0, 1])), tensor("predictions", np.array([0, 1, 1]))
+    one = checks(Confusion(category_no=1), [step(0, {"labels": [labels], "predictions": [preds]})])[0]
+    assert one.value == 1.0 and not one.triggered
+    with pytest.raises(ConfigError, match=r"category_no=0 is out of range; allowed: >= 1$"):
+        Confusion(category_no=0)
+
+
+def test_dead_relu_accepts_an_inactivity_threshold_below_1_percent() -> None:
+    acts = np.array([[0.0, 1.0], [0.0, 2.0]])  # unit 0 never active: dead under any threshold above 0 %
+    (res,) = checks(DeadRelu(tensor_regex="r", threshold_inactivity=0.5), [step(0, [tensor("r", acts)])])
+    assert res.value == 50.0 and res.detail == "50% of units dead in r (threshold 50%)"
+    with pytest.raises(ConfigError, match=r"threshold_inactivity=-1 is out of range; allowed: >= 0 and <= 100"):
+        DeadRelu(threshold_inactivity=-1)
+
+
+def test_tensor_variance_accepts_a_max_threshold_below_1() -> None:
+    (res,) = checks(TensorVariance(tensor_regex="w", max_threshold=0.5), [step(0, [tensor("w", None, variance=1.0)])])
+    assert res.triggered and res.detail.endswith("(thresholds min n/a, max 0.5)")
+    with pytest.raises(ConfigError, match=r"max_threshold=-1 is out of range; allowed: >= 0$"):
+        TensorVariance(max_threshold=-1)
+
+
+def test_saturated_activation_refuses_equal_lower_and_upper_limits() -> None:
+    with pytest.raises(ConfigError, match=r"threshold_tanh_min=1.0 and threshold_tanh_max=1.0; allowed: min < max"):
+        SaturatedActivation(threshold_tanh_min=1, threshold_tanh_max=1)
+
+
+# --- ExplodingTensor: which records count as empty, and a value saved with only some reductions --------------
+def test_a_nan_reduction_of_a_tensor_with_a_unit_axis_is_exploding_and_of_an_empty_one_is_not() -> None:
+    nan_max = tensor("w", None, ["weights"], max=float("nan"), min=0.0)
+    unit = checks(ExplodingTensor(), [step(0, [dataclasses.replace(nan_max, shape=(1, 3))])])[0]
+    assert unit.triggered and unit.detail == "NaN/Inf values in w (threshold: none allowed)"
+    empty = checks(ExplodingTensor(), [step(0, [dataclasses.replace(nan_max, shape=(0, 3))])])[0]
+    assert not empty.triggered
+
+
+def test_a_saved_value_with_only_its_max_or_min_reduction_is_judged_from_the_value() -> None:
+    for only in ({"max": 2.0}, {"min": 1.0}):  # the other reduction was not saved
+        rec = tensor("w", np.array([1.0, np.nan, 2.0]), ["weights"], **only)
+        (res,) = checks(ExplodingTensor(), [step(0, [rec])])
+        assert res.triggered and res.tensors == ("w",)
+
+
+# --- PoorWeightInitialization (literal): layers whose inputs all have zero variance do not differ ------------
+def test_literal_poor_weight_initialization_rates_all_zero_input_variances_as_ratio_1() -> None:
+    acts = [tensor(f"{n}/relu_input", None, ["relu_input"], variance=0.0) for n in ("a", "b")]
+    (res,) = checks(PoorWeightInitialization(literal=True), [step(0, {"act": acts})])
+    assert res.value == 1.0 and not res.triggered
+    assert res.detail == "step 0: layer input variance ratio 1 (threshold 10)"
+
+
+# --- SimilarAcrossRuns is offline only: a live runner judges it at close, against the other run --------------
+def test_a_live_runner_compares_similar_across_runs_with_the_other_run_at_close(tmp_path: Path) -> None:
+    mine = [record(i, [tensor("w", np.full(3, float(i)), ["weights"])]) for i in range(3)]
+    theirs = [record(i, [tensor("w", np.full(3, float(i) + (i == 2)), ["weights"])]) for i in range(3)]
+    other = write_run(tmp_path / "other", theirs)
+    runner = LiveRuleRunner([SimilarAcrossRuns(other_trials=other)], write_run(tmp_path / "run", mine), write=False)
+    for r in mine:
+        runner.submit(r)
+    (verdict,) = runner.close()
+    assert verdict.status is Status.ISSUES_FOUND and verdict.first_trigger_step == 2, verdict.message
+
+
+# --- what a rule that could not look needed, in the run's one-line count -------------------------------------
+def test_a_long_need_is_cut_to_60_characters_ending_with_an_ellipsis() -> None:
+    need = "needs " + "x" * 100
+    (counted,) = RuleCounts.of([Verdict("A", Status.NO_DATA, message="no data: this rule " + need)]).no_data
+    assert counted == ("A", need[:59] + "…")
+
+
+# --- LossNotDecreasing: a drop within the two windows' noise is no progress ---------------------------------
+def test_a_loss_dropping_less_than_two_standard_errors_of_both_windows_stalls() -> None:
+    # steps alternate 0.1 above and below the level: each window's s.e. is 0.083, the drop after window 1 is 0.1
+    vals = [1.0 + (0.1 if i % 2 else -0.1) - (0.1 if i >= 10 else 0.0) for i in range(51)]
+    verdict = run(LossNotDecreasing(num_steps=10), losses(vals))
+    assert verdict.status is Status.ISSUES_FOUND and verdict.first_trigger_step == 50
+    assert "not below the first window (1 at steps 0-9) by 0.1% and 2 standard errors" in verdict.message
 
 
 # --- the threshold drawn in a verdict's chart ---------------------------------------------------------------
@@ -164,3 +253,11 @@ def test_the_latest_loss_of_a_chunk_without_gradients_decides_whether_the_loss_h
     not_yet = judge(0.0021)
     assert not_yet.status is Status.ISSUES_FOUND and not_yet.first_trigger_step == 3
     assert not_yet.tensors == ("gradient/w",)
+
+
+def test_check_input_images_refuses_the_batch_axis_as_the_channel_axis() -> None:
+    from trainspect.rules import CheckInputImages
+
+    assert CheckInputImages(channel=3).channel == 3  # NHWC
+    with pytest.raises(ConfigError, match=r"channel=0 is out of range; allowed: >= 1$"):
+        CheckInputImages(channel=0)  # axis 0 is the batch: it would never judge an image

@@ -39,7 +39,7 @@ class CheckInputImages(TensorRule):
         Param("threshold_mean", float, 0.2, "largest acceptable |mean| of a channel", min=0),
         Param("threshold_samples", int, 500, "images to see before judging", min=1),
         Param("regex", list, [".*hybridsequential0_input_0"], "regexes of the input tensor"),
-        Param("channel", int, 1, "axis of the channels (NCHW: 1, NHWC: 3)", min=0),
+        Param("channel", int, 1, "axis of the channels (NCHW: 1, NHWC: 3; axis 0 is the batch)", min=1),
     )
     threshold_mean: float
     threshold_samples: int
