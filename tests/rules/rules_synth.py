@@ -80,3 +80,15 @@ def write_workers_run(path: object, by_worker: Mapping[str, list[StepRecord]], e
     for i, worker in enumerate(names):
         synthetic_run.write_worker_tensors(run, worker, by_worker[worker], end=end and i == len(names) - 1)
     return str(run)
+
+
+def train_eval_rounds(train: list[float], val: list[float]) -> list[StepData]:
+    """Rounds of 3 TRAIN steps then 2 EVAL steps with these losses, and a last TRAIN step closing the last evaluation."""
+    out, n = [], 0
+    for t, v in zip(train, val, strict=True):
+        for mode, loss, count in ((ModeKeys.TRAIN, t, 3), (ModeKeys.EVAL, v, 2)):
+            for _ in range(count):
+                out.append(step(n, [tensor("loss", np.float32(loss), ["losses"])], mode))
+                n += 1
+    out.append(step(n, [tensor("loss", np.float32(train[-1]), ["losses"])], ModeKeys.TRAIN))
+    return out

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from rules_synth import checks, losses, record, run, step, tensor, write_run
+from rules_synth import checks, losses, record, run, step, tensor, train_eval_rounds, write_run
 
 import trainspect as ts
 from trainspect.exceptions import ConfigError
-from trainspect.modes import ModeKeys
 from trainspect.rules import (
     AllZero,
     Confusion,
@@ -173,35 +172,30 @@ def test_poor_weight_initialization_asks_the_hook_for_the_relu_inputs_its_messag
 
 
 # --- Overtraining: an evaluation improves by more than delta -------------------------------------------------
-def _rounds(train: list[float], val: list[float]) -> list:
-    """Rounds of 3 TRAIN steps then 2 EVAL steps, and a last TRAIN step that closes the last evaluation."""
-    out, n = [], 0
-    for t, v in zip(train, val, strict=True):
-        for mode, loss, count in ((ModeKeys.TRAIN, t, 3), (ModeKeys.EVAL, v, 2)):
-            for _ in range(count):
-                out.append(step(n, [tensor("loss", np.float32(loss), ["losses"])], mode))
-                n += 1
-    out.append(step(n, [tensor("loss", np.float32(train[-1]), ["losses"])], ModeKeys.TRAIN))
-    return out
-
-
 def test_an_evaluation_better_by_exactly_delta_is_no_improvement() -> None:
-    exactly = [c for c in checks(Overtraining(delta=0.5), _rounds([1.0, 1.0], [1.0, 0.5])) if c is not None]
+    exactly = [c for c in checks(Overtraining(delta=0.5), train_eval_rounds([1.0, 1.0], [1.0, 0.5])) if c is not None]
     assert [c.value for c in exactly] == [0.0, 1.0]
     assert "validation loss 0.5 (EVAL steps 8-9), best 1 (steps 3-4); 1 evaluation(s) without" in exactly[1].detail
-    beyond = [c for c in checks(Overtraining(delta=0.5), _rounds([1.0, 1.0], [1.0, 0.49])) if c is not None]
+    beyond = [c for c in checks(Overtraining(delta=0.5), train_eval_rounds([1.0, 1.0], [1.0, 0.49])) if c is not None]
     assert [c.value for c in beyond] == [0.0, 0.0]
     assert "best 0.49 (steps 8-9); 0 evaluation(s) without improvement > 0.5" in beyond[1].detail
 
 
 def test_a_stalled_validation_loss_with_a_flat_training_loss_is_called_converged() -> None:
     # patience 1: the second evaluation, no better, stalls; too few evaluations since the best for a trend line
-    res = [c for c in checks(Overtraining(patience_validation=1), _rounds([1.0, 1.0], [1.0, 1.0])) if c is not None]
+    res = [
+        c
+        for c in checks(Overtraining(patience_validation=1), train_eval_rounds([1.0, 1.0], [1.0, 1.0]))
+        if c is not None
+    ]
     assert [(c.value, c.triggered) for c in res] == [(0.0, False), (1.0, False)]
     assert res[1].detail.endswith(
         "; the training loss did not improve meanwhile either: converged (or stalled), not overtrained"
     )
-    assert run(Overtraining(patience_validation=1), _rounds([1.0, 1.0], [1.0, 1.0])).status is Status.NO_ISSUES_FOUND
+    assert (
+        run(Overtraining(patience_validation=1), train_eval_rounds([1.0, 1.0], [1.0, 1.0])).status
+        is Status.NO_ISSUES_FOUND
+    )
 
 
 # --- SaturatedActivation: a user-selected tensor is judged by the limits its name says ----------------------

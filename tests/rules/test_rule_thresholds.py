@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rules_synth import checks, run, step, tensor
+from rules_synth import checks, run, step, tensor, train_eval_rounds
 
 from trainspect.modes import ModeKeys
 from trainspect.rules import (
@@ -254,19 +254,8 @@ def test_gradient_spread_and_loss_patience_are_counted_exactly() -> None:
 
 
 # --- Overfit, Overtraining (literal forms: smdebug's thresholds) --------------------------------------------
-def _rounds(train: list[float], val: list[float]) -> list:
-    out, n = [], 0
-    for t, v in zip(train, val, strict=True):
-        for mode, loss, count in ((ModeKeys.TRAIN, t, 3), (ModeKeys.EVAL, v, 2)):
-            for _ in range(count):
-                out.append(step(n, [tensor("loss", np.float32(loss), ["losses"])], mode))
-                n += 1
-    out.append(step(n, [tensor("loss", np.float32(train[-1]), ["losses"])], ModeKeys.TRAIN))
-    return out
-
-
 def test_overfit_gap_must_pass_the_ratio_for_patience_evaluations() -> None:
-    data = _rounds([1.0, 1.0], [1.25, 1.25])
+    data = train_eval_rounds([1.0, 1.0], [1.25, 1.25])
     at = [c for c in checks(Overfit(ratio_threshold=0.25, literal=True), data) if c is not None]
     assert [c.triggered for c in at] == [False, False] and at[0].value == 0.25
     assert (
@@ -462,7 +451,7 @@ def test_one_class_has_a_ratio_of_one_and_a_zero_variance_layer_is_left_out() ->
 
 
 def test_overtraining_says_how_many_evaluations_it_has_seen() -> None:
-    res = [c for c in checks(Overtraining(), _rounds([1.0, 0.5], [1.0, 1.0])) if c is not None]
+    res = [c for c in checks(Overtraining(), train_eval_rounds([1.0, 0.5], [1.0, 1.0])) if c is not None]
     assert [c.value for c in res] == [0.0, 1.0]
     assert res[0].detail.endswith("; 1 evaluation(s) so far: too few to tell, patience 10 needs 11")
     assert res[1].detail.endswith("; 2 evaluation(s) so far: too few to tell, patience 10 needs 11")
