@@ -354,8 +354,10 @@ class Collector(Guarded):
         if self._scalars:
             scalars, self._scalars, known = self._scalars + (scalars or []), [], False
         if scalars:
-            if not tensors:  # the common step: its loss only, queued at once as Python values (a SIGKILL loses
-                writer = self._writer  # at most the writer's interval)
+            if not tensors:
+                # the common step: its loss only, queued at once as Python values (a SIGKILL loses at most the
+                # writer's interval)
+                writer = self._writer
                 if writer is not None:
                     writer.submit_scalars(key, scalars)
                     if not known and not self._known_names.issuperset([s[0] for s in scalars]):

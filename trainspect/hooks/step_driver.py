@@ -131,13 +131,9 @@ class StepDriver:
         the model (``accumulates()``, asked only then): the micro-batches of gradient accumulation are one step.
         """
         collector, step, state = self.collector, self.training, self.state
-        current = collector.mode
-        if mode is None or mode is current:
-            if current in self.driven:
-                return
-        elif mode in self.driven:
+        if (mode if mode is not None else collector.mode) in self.driven:
             return
-        else:
+        if mode is not None and mode is not collector.mode:
             self.end()
             collector.set_mode(mode)
         if (

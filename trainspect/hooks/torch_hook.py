@@ -90,7 +90,6 @@ class Hook(TorchStepParts, HookAPI):
         the recorded ``loss`` is multiplied back. ``"micro_batches"``: by the number of micro-batches of its step
         (Hugging Face's ``Trainer``). Set by the trainer integrations (:mod:`trainspect.hooks.integrations`)."""
         self._nan = NanOrigin(self, self._extras.note_origin, active=nan_wanted(self._extras.rules))
-        self._accumulates = self._optimizer_exists  # bound once: asked at every forward pass
 
     __init__.__signature__ = signature("pytorch")  # type: ignore[attr-defined]  # one keyword per setting
 
@@ -197,7 +196,7 @@ class Hook(TorchStepParts, HookAPI):
         mode = None
         if not self._mode_explicit:
             mode = infer_mode(module, self.collector.mode, self._state.open and not step.optimizer_stepped)
-        self._driver.forward_began(mode, self._accumulates)
+        self._driver.forward_began(mode, self._optimizer_exists)
         if not self._extras.quiet:
             self._extras.on_forward_start()
 
