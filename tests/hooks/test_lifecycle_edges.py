@@ -169,3 +169,18 @@ def test_a_hook_whose_first_step_saves_nothing_takes_no_module_inputs_or_outputs
     model(torch.ones(2, 3))
     hook.end_step()
     hook.close()
+
+
+def test_scalars_ended_with_a_step_join_their_collections_unless_the_caller_says_they_are_known(tmp_path: Path) -> None:
+    collector = Collector("pytorch", check_settings("pytorch", {"out_dir": str(tmp_path)}))
+    collector.start()
+    collector.begin_step()
+    collector.end_step(
+        [("my_metric", 1.5, np.dtype(np.float32), frozenset({"losses"}))]
+    )  # names not handed over before
+    collector.begin_step()
+    collector.end_step([("other", 2.5, np.dtype(np.float32), frozenset({"losses"}))], known=True)  # the caller vouches
+    collector.close()
+    trial = ts.create_trial(str(tmp_path))
+    assert trial.tensor_names(collection="losses") == ["my_metric"]
+    assert sorted(trial.tensor_names()) == ["my_metric", "other"]  # both written; only the first was listed

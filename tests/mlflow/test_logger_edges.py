@@ -10,6 +10,7 @@ from pathlib import Path
 
 import mlflow
 import numpy as np
+import pytest
 from mlflow.tracking import MlflowClient
 
 from trainspect.mlflow_plugin import MlflowLogger, MlflowSink
@@ -61,3 +62,18 @@ def test_system_metrics_count_steps_from_zero_one_per_poll_with_new_samples(loca
     cpu0 = client.get_metric_history(run.info.run_id, "system/cpu_0_utilization_percentage")
     ms = int(T0 * 1000)
     assert sorted((m.step, m.timestamp) for m in cpu0) == [(0, ms + 500), (1, ms + 1500), (2, ms + 2500)]  # newest
+
+
+def test_mlflow_run_true_creates_a_run_when_none_is_active(local_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainspect.mlflow_plugin.session import resolve_run
+
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.delenv("TRAINSPECT_MLFLOW", raising=False)
+    assert mlflow.active_run() is None
+    resolved = resolve_run(True, local_store, run_name="made-for-the-job")
+    assert resolved is not None
+    run_id, created = resolved
+    assert created is True  # the job owns it (ends it at close)
+    assert MlflowClient(local_store).get_run(run_id).info.run_name == "made-for-the-job"
+    with mlflow.start_run() as active:
+        assert resolve_run(True, local_store) == (active.info.run_id, False)  # the active run: not created

@@ -18,7 +18,9 @@ from trainspect.profiler.arrays import FrameworkTables
 from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.detailed import OPERATOR_COLUMNS, PYTHON_COLUMNS
 from trainspect.report import charts
+from trainspect.report._compare_rows import fairness, saving_row
 from trainspect.report._framework_sections import OperatorSection, PythonSection, StepDurationSection
+from trainspect.report.compare import _charts as compare_charts
 from trainspect.report.compare import compare_runs, summary_for
 from trainspect.report.context import ReportContext
 from trainspect.report.sections import Page
@@ -151,3 +153,30 @@ def test_a_run_that_is_neither_a_directory_nor_an_mlflow_run_id_is_refused_witho
         f"{tmp_path / 'no-such-run'} is neither a run directory nor an MLflow run id (32 hex digits)"
     )
     assert not (tmp_path / "mlruns").exists()
+
+
+def test_a_threshold_at_or_below_zero_is_drawn_on_a_linear_axis_and_left_out_on_a_log_axis() -> None:
+    series = {"delta": ([0, 1, 2], [1.0, -1.0, 0.5])}
+    for threshold in (0.0, -0.5):
+        option = charts.line_chart(series, x_type="value", threshold=threshold, log=False)
+        assert option["series"][0]["markLine"]["data"] == [{"yAxis": threshold}]
+        option = charts.line_chart(
+            {"grad": ([0, 1, 2], [1.0, 2.0, 3.0])}, x_type="value", threshold=threshold, log=True
+        )
+        assert "markLine" not in option["series"][0]  # a log axis has no place at or below zero
+
+
+def test_a_utilisation_figure_one_run_has_alone_is_charted_for_both_runs() -> None:
+    option = compare_charts(RunSummary("a", cpu_mean=50.0), RunSummary("b"))["util"]
+    assert option["xAxis"]["data"] == ["CPU mean %"]
+    assert [s["data"] for s in option["series"]] == [[50.0], [0.0]]
+    assert compare_charts(RunSummary("a"), RunSummary("b")) == {}  # no utilisation figure in either run: no chart
+
+
+def test_the_saving_of_runs_without_step_time_noise_has_a_zero_width_interval() -> None:
+    a = RunSummary("a", loop_s=100.0, steps=1000, cycle_rel_se=0.0)
+    b = RunSummary("b", loop_s=80.0, steps=1000, cycle_rel_se=0.0)
+    fair = fairness(a, b)
+    assert fair.noise == 0.0
+    row = saving_row(a, b, fair)
+    assert row["b"] == "20%" and row["change"] == "95% CI 20% to 20%" and row["winner"] == "b"
