@@ -184,3 +184,22 @@ def test_scalars_ended_with_a_step_join_their_collections_unless_the_caller_says
     trial = ts.create_trial(str(tmp_path))
     assert trial.tensor_names(collection="losses") == ["my_metric"]
     assert sorted(trial.tensor_names()) == ["my_metric", "other"]  # both written; only the first was listed
+
+
+def test_a_callback_on_the_runs_opening_runs_when_it_opens_or_at_once_if_open(tmp_path: Path) -> None:
+    opened: list[str] = []
+    collector = Collector("pytorch", check_settings("pytorch", {"out_dir": str(tmp_path / "run")}))
+    collector.on_open(lambda c: opened.append("early"))
+    collector.start()
+    assert opened == []  # the run opens at the first step
+    collector.begin_step()
+    assert opened == ["early"]
+    collector.on_open(lambda c: opened.append("late"))
+    assert opened == ["early", "late"]  # registered on an open run: called at once
+    collector.close()
+    dry = Collector("pytorch", check_settings("pytorch", {"out_dir": str(tmp_path / "dry"), "dry_run": True}))
+    dry.start()
+    dry.begin_step()
+    dry.on_open(lambda c: opened.append("dry"))
+    dry.close()
+    assert opened == ["early", "late"]  # a dry run records nothing: nobody is told it opened

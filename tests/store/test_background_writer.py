@@ -50,3 +50,11 @@ def test_items_with_bytes_are_accounted_and_dropped_past_the_bound() -> None:
     assert handled == ["a", "c"]
     assert writer._pending == 0
     assert writer.close()
+
+
+def test_a_writer_given_nothing_is_idle_at_once() -> None:
+    writer = BackgroundWriter("test", handle=list, flush_interval=60)
+    assert writer.wait_idle(0)  # nothing submitted: nothing to wait for, started or not
+    writer.start()
+    assert writer.wait_idle(0)
+    assert writer.close()
