@@ -45,10 +45,13 @@ class OverallFrameworkMetrics(ProfilerRule):
                 details[f"{device.upper()}_total"] = {str(r.name): float(r.self_time_us) for r in big.itertuples()}
         stats = step_statistics(data)
         details["steps"] = stats.to_dict(orient="records")
-        other = ratios["modes"].get("other", 0.0)
-        msg = f"{other:.1f}% of the training loop was spent outside steps"
-        if other > 25:
-            msg += " (more than 25%: check the time between steps)"
+        if data.has_steps:
+            other = ratios["modes"].get("other", 0.0)
+            msg = f"{other:.1f}% of the training loop was spent outside steps"
+            if other > 25:
+                msg += " (more than 25%: check the time between steps)"
+        else:  # spans only (a profiled loop without step boundaries): no loop to split
+            msg = "no steps were recorded: the time outside steps is unknown"
         if "forward_backward" in details:
             fb = details["forward_backward"]
             msg += f"; forward {fb['forward']:.0f}% / backward {fb['backward']:.0f}%"
