@@ -204,3 +204,23 @@ def test_the_loss_the_summary_reads(tmp_path: Path) -> None:
     assert s.steps == 4 and s.workers == 1  # no profiler data: the last saved TRAIN step + 1, the trial's workers
     named = summarize(_ctx(tmp_path, profiler=ProfilerData(tmp_path), trial=_Trial("mse")))
     assert named.loss_name == "mse" and named.eval_loss == 3.0
+
+
+def test_a_job_whose_rank_0_alone_records_tensors_counts_every_rank_and_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch
+
+    import trainspect as ts
+
+    monkeypatch.setenv("TRAINSPECT_JOB_ID", "job-two-ranks")
+    for rank in (0, 1):  # two ranks of one job, as torchrun starts them (include_workers="one", the default)
+        for name, value in {"RANK": rank, "WORLD_SIZE": 2, "LOCAL_RANK": rank}.items():
+            monkeypatch.setenv(name, str(value))
+        model = torch.nn.Linear(3, 1)
+        with ts.torch.Hook(tmp_path / "run") as hook:
+            hook.register_module(model)
+            model(torch.ones(2, 3)).sum().backward()
+    assert ts.create_trial(tmp_path / "run").workers() == ["worker_0"]  # rank 0 alone wrote tensors
+    s = summarize(ReportContext.load(tmp_path / "run"))
+    assert s.workers == 2 and s.instances == 1  # the job's ranks, from their manifests: not 1 (its throughput x2)

@@ -24,6 +24,8 @@ from trainspect.profiler.analysis import job_statistics, utilization_statistics
 from trainspect.report.context import ReportContext
 from trainspect.rules.counts import RuleCounts
 from trainspect.store.job_events import read_stops, stop_text
+from trainspect.store.layout import RunLayout
+from trainspect.store.manifest import read_worker_manifests
 
 __all__ = ["RunSummary", "summarize", "cost_of", "METRIC_PREFIX", "REPORT_ARTIFACT"]
 
@@ -396,17 +398,31 @@ def _add_health(out: RunSummary, ctx: ReportContext) -> None:
         out.report = str(report.resolve()) if report.is_file() else ""
 
 
+def _worker_count(ctx: ReportContext, manifests: dict[str, dict[str, Any]]) -> int:
+    """The job's workers: those profiled, else the most of those with tensors, with a manifest, and the world size.
+
+    With ``include_workers="one"`` (the default) only rank 0 records tensors; every rank writes its manifest, which
+    gives the world size.
+    """
+    if ctx.profiler.framework:
+        return len(ctx.profiler.framework)
+    sizes = [m["world_size"] for m in manifests.values() if type(m.get("world_size")) is int]
+    return max([len(ctx.trial.workers()) if ctx.trial is not None else 0, len(manifests), *sizes])
+
+
 def summarize(ctx: ReportContext, name: str | None = None) -> RunSummary:
     """Summarise a loaded run (see :meth:`ReportContext.load`)."""
     prof = ctx.profiler
     stats = job_statistics(prof)
+    manifests = read_worker_manifests(RunLayout(ctx.run_dir)) if ctx.run_dir is not None else {}
     nodes = set(prof.system) | {t.node for t in prof.framework.values() if t.node}
+    nodes |= {str(m["node"]) for m in manifests.values() if m.get("node")}
     out = RunSummary(
         name=name or (ctx.run_dir.name if ctx.run_dir is not None else "run"),
         duration_s=stats.get("duration_s"),
         startup_s=stats.get("initialization_s"),
         instances=max(len(nodes), 1),
-        workers=len(prof.framework) or (len(ctx.trial.workers()) if ctx.trial is not None else 0),
+        workers=_worker_count(ctx, manifests),
         price_per_hour=ctx.price_per_hour,
     )
     if out.duration_s is None and ctx.manifest:
