@@ -6,6 +6,7 @@ ended), and the system metrics of a node are numbered from step 0, one step per 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import mlflow
@@ -77,3 +78,20 @@ def test_mlflow_run_true_creates_a_run_when_none_is_active(local_store: str, mon
     assert MlflowClient(local_store).get_run(run_id).info.run_name == "made-for-the-job"
     with mlflow.start_run() as active:
         assert resolve_run(True, local_store) == (active.info.run_id, False)  # the active run: not created
+
+
+def test_the_chiefs_session_records_the_run_for_the_other_ranks_and_theirs_does_not(
+    local_store: str, tmp_path: Path
+) -> None:
+    from trainspect.mlflow_plugin.session import MlflowSession
+
+    client = MlflowClient()
+    run_id = client.create_run(client.get_experiment_by_name("Default").experiment_id).info.run_id
+    worker = MlflowSession(tmp_path / "w", run_id, local_store, worker="worker_1")
+    worker.start()
+    assert worker.logger.close()
+    assert not (tmp_path / "w" / "mlflow" / "run.json").exists()  # a non-chief rank attaches through the chief's
+    chief = MlflowSession(tmp_path / "c", run_id, local_store)
+    chief.start()
+    assert json.loads((tmp_path / "c" / "mlflow" / "run.json").read_text())["run_id"] == run_id
+    assert chief.logger.close()

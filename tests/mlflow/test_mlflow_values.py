@@ -258,6 +258,8 @@ def test_summary_metrics_add_per_unit_figures_and_name_the_job_time() -> None:
     assert "trainspect/samples_per_s" not in summary_metrics(s, {"batch_size": "auto"})
     logged = summary_metrics(RunSummary("b", loop_s=10.0, steps=10, batch_size=4), {"batch_size": "99"})
     assert logged["trainspect/samples_per_s"] == 4.0  # the summary's own batch size wins
+    unknown = summary_metrics(RunSummary("c", loop_s=20.0, steps=40, workers=0), {"batch_size": "16"})
+    assert unknown["trainspect/samples_per_s"] == 32.0  # workers unknown (0): one, not more
 
 
 def _worker(name: str, durations: list[float]) -> FrameworkTables:

@@ -191,3 +191,18 @@ def test_step_time_stragglers_count_a_zero_length_step_at_zero_seconds() -> None
         v.message
         == "worker_1 straggle: worker_1 takes 0.5 s per step against 0.25 s over all workers (threshold 20 % above)"
     )
+
+
+def test_a_forward_backward_split_needs_both_forward_and_backward_time() -> None:
+    tab = steps(np.array([1.0, 1.0]), gap=0.0, start=T0 + 5.0)
+    tab.spans = {  # backward spans only (the forward pass was not timed)
+        "kind": np.array([2, 2], np.uint8),
+        "start": np.array([T0 + 5.2, T0 + 6.2]),
+        "end": np.array([T0 + 5.6, T0 + 6.6]),
+        "global_step": np.arange(2, dtype=np.int64),
+        "workers": np.ones(2, np.int16),
+        "pid": np.zeros(2, np.int64),
+    }
+    v = OverallFrameworkMetrics().evaluate(data([], [tab]))
+    assert v.status is Status.NO_ISSUES_FOUND and v.details["spans"]["backward"] > 0
+    assert "forward_backward" not in v.details and "forward 0%" not in v.message

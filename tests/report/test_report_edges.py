@@ -19,7 +19,8 @@ from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.detailed import OPERATOR_COLUMNS, PYTHON_COLUMNS
 from trainspect.report import charts
 from trainspect.report._compare_rows import fairness, saving_row
-from trainspect.report._framework_sections import OperatorSection, PythonSection, StepDurationSection
+from trainspect.report._framework_sections import OperatorSection, PythonSection, StepDurationSection, _advice
+from trainspect.report._system_sections import JobSummarySection
 from trainspect.report.compare import _charts as compare_charts
 from trainspect.report.compare import compare_runs, summary_for
 from trainspect.report.context import ReportContext
@@ -180,3 +181,23 @@ def test_the_saving_of_runs_without_step_time_noise_has_a_zero_width_interval() 
     assert fair.noise == 0.0
     row = saving_row(a, b, fair)
     assert row["b"] == "20%" and row["change"] == "95% CI 20% to 20%" and row["winner"] == "b"
+
+
+def test_the_job_summary_says_when_the_job_has_not_ended(tmp_path: Path) -> None:
+    tab = _tab([1.0, 2.0, 3.0], [1.5, 2.5, 3.5])  # steps 1 s after the process began: a short initialization
+    notes = {}
+    for ended in (True, False):
+        prof = ProfilerData(tmp_path, framework={"w0": tab}, job_ended=ended)
+        page = Page()
+        JobSummarySection().build(ReportContext(run_dir=tmp_path, profiler=prof), page)
+        notes[ended] = [b["text"] for b in page.blocks if b["kind"] == "note"]
+    assert notes[True] == []
+    assert notes[False] == ["The job has not ended (no end marker): the figures cover what was recorded so far."]
+
+
+def test_exactly_seventy_percent_as_many_loaders_as_cores_is_enough_for_the_worker_advice() -> None:
+    # the Dataloader rule's cut-off (MIN_LOADERS_PERCENT): fewer than 70 % of the cores is few, 70 % is not
+    assert (
+        _advice("w0", 7, 50.0, 10) == "w0 waited for data 50% of its training loop: data loading is not a bottleneck."
+    )
+    assert "increase dataloader workers (num_workers=6)" in _advice("w0", 6, 50.0, 10)
