@@ -17,30 +17,46 @@ from rules_synth import checks, losses, record, run, step, tensor, train_eval_ro
 
 import trainspect as ts
 from trainspect.exceptions import ConfigError
+from trainspect.modes import ModeKeys
 from trainspect.rules import (
     AllZero,
+    CheckInputImages,
     Confusion,
     DeadRelu,
     ExplodingTensor,
     LiveRuleRunner,
     LossNotDecreasing,
     NLPSequenceRatio,
+    Overfit,
     Overtraining,
     PoorWeightInitialization,
     SaturatedActivation,
     SimilarAcrossRuns,
+    StalledTrainingRule,
     Status,
+    StepData,
     TensorVariance,
+    UnchangedTensor,
     VanishingGradient,
     WeightUpdateRatio,
     evaluate,
     tensor_pass,
 )
-from trainspect.rules.counts import RuleCounts
+from trainspect.rules.counts import RuleCounts, step_counts
 from trainspect.rules.verdict import Verdict
 
 # LossNotDecreasing (loss_not_decreasing.py, ``room > 0`` -> ``room >= 0`` in ``_extend_open``) has no test here:
 # with no room left the mutant extends the trend points by ``steps[:0]``, an empty list, which changes nothing.
+# Nor have these two mutants, which change nothing a user of the rules can see:
+# - _dead_gradients.py ``last_nonzero is None or zero_since is None`` -> ``and`` in DeadGradients.describe: the rules
+#   describe a gradient only when it is exactly zero at this step, after noting it, so either both are None (zero
+#   since its first record) or both are set (non-zero, then zero); the one state where they differ (non-zero now)
+#   is never described.
+# - weight_update_ratio.py ``fresh: bool = False`` -> ``True``: every training step sets ``fresh`` before the only
+#   place that reads it, so the default is never seen.
+# - loss_not_decreasing.py ``not track.progressed and len(track.seen) < MAX_TREND_POINTS`` -> ``or``: the trend
+#   points of a loss that has not gone down are capped at 5,000 (bounded memory); the mutant lifts the cap, which a
+#   verdict shows only on a loss flat for over 5,000 steps and falling after, a limit not worth pinning as behaviour.
 
 
 # --- AllZero: the share of zeros is a percentage ------------------------------------------------------------
@@ -255,3 +271,123 @@ def test_check_input_images_refuses_the_batch_axis_as_the_channel_axis() -> None
     assert CheckInputImages(channel=3).channel == 3  # NHWC
     with pytest.raises(ConfigError, match=r"channel=0 is out of range; allowed: >= 1$"):
         CheckInputImages(channel=0)  # axis 0 is the batch: it would never judge an image
+
+
+# --- Overtraining: the training loss of two steps has their spread, not none ----------------------------------
+def _one_train_step_rounds(train: list[float], val: list[float]) -> list[StepData]:
+    """Rounds of 1 TRAIN step then 2 EVAL steps, and a last TRAIN step closing the last evaluation."""
+    out: list[StepData] = []
+    for t, v in zip(train, val, strict=True):
+        out.append(step(len(out), [tensor("loss", np.float32(t), ["losses"])]))
+        for _ in range(2):
+            out.append(step(len(out), [tensor("loss", np.float32(v), ["losses"])], ModeKeys.EVAL))
+    out.append(step(len(out), [tensor("loss", np.float32(train[-1]), ["losses"])]))
+    return out
+
+
+def test_a_training_loss_of_two_steps_falling_within_their_spread_has_not_improved() -> None:
+    # the training losses 1 then 0.5: mean 0.75, s.e. 0.25; 1 - 0.75 is not 2 standard errors below the best's 1
+    verdict = run(Overtraining(patience_validation=1), _one_train_step_rounds([1.0, 0.5], [1.0, 1.0]))
+    assert verdict.status is Status.NO_ISSUES_FOUND, verdict.message
+    assert "training loss 0.75 vs 1 at the best evaluation; the training loss did not improve" in verdict.message
+
+
+def test_a_training_loss_falling_by_just_over_two_standard_errors_has_improved() -> None:
+    # 4 TRAIN steps at 1, an evaluation (the best), 3 TRAIN steps at 0.5, an evaluation no better: the 7 training
+    # losses fell from 1 by 0.214, 2.12 standard errors (0.101) of theirs
+    data: list[StepData] = []
+    for mode, loss, count in [
+        ("TRAIN", 1.0, 4),
+        ("EVAL", 1.0, 2),
+        ("TRAIN", 0.5, 3),
+        ("EVAL", 1.0, 2),
+        ("TRAIN", 0.5, 1),
+    ]:
+        for _ in range(count):
+            data.append(step(len(data), [tensor("loss", np.float32(loss), ["losses"])], ModeKeys[mode]))
+    verdict = run(Overtraining(patience_validation=1), data)
+    assert verdict.status is Status.ISSUES_FOUND and verdict.first_trigger_step == 11, verdict.message
+    assert "training loss 0.7857 vs 1 at the best evaluation" in verdict.message
+
+
+# --- Overtraining: the trend of the evaluations since the best falls by its own slope -----------------------
+def test_evaluations_falling_by_less_than_delta_hold_overtraining_back_with_their_slope_per_evaluation() -> None:
+    val = [1.0, 0.99, 0.98, 0.97, 0.96]  # none better than the best (1.0) by more than delta 0.1
+    rounds = train_eval_rounds([1.0, 0.8, 0.6, 0.4, 0.2], val)
+    verdict = run(Overtraining(delta=0.1, patience_validation=2), rounds)
+    assert verdict.status is Status.NO_ISSUES_FOUND, verdict.message
+    assert "not overtrained: the last 4 evaluations still fall by 0.01 per evaluation" in verdict.message
+
+
+# --- CheckInputImages: ``regex`` selects tensors outside the input_image collection --------------------------
+def test_check_input_images_judges_a_tensor_its_regex_names_outside_the_input_image_collection(
+    tmp_path: Path,
+) -> None:
+    images = np.full((4, 3, 2, 2), 100.0)  # NCHW, far from normalised
+    out = write_run(tmp_path / "run", [record(0, [tensor("Net_input_0", images, ["inputs"])])])
+    rule = CheckInputImages(regex=["Net_input_0"], threshold_samples=4)
+    (verdict,) = evaluate(ts.create_trial(out), [rule], write=False)
+    assert verdict.status is Status.ISSUES_FOUND, verdict.message
+    assert "tensors matching 'Net_input_0'" in rule.describe_inputs()
+
+
+# --- ExplodingTensor: a tensor saved as reductions only is judged by its min, max and mean --------------------
+def test_a_non_finite_min_max_or_mean_reduction_alone_makes_a_tensor_exploding() -> None:
+    finite = {"min": 0.0, "max": 1.0, "mean": 0.5, "abs_min": 0.0, "abs_max": 1.0, "abs_mean": 0.5}
+    for bad in ("min", "max", "mean"):
+        rec = tensor("w", None, ["weights"], **{**finite, bad: float("inf")})
+        (res,) = checks(ExplodingTensor(), [step(0, [rec])])
+        assert res is not None and res.triggered, bad
+        assert res.detail == "NaN/Inf values in w (threshold: none allowed)" and res.tensors == ("w",)
+    (clean,) = checks(ExplodingTensor(), [step(0, [tensor("w", None, ["weights"], **finite)])])
+    assert clean is not None and not clean.triggered
+
+
+# --- NLPSequenceRatio: a record without token ids is not counted --------------------------------------------
+def test_nlp_sequence_ratio_skips_token_records_saved_without_values_or_empty() -> None:
+    reductions_only = tensor("e", None, ["input_sequence"], mean=1.0)
+    empty = tensor("e", np.zeros((0, 4), dtype=np.int64), ["input_sequence"])
+    verdict = run(NLPSequenceRatio(), [step(0, [reductions_only]), step(1, [empty])])
+    assert verdict.status is Status.NO_DATA, verdict.message
+
+
+# --- Overfit: a training loss of exactly zero leaves no scale to call the evaluation broken ------------------
+def test_overfit_with_a_zero_training_loss_does_not_call_the_evaluation_broken() -> None:
+    res = [c for c in checks(Overfit(), train_eval_rounds([0.0, 0.0], [1.0, 1.0])) if c is not None]
+    assert res and not any(c.triggered for c in res)
+    assert all("broken" not in c.detail for c in res), [c.detail for c in res]
+
+
+# --- StalledTrainingRule: a threshold below one second -------------------------------------------------------
+def test_stalled_training_accepts_a_threshold_below_one_second_and_refuses_a_negative_one() -> None:
+    data = [step(i, [], wall=w) for i, w in enumerate([0.0, 0.4, 1.0])]  # gaps 0.4 s, then 0.6 s
+    res = checks(StalledTrainingRule(threshold=0.5), data)
+    assert res[0] is None and [(c.value, c.triggered) for c in res[1:] if c is not None] == [
+        (pytest.approx(0.4), False),
+        (pytest.approx(0.6), True),
+    ]
+    with pytest.raises(ConfigError, match=r"threshold=-1 is out of range; allowed: >= 0$"):
+        StalledTrainingRule(threshold=-1)
+
+
+# --- UnchangedTensor: every saved value of the window is compared with the latest ----------------------------
+def test_unchanged_tensor_needs_all_saved_values_equal_not_just_the_first_and_last() -> None:
+    back = [[1.0, 2.0], [1.0, 3.0], [1.0, 2.0]]  # changed, then back: not unchanged
+    late = [[1.0, 2.0], [1.0, 2.0], [1.0, 3.0]]  # changed only at the latest step
+    data = [step(s, [tensor("back", back[s]), tensor("late", late[s])]) for s in range(3)]
+    last = checks(UnchangedTensor(tensor_regex="back|late"), data)[-1]
+    assert last is not None and not last.triggered and last.detail.startswith("0 of 2 tensor(s) unchanged")
+    pair = [step(s, [tensor("w", [1.0, float(s)])]) for s in range(2)]  # a window of 2: the earlier one counts
+    moved = checks(UnchangedTensor(tensor_regex="w", num_steps=2), pair)[-1]
+    assert moved is not None and not moved.triggered
+
+
+# --- step counts of a damaged trial: a mode whose steps cannot be read is left out ---------------------------
+def test_a_mode_whose_steps_cannot_be_read_is_left_out_of_the_step_counts() -> None:
+    class _Damaged:
+        def steps(self, mode: ModeKeys) -> list[int]:
+            if mode is ModeKeys.EVAL:
+                raise OSError("damaged index")
+            return [0, 1, 2] if mode is ModeKeys.TRAIN else []
+
+    assert step_counts(_Damaged()) == {"TRAIN": 3}
