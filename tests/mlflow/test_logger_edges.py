@@ -95,3 +95,6 @@ def test_the_chiefs_session_records_the_run_for_the_other_ranks_and_theirs_does_
     chief.start()
     assert json.loads((tmp_path / "c" / "mlflow" / "run.json").read_text())["run_id"] == run_id
     assert chief.logger.close()
+    # the chief alone tails the node's system metrics and tags the run with the live rules' verdicts
+    assert (chief.logger.watch_verdicts, worker.logger.watch_verdicts) == (True, False)
+    assert (chief.logger.tail_system, worker.logger.tail_system) == (True, False)
