@@ -58,8 +58,11 @@ def _wrapper(tmp_path: Path, *args: str, disable: bool = True) -> subprocess.Pop
     if disable:
         env["TRAINSPECT_DISABLE"] = "1"  # the wrapper is under test here, not the in-process hook
 
-    def interactive_signals() -> None:  # as from a terminal: a background job of a script starts with SIGINT ignored
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+    def interactive_signals() -> None:
+        # as from a terminal: a background job of a script starts with SIGINT ignored, and a suite run under nohup
+        # passes SIGHUP ignored on (which trainspect run rightly keeps ignored for its child, as nohup asks)
+        for signum in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
 
     return subprocess.Popen(
         [sys.executable, "-m", "trainspect.cli", "run", "--out", str(tmp_path / "run"), *args],
