@@ -201,3 +201,9 @@ def test_exactly_seventy_percent_as_many_loaders_as_cores_is_enough_for_the_work
         _advice("w0", 7, 50.0, 10) == "w0 waited for data 50% of its training loop: data loading is not a bottleneck."
     )
     assert "increase dataloader workers (num_workers=6)" in _advice("w0", 6, 50.0, 10)
+
+
+def test_a_saving_below_one_percent_still_names_the_run_that_saves() -> None:
+    a, b = RunSummary("a", loop_s=100.0, steps=1000), RunSummary("b", loop_s=99.5, steps=1000)  # no noise figure
+    row = saving_row(a, b, fairness(a, b))
+    assert row["b"] == "1%" and row["winner"] == "b"  # 0.5 % rounds to 1 %: B saves, A is not marked better
