@@ -401,13 +401,14 @@ def _add_health(out: RunSummary, ctx: ReportContext) -> None:
 def _worker_count(ctx: ReportContext, manifests: dict[str, dict[str, Any]]) -> int:
     """The job's workers: those profiled, else the most of those with tensors, with a manifest, and the world size.
 
-    With ``include_workers="one"`` (the default) only rank 0 records tensors; every rank writes its manifest, which
-    gives the world size.
+    With ``include_workers="one"`` (the default) only rank 0 records tensors; the job manifest has the world size and
+    every rank writes its worker manifest.
     """
     if ctx.profiler.framework:
         return len(ctx.profiler.framework)
-    sizes = [m["world_size"] for m in manifests.values() if type(m.get("world_size")) is int]
-    return max([len(ctx.trial.workers()) if ctx.trial is not None else 0, len(manifests), *sizes])
+    world = ctx.manifest.get("world_size")
+    tensors = len(ctx.trial.workers()) if ctx.trial is not None else 0
+    return max(tensors, len(manifests), world if type(world) is int else 0)
 
 
 def summarize(ctx: ReportContext, name: str | None = None) -> RunSummary:
