@@ -76,6 +76,30 @@ def test_info_refuses_a_directory_that_holds_no_run(tmp_path: Path, capsys: pyte
     assert len(err) == 1 and err[0].startswith("trainspect info: ") and "holds no run" in err[0]
 
 
+def test_info_counts_the_ranks_of_a_job_whose_rank_0_alone_records_tensors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    import torch
+
+    import trainspect as ts
+
+    monkeypatch.setenv("TRAINSPECT_JOB_ID", "job-two-ranks")
+    for rank in (0, 1):  # two ranks of one job, as torchrun starts them (include_workers="one", the default)
+        for name, value in {"RANK": rank, "WORLD_SIZE": 2, "LOCAL_RANK": rank}.items():
+            monkeypatch.setenv(name, str(value))
+        model = torch.nn.Linear(3, 1)
+        with ts.torch.Hook(tmp_path / "run") as hook:
+            hook.register_module(model)
+            model(torch.ones(2, 3)).sum().backward()
+    assert main(["info", str(tmp_path / "run"), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["workers"] == ["worker_0"] and doc["ranks"] == 2  # tensors from rank 0; the job had two ranks
+    assert main(["info", str(tmp_path / "run")]) == 0
+    assert "ranks: 2" in capsys.readouterr().out.splitlines()
+
+
 def _run(tmp_path: Path, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "train.py"
     script.write_text(NAN_SCRIPT)

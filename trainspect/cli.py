@@ -312,11 +312,24 @@ def _summary(trial: Any) -> dict[str, Any]:
         "steps_per_mode": step_counts(trial),
         "modes": [m.name for m in trial.modes()],
         "workers": trial.workers(),
+        "ranks": _ranks(trial),
         "tensors": trial.tensor_names(),
         "collections": sorted(trial.collections()),
         "ended": trial.job_ended,
         "problems": trial.problems,
     }
+
+
+def _ranks(trial: Any) -> int:
+    """The job's ranks (``workers`` lists those that recorded tensors: rank 0 alone with ``include_workers="one"``)."""
+    from trainspect.store.layout import RunLayout
+    from trainspect.store.manifest import rank_count, read_manifest, read_worker_manifests
+
+    tensors = len(trial.workers())
+    if not isinstance(trial.path, Path) or not trial.path.is_dir():
+        return tensors  # a run in an object store: its tensor workers
+    layout = RunLayout(trial.path)
+    return rank_count(read_manifest(layout), read_worker_manifests(layout), tensors)
 
 
 def _info_text(doc: dict[str, Any]) -> str:

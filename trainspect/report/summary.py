@@ -25,7 +25,7 @@ from trainspect.report.context import ReportContext
 from trainspect.rules.counts import RuleCounts
 from trainspect.store.job_events import read_stops, stop_text
 from trainspect.store.layout import RunLayout
-from trainspect.store.manifest import read_worker_manifests
+from trainspect.store.manifest import rank_count, read_worker_manifests
 
 __all__ = ["RunSummary", "summarize", "cost_of", "METRIC_PREFIX", "REPORT_ARTIFACT"]
 
@@ -399,16 +399,10 @@ def _add_health(out: RunSummary, ctx: ReportContext) -> None:
 
 
 def _worker_count(ctx: ReportContext, manifests: dict[str, dict[str, Any]]) -> int:
-    """The job's workers: those profiled, else the most of those with tensors, with a manifest, and the world size.
-
-    With ``include_workers="one"`` (the default) only rank 0 records tensors; the job manifest has the world size and
-    every rank writes its worker manifest.
-    """
+    """The job's workers: those profiled, else its ranks (:func:`~trainspect.store.manifest.rank_count`)."""
     if ctx.profiler.framework:
         return len(ctx.profiler.framework)
-    world = ctx.manifest.get("world_size")
-    tensors = len(ctx.trial.workers()) if ctx.trial is not None else 0
-    return max(tensors, len(manifests), world if type(world) is int else 0)
+    return rank_count(ctx.manifest, manifests, len(ctx.trial.workers()) if ctx.trial is not None else 0)
 
 
 def summarize(ctx: ReportContext, name: str | None = None) -> RunSummary:

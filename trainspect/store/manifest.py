@@ -22,6 +22,7 @@ __all__ = [
     "claim_worker",
     "create_temp_file",
     "mark_job_end",
+    "rank_count",
     "read_manifest",
     "read_worker_manifests",
     "write_json_atomic",
@@ -202,6 +203,16 @@ def read_worker_manifests(layout: RunLayout) -> dict[str, dict[str, Any]]:
             continue
         out[str(doc.get("worker", path.stem))] = doc
     return out
+
+
+def rank_count(manifest: dict[str, Any] | None, workers: dict[str, dict[str, Any]], tensor_workers: int) -> int:
+    """The job's ranks: the most of the workers with tensors, those with a manifest, and the job's world size.
+
+    With ``include_workers="one"`` (the default) only rank 0 records tensors, but every rank writes its worker
+    manifest and the job manifest has the world size.
+    """
+    world = (manifest or {}).get("world_size")
+    return max(tensor_workers, len(workers), world if type(world) is int else 0)
 
 
 def all_workers_ended(layout: RunLayout, world_size: int) -> bool:
