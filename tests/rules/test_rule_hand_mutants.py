@@ -1,0 +1,307 @@
+"""Tensor and loss rules at edges a pass of hand-written mutants found unpinned.
+
+Each test pins one behaviour a user sees: the figure a boundary falls on (a gap exactly at its threshold, a unit
+active exactly ``threshold_inactivity`` % of the time), how many steps a window or a mean covers, which steps a
+rule looks at (training only), how many windows or evaluations a message counts, and what a message says when the
+data is too little to tell.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rules_synth import checks, losses, record, run, step, tensor, train_eval_rounds, write_run
+
+import trainspect as ts
+from trainspect.modes import ModeKeys
+from trainspect.rules import (
+    CheckInputImages,
+    ClassImbalance,
+    DeadRelu,
+    LossNotDecreasing,
+    NLPSequenceRatio,
+    Overfit,
+    Overtraining,
+    SaturatedActivation,
+    SimilarAcrossRuns,
+    StalledTrainingRule,
+    Status,
+    StepData,
+    UnchangedTensor,
+    VanishingGradient,
+    WeightUpdateRatio,
+    evaluate,
+    tensor_pass,
+)
+
+
+def _loss(n: int, value: float, mode: ModeKeys = ModeKeys.TRAIN) -> StepData:
+    return step(n, [tensor("loss", np.float32(value), ["losses"])], mode)
+
+
+def _train_then_eval(train: list[float], val: list[float]) -> list[StepData]:
+    """Training losses, then one evaluation of these batch losses, then a training step that closes it."""
+    data = [_loss(n, v) for n, v in enumerate(train)]
+    data += [_loss(len(train) + k, v, ModeKeys.EVAL) for k, v in enumerate(val)]
+    data.append(_loss(len(train) + len(val), train[-1]))
+    return data
+
+
+# --- LossNotDecreasing --------------------------------------------------------------------------------------
+def test_a_last_window_of_half_num_steps_is_judged_at_the_end_and_counts_as_the_fifth() -> None:
+    """The window still open at the end is judged from ``num_steps // 2`` losses on; the stall names 5 windows."""
+    stalled = run(LossNotDecreasing(num_steps=4), losses([1.0] * 18))  # 4 full windows, then steps 16-17
+    assert stalled.status is Status.ISSUES_FOUND and stalled.triggers == 1 and stalled.first_trigger_step == 17
+    assert stalled.message.startswith("LossNotDecreasing triggered at 1 of 5 evaluated steps")
+    assert stalled.message.endswith("by 0.1% and 2 standard errors after 5 windows of 4")
+    assert "median 1 over steps 16-17" in stalled.message
+    short = run(LossNotDecreasing(num_steps=4), losses([1.0] * 17))  # the last window holds step 16 only
+    assert short.status is Status.NO_ISSUES_FOUND and short.datapoints == 4
+
+
+def test_three_falling_losses_are_too_few_for_the_trend_to_count_as_progress() -> None:
+    """A line through 3 losses is no trend (4 are needed): a loss that then levels off still stalls."""
+    res = checks(LossNotDecreasing(num_steps=1), losses([1.0, 0.99, 0.98, 1.0, 1.0, 1.0]))
+    assert [r is not None and r.triggered for r in res] == [False, False, False, False, False, True]
+    assert res[5] is not None and res[5].detail.endswith("after 5 windows of 1")
+
+
+def test_a_rise_must_pass_one_percent_of_the_first_windows_loss() -> None:
+    """A loss converged near zero rises only when it climbs past 1 % of the first window's median."""
+    rule = LossNotDecreasing(num_steps=2)
+    rose = run(rule, losses([100.0] * 2 + [1.0] * 8 + [2.5] * 6))  # 1.5 above the best: past 1 % of 100
+    assert rose.status is Status.ISSUES_FOUND and rose.first_trigger_step == 14
+    assert rose.message.endswith("above the best by more than 5% and 3 standard errors")
+    within = run(rule, losses([100.0] * 2 + [1.0] * 8 + [1.9] * 6))  # 0.9 above: past 5 % of 1, not 1 % of 100
+    assert within.status is Status.NO_ISSUES_FOUND
+
+
+# --- Overfit ------------------------------------------------------------------------------------------------
+def test_overfit_compares_with_the_mean_of_the_last_20_training_losses() -> None:
+    """The training loss at an evaluation is the mean of the 20 training losses before it, named by their steps."""
+    (res,) = [c for c in checks(Overfit(), _train_then_eval([21.0] + [1.0] * 19, [3.0, 3.0])) if c is not None]
+    assert res.detail.startswith(
+        "validation loss 3 (EVAL steps 20-21) vs training loss 2 (TRAIN steps 0-19): gap 0.5 (threshold 0.1); "
+    )
+
+
+def test_overfit_gap_exactly_at_the_ratio_threshold_does_not_count() -> None:
+    """A rising validation loss whose gap equals ``ratio_threshold`` is not counted; just past it, it is."""
+    data = train_eval_rounds([1.0, 1.0], [1.0, 1.5])  # the gap at the second evaluation: (1.5 - 1) / 1 = 0.5
+    at = [c for c in checks(Overfit(ratio_threshold=0.5), data) if c is not None]
+    assert not at[1].triggered and at[1].value == 0.5
+    assert at[1].detail.endswith("rising (0/1 in a row)")
+    past = [c for c in checks(Overfit(ratio_threshold=0.49), data) if c is not None]
+    assert past[1].triggered and past[1].detail.endswith("rising (1/1 in a row)")
+
+
+def test_a_validation_loss_exactly_1000_times_the_training_loss_is_not_yet_broken() -> None:
+    """The broken-evaluation test needs more than 1,000x the training loss."""
+    (at,) = [c for c in checks(Overfit(), train_eval_rounds([1.0], [1000.0])) if c is not None]
+    assert not at.triggered and "evaluation itself is broken" not in at.detail
+    assert "the first validation loss was 1000x the training loss" in at.detail
+    (past,) = [c for c in checks(Overfit(), train_eval_rounds([1.0], [1000.5])) if c is not None]
+    assert past.triggered and "the validation loss is 1000x the training loss" in past.detail
+
+
+def test_one_batch_evaluations_need_four_earlier_ones_for_their_noise() -> None:
+    """The noise of a one-batch evaluation comes from the earlier ones only, and needs 4 of them."""
+    data, n = [], 0
+    for _ in range(5):
+        data += [_loss(n, 1.0), _loss(n + 1, 2.0, ModeKeys.EVAL)]
+        n += 2
+    data.append(_loss(n, 1.0))
+    res = [c for c in checks(Overfit(), data) if c is not None]
+    assert len(res) == 5 and res[0].detail.endswith("first evaluation (0/1 in a row)")
+    too_few = "too few evaluations of one batch to tell a rise from noise (the noise needs 4 earlier ones)"
+    assert [too_few in c.detail for c in res] == [False, True, True, True, False]
+    assert res[4].detail.endswith("not rising beyond its noise (0/1 in a row)")
+
+
+# --- Overtraining -------------------------------------------------------------------------------------------
+def test_overtraining_says_too_few_up_to_patience_evaluations() -> None:
+    """With ``patience_validation`` evaluations or fewer the message says they are too few to tell."""
+    res = [c for c in checks(Overtraining(patience_validation=2), train_eval_rounds([1.0] * 3, [1.0] * 3)) if c]
+    assert len(res) == 3
+    assert res[1].detail.endswith("; 2 evaluation(s) so far: too few to tell, patience 2 needs 3")
+    assert "too few" not in res[2].detail and res[2].detail.endswith("converged (or stalled), not overtrained")
+
+
+def test_overtraining_takes_the_training_loss_as_the_mean_of_the_last_20() -> None:
+    """The training loss an evaluation is compared with is the mean of the last 20 training losses."""
+    (res,) = [c for c in checks(Overtraining(), _train_then_eval([21.0] + [1.0] * 19, [3.0, 3.0])) if c is not None]
+    assert "training loss 2 vs 2 at the best evaluation" in res.detail
+
+
+# --- StalledTrainingRule ------------------------------------------------------------------------------------
+def test_a_recorded_runs_gap_exactly_at_the_threshold_is_no_stall(tmp_path: Path) -> None:
+    """Judged from a recorded run's columns, a gap must pass ``threshold``: 10 s is no stall, 10.5 s is."""
+    recs = [record(n, [tensor("loss", np.float32(1.0), ["losses"])], wall=w) for n, w in enumerate([0, 10, 20.5])]
+    path = write_run(tmp_path / "run", recs)
+    (verdict,) = tensor_pass.evaluate_tensor_rules(
+        ts.create_trial(path), [StalledTrainingRule(threshold=10)], None, None, True
+    )
+    assert verdict.status is Status.ISSUES_FOUND and verdict.triggers == 1 and verdict.first_trigger_step == 2
+    assert verdict.message.endswith("10.5 s between steps (at step 2) (threshold 10 s)")
+
+
+# --- UnchangedTensor ----------------------------------------------------------------------------------------
+def test_unchanged_tensor_ignores_evaluation_steps() -> None:
+    """A tensor saved unchanged at EVAL steps only is not judged: nothing is expected to change in evaluation."""
+    data = [step(n, [tensor("w", [1.0, 2.0])], ModeKeys.EVAL) for n in range(4)]
+    verdict = run(UnchangedTensor(tensor_regex="w"), data)
+    assert verdict.status is Status.NO_DATA and verdict.triggers == 0
+    assert verdict.message.endswith("needs num_steps=3 saved training steps of a tensor")
+
+
+# --- WeightUpdateRatio --------------------------------------------------------------------------------------
+def _pair(before: list[float], after: list[float], grads: tuple[float, float]) -> list[StepData]:
+    return [
+        step(
+            n, {"main": [tensor("w", w, ["weights"])], "grad": [tensor("gradient/w", None, ["gradients"], abs_mean=g)]}
+        )
+        for n, (w, g) in enumerate(zip((before, after), grads, strict=True))
+    ]
+
+
+def test_a_ratio_exactly_at_small_threshold_is_not_small_and_not_excused() -> None:
+    """A ratio equal to ``small_threshold`` is no tiny ratio: the message excuses nothing."""
+    (_, res) = checks(WeightUpdateRatio(small_threshold=0.5, epsilon=0.0), _pair([1.0], [1.5], (1e-9, 2e-9)))
+    assert res is not None and not res.triggered and res.value == 0.5
+    assert res.detail == "update ratio from 0.5 (w) to 0.5 (w) (thresholds 0.5 and 10)"
+
+
+def test_a_weight_standing_still_with_a_gradient_of_exactly_1e7_counts() -> None:
+    """A gradient of mean |value| 1e-7 reaches its weight: a weight that does not move then is a tiny ratio."""
+    (_, at) = checks(WeightUpdateRatio(), _pair([1.0, 2.0], [1.0, 2.0], (2e-7, 1e-7)))
+    assert at is not None and at.triggered and at.tensors == ("w",) and "not counted" not in at.detail
+    (_, below) = checks(WeightUpdateRatio(), _pair([1.0, 2.0], [1.0, 2.0], (2e-7, 0.99e-7)))
+    assert below is not None and not below.triggered and "no gradient reaches it" in below.detail
+
+
+# --- SaturatedActivation ------------------------------------------------------------------------------------
+def test_a_unit_inside_the_limits_exactly_threshold_inactivity_percent_of_the_time_is_not_saturated() -> None:
+    """A unit is saturated when inside the limits in *fewer* than ``threshold_inactivity`` % of the samples."""
+    x = np.array([[0.0, 0.0], [20.0, 0.0], [20.0, 0.0], [20.0, 0.0]])  # unit 0 inside the tanh limits 1 time of 4
+    (at,) = checks(SaturatedActivation(threshold_inactivity=25.0), [step(0, {"tanh": [tensor("t", x)]})])
+    assert at is not None and at.value == 0.0 and at.detail == "0% of units saturated in t (threshold 50%)"
+    (past,) = checks(SaturatedActivation(threshold_inactivity=25.01), [step(0, {"tanh": [tensor("t", x)]})])
+    assert past is not None and past.value == 50.0
+
+
+# --- ClassImbalance -----------------------------------------------------------------------------------------
+def test_class_imbalance_names_the_first_mostly_mispredicted_class_only() -> None:
+    """Of several mostly mispredicted classes the message names the first (by class id)."""
+    roles = {"labels": [tensor("labels", [1, 1, 0, 0])], "predictions": [tensor("predictions", [0, 0, 1, 1])]}
+    (res,) = checks(ClassImbalance(samples=4), [step(0, roles)])
+    assert res is not None and res.triggered and res.detail == "100% of class 0 mispredicted (threshold 70%)"
+
+
+# --- SimilarAcrossRuns --------------------------------------------------------------------------------------
+def test_a_tensor_differing_from_several_runs_is_counted_once() -> None:
+    """A tensor that differs from two other runs is one differing tensor, named once."""
+    mine = tensor("w", [1.0, 2.0])
+    others = ({"w": tensor("w", [1.0, 3.0])}, {"w": tensor("w", [1.0, 4.0])})
+    data = StepData(0, ModeKeys.TRAIN, 0, 0.0, "worker_0", {"main": (mine,)}, others)
+    (res,) = checks(SimilarAcrossRuns(other_trials=["b", "c"]), [data])
+    assert res is not None and res.triggered and res.value == 1.0 and res.tensors == ("w",)
+    assert res.detail.startswith("1 of ")
+
+
+# --- second pass: modes, the figures messages name, and chunks of recorded runs ------------------------------
+def test_an_evaluation_loss_in_a_chunk_does_not_make_vanishing_gradient_call_the_loss_converged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The converged-loss exemption compares training losses only: a tiny EVAL loss in a chunk is not one."""
+    monkeypatch.setattr(tensor_pass, "CHUNK_STEPS", 3)  # steps 0-2 (losses only) are judged as one chunk
+    recs = [record(i, [tensor("loss", np.float32(v), ["losses"])]) for i, v in enumerate([2.0, 1.0])]
+    recs.append(record(2, [tensor("loss", np.float32(1e-4), ["losses"])], ModeKeys.EVAL))
+    recs.append(record(3, [tensor("gradient/w", None, ["gradients"], abs_mean=1e-9)]))
+    (verdict,) = evaluate(ts.create_trial(write_run(tmp_path / "run", recs)), [VanishingGradient()], write=False)
+    assert verdict.status is Status.ISSUES_FOUND and verdict.first_trigger_step == 3
+    assert verdict.tensors == ("gradient/w",) and "has converged" not in verdict.message
+
+
+def test_overtraining_leaves_predict_losses_of_a_recorded_run_out_of_the_training_loss(tmp_path: Path) -> None:
+    """PREDICT losses neither close an evaluation nor count as training losses (a recorded run, judged by chunk)."""
+    plan = [(ModeKeys.TRAIN, 1.0, 3), (ModeKeys.EVAL, 2.0, 2), (ModeKeys.PREDICT, 50.0, 2), (ModeKeys.TRAIN, 1.0, 1)]
+    plan += [(ModeKeys.EVAL, 2.0, 2), (ModeKeys.TRAIN, 1.0, 1)]
+    recs, n = [], 0
+    for mode, value, count in plan:
+        for _ in range(count):
+            recs.append(record(n, [tensor("loss", np.float32(value), ["losses"])], mode))
+            n += 1
+    (verdict,) = evaluate(ts.create_trial(write_run(tmp_path / "run", recs)), [Overtraining()], write=False)
+    assert verdict.datapoints == 2
+    assert "training loss 1 vs 1 at the best evaluation" in verdict.message
+
+
+def test_unchanged_tensor_with_too_few_steps_says_how_many_it_saw() -> None:
+    """The NoData message counts the steps the rule saw its inputs at, though it judged none."""
+    verdict = run(UnchangedTensor(tensor_regex="w"), [step(n, [tensor("w", [1.0, 2.0])]) for n in range(2)])
+    assert verdict.status is Status.NO_DATA
+    assert verdict.message == (
+        "UnchangedTensor saw its inputs at 2 step(s) but could not judge: "
+        "needs num_steps=3 saved training steps of a tensor"
+    )
+
+
+def test_unchanged_tensor_judges_the_last_num_steps_values_only() -> None:
+    """A tensor that changed once and then stayed the same for ``num_steps`` saved steps is unchanged."""
+    values = [[0.0, 1.0], [1.0, 2.0], [1.0, 2.0], [1.0, 2.0]]
+    verdict = run(UnchangedTensor(tensor_regex="w"), [step(n, [tensor("w", v)]) for n, v in enumerate(values)])
+    assert verdict.status is Status.ISSUES_FOUND and verdict.first_trigger_step == 3 and verdict.triggers == 1
+    assert "1 of 1 tensor(s) unchanged over 3 saved steps, e.g. w" in verdict.message
+
+
+def test_check_input_images_reports_the_channel_with_the_largest_absolute_mean() -> None:
+    """A channel far below zero is as unnormalised as one far above: the largest |mean| is judged."""
+    img = np.zeros((2, 2, 1, 1))
+    img[:, 0] = -0.5
+    img[:, 1] = 0.1
+    (res,) = checks(CheckInputImages(regex=["img"], threshold_samples=2), [step(0, [tensor("img", img)])])
+    assert res is not None and res.triggered and res.value == 0.5
+    assert res.detail == "channel 0 mean -0.5 over 2 images (threshold |mean| 0.2)"
+
+
+def test_dead_relu_reports_the_layer_with_the_most_dead_units() -> None:
+    """The value and the message are the worst layer's share of dead units."""
+    alive, dead = tensor("a_relu_output", np.ones((2, 2))), tensor("b_relu_output", np.zeros((2, 2)))
+    (res,) = checks(DeadRelu(), [step(0, [alive, dead])])
+    assert res is not None and res.value == 100.0 and res.tensors == ("b_relu_output",)
+    assert res.detail == "100% of units dead in b_relu_output (threshold 50%)"
+
+
+def test_nlp_sequence_ratio_names_the_first_tensor_of_equal_shares() -> None:
+    """Of two tensors with the same share of a token, the message names the first."""
+    a, b = tensor("a", np.array([0, 1, 2, 3])), tensor("b", np.array([0, 5, 6, 7]))
+    (res,) = checks(NLPSequenceRatio(), [step(0, [a, b])])
+    assert res is not None and not res.triggered and res.detail == "token 0 is 25% of a (threshold 50%)"
+
+
+def test_overfit_counts_a_training_loss_risen_by_exactly_ten_percent_as_not_diverging() -> None:
+    """The training loss diverges only when it rises *more* than 10 % above its lowest."""
+
+    def second(train_after: float) -> str:
+        data = _train_then_eval([10.0] * 20, [10.0, 10.0])[:-1]
+        data += [_loss(22 + k, train_after) for k in range(10)]
+        data += [_loss(32, 10.0, ModeKeys.EVAL), _loss(33, 10.0, ModeKeys.EVAL), _loss(34, train_after)]
+        res = [c for c in checks(Overfit(), data) if c is not None]
+        assert len(res) == 2
+        return res[1].detail
+
+    assert "vs training loss 11 (TRAIN steps 10-31)" in second(12.0)  # 10 % above 10: not diverging
+    assert "the training loss rises too" not in second(12.0)
+    assert "the training loss rises too (11.25, lowest 10 at TRAIN steps 0-19)" in second(12.5)
+
+
+def test_overtraining_needs_the_training_loss_to_improve_by_more_than_delta() -> None:
+    """A training loss that fell by exactly ``delta`` since the best evaluation has not improved."""
+    data = [_loss(n, 1.0) for n in range(3)] + [_loss(3, 1.0, ModeKeys.EVAL)]
+    data += [_loss(4 + k, 0.5) for k in range(20)] + [_loss(24, 1.0, ModeKeys.EVAL), _loss(25, 0.5)]
+    at = [c for c in checks(Overtraining(patience_validation=1, delta=0.5), data) if c is not None]
+    assert not at[1].triggered and at[1].detail.endswith("converged (or stalled), not overtrained")
+    past = [c for c in checks(Overtraining(patience_validation=1, delta=0.49), data) if c is not None]
+    assert past[1].triggered
