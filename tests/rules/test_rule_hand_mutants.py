@@ -207,7 +207,19 @@ def test_a_tensor_differing_from_several_runs_is_counted_once() -> None:
     data = StepData(0, ModeKeys.TRAIN, 0, 0.0, "worker_0", {"main": (mine,)}, others)
     (res,) = checks(SimilarAcrossRuns(other_trials=["b", "c"]), [data])
     assert res is not None and res.triggered and res.value == 1.0 and res.tensors == ("w",)
-    assert res.detail.startswith("1 of ")
+    assert res.detail.startswith("1 of 1 compared tensor(s) differ, first w")
+
+
+def test_the_count_of_compared_tensors_does_not_depend_on_which_run_differs() -> None:
+    """``N of M``: M counts tensors saved by this run and at least one other, not (tensor, run) comparisons."""
+    w, b = tensor("w", [1.0, 2.0]), tensor("b", [0.5])
+    same = {"w": tensor("w", [1.0, 2.0]), "b": tensor("b", [0.5])}
+    differs = {"w": tensor("w", [1.0, 9.0]), "b": tensor("b", [0.5])}
+    for others in ((same, differs), (differs, same)):
+        data = StepData(0, ModeKeys.TRAIN, 0, 0.0, "worker_0", {"main": (w, b)}, others)
+        (res,) = checks(SimilarAcrossRuns(other_trials=["b", "c"]), [data])
+        assert res is not None and res.tensors == ("w",)
+        assert res.detail == "1 of 2 compared tensor(s) differ, first w (threshold: none may differ)"
 
 
 # --- second pass: modes, the figures messages name, and chunks of recorded runs ------------------------------

@@ -63,19 +63,17 @@ class SimilarAcrossRuns(TensorRule):
 
     def check(self, state: Any, data: StepData) -> Check | None:
         """Compare each tensor with the other runs' values at this step."""
-        compared, differ = 0, []
+        compared, differ = 0, []  # counted per tensor: one that differs from any other run differs once
         for rec in data.role():
             if rec.value is None:
                 continue
-            for other in data.others:
-                theirs = other.get(rec.name)
-                if theirs is None or theirs.value is None:
-                    continue
-                compared += 1
-                a, b = np.asarray(rec.value), np.asarray(theirs.value)
-                if a.shape != b.shape or not np.allclose(a, b, equal_nan=True):
-                    differ.append(rec.name)
-                    break
+            theirs_all = [t.value for o in data.others if (t := o.get(rec.name)) is not None and t.value is not None]
+            if not theirs_all:
+                continue
+            compared += 1
+            a = np.asarray(rec.value)
+            if any(a.shape != np.shape(b) or not np.allclose(a, b, equal_nan=True) for b in theirs_all):
+                differ.append(rec.name)
         if not compared:
             return None
         detail = f"{len(differ)} of {compared} compared tensor(s) differ" + (f", first {differ[0]}" if differ else "")
