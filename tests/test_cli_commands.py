@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _support.jobs import record_two_rank_job
 
 from trainspect import __version__
 from trainspect._progress import Progress
@@ -81,18 +82,7 @@ def test_info_counts_the_ranks_of_a_job_whose_rank_0_alone_records_tensors(
 ) -> None:
     import json
 
-    import torch
-
-    import trainspect as ts
-
-    monkeypatch.setenv("TRAINSPECT_JOB_ID", "job-two-ranks")
-    for rank in (0, 1):  # two ranks of one job, as torchrun starts them (include_workers="one", the default)
-        for name, value in {"RANK": rank, "WORLD_SIZE": 2, "LOCAL_RANK": rank}.items():
-            monkeypatch.setenv(name, str(value))
-        model = torch.nn.Linear(3, 1)
-        with ts.torch.Hook(tmp_path / "run") as hook:
-            hook.register_module(model)
-            model(torch.ones(2, 3)).sum().backward()
+    record_two_rank_job(tmp_path / "run", monkeypatch)
     assert main(["info", str(tmp_path / "run"), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["workers"] == ["worker_0"] and doc["ranks"] == 2  # tensors from rank 0; the job had two ranks

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _support.jobs import record_two_rank_job
 
 from trainspect.profiler.arrays import FrameworkTables, SystemArrays
 from trainspect.profiler.data import ProfilerData
@@ -209,18 +210,9 @@ def test_the_loss_the_summary_reads(tmp_path: Path) -> None:
 def test_a_job_whose_rank_0_alone_records_tensors_counts_every_rank_and_node(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import torch
-
     import trainspect as ts
 
-    monkeypatch.setenv("TRAINSPECT_JOB_ID", "job-two-ranks")
-    for rank in (0, 1):  # two ranks of one job, as torchrun starts them (include_workers="one", the default)
-        for name, value in {"RANK": rank, "WORLD_SIZE": 2, "LOCAL_RANK": rank}.items():
-            monkeypatch.setenv(name, str(value))
-        model = torch.nn.Linear(3, 1)
-        with ts.torch.Hook(tmp_path / "run") as hook:
-            hook.register_module(model)
-            model(torch.ones(2, 3)).sum().backward()
+    record_two_rank_job(tmp_path / "run", monkeypatch)
     assert ts.create_trial(tmp_path / "run").workers() == ["worker_0"]  # rank 0 alone wrote tensors
     s = summarize(ReportContext.load(tmp_path / "run"))
     assert s.workers == 2 and s.instances == 1  # the job's ranks, from their manifests: not 1 (its throughput x2)
