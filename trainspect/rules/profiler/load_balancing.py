@@ -52,7 +52,7 @@ def _running_histograms(
 class LoadBalancing(ProfilerRule):
     """Flag GPUs of a node whose utilisation distributions differ.
 
-    For each pair of GPUs on a node (the first with more than ``patience`` samples), the Jensen-Shannon
+    For each pair of GPUs on a node (one with more than ``patience`` samples, the other with any), the Jensen-Shannon
     distance between their utilisation histograms above ``threshold`` is a violation, at each scan window. In a
     multi-node job, GPUs of different nodes are also compared, over the whole run.
     smdebug's code compared only the last GPU with itself (never triggering); this is the intended rule.
@@ -81,13 +81,14 @@ class LoadBalancing(ProfilerRule):
         triggers: list[float] = []
         details: dict[str, Any] = {}
         series: list[Series] = []
-        most, pairs_seen, worst = 0, 0, (0.0, "")
+        most, pairs_seen, worst, multi_gpu = 0, 0, (0.0, ""), False
         for node, arr in data.system.items():
             cols = {g: c for g in arr.gpus if (c := arr.column(f"gpu{g}_utilization_percent")) is not None}
             most = max([most] + [int(np.isfinite(c).sum()) for c in cols.values()])
             details[node] = {"workloads": {}, "distances": {}}
             if len(cols) < 2:
                 continue
+            multi_gpu = True
             ends = window_ends(float(arr.timestamps[0]), float(arr.timestamps[-1]), self.scan_s())
             maxima, trig = [], []
             for end, hists in zip(ends, _running_histograms(cols, arr.timestamps, ends), strict=True):
@@ -116,7 +117,8 @@ class LoadBalancing(ProfilerRule):
                 f"too little data: {most} GPU samples; the rule needs more than patience={self.patience}", most
             )
         if not pairs_seen:
-            return self.verdict(Status.NO_ISSUES_FOUND, "only one GPU per node: no balancing issue", most, (), details)
+            why = "no two GPUs of a node both reported utilisation" if multi_gpu else "only one GPU per node"
+            return self.verdict(Status.NO_ISSUES_FOUND, f"{why}: no balancing issue", most, (), details)
         msg = f"largest Jensen-Shannon distance {worst[0]:.3f} ({worst[1]}), threshold {self.threshold:g}"
         status = Status.ISSUES_FOUND if triggers else Status.NO_ISSUES_FOUND
         return self.verdict(status, msg, most, triggers, details, series)
@@ -131,14 +133,23 @@ class LoadBalancing(ProfilerRule):
                     hists[(node, g)] = np.histogram(col[np.isfinite(col)], EDGES)[0].astype(float)
         out = {}
         for a, b in itertools.combinations(sorted(hists), 2):
-            if a[0] != b[0] and hists[a].sum() > self.patience and hists[b].sum() > 0:
+            if a[0] != b[0] and self._comparable(hists[a], hists[b]):
                 out[f"{a[0]}:gpu{a[1]} vs {b[0]}:gpu{b[1]}"] = js_distance(hists[a], hists[b])
         return out
 
+    def _comparable(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """Whether two GPUs' histograms are compared: one has more than ``patience`` samples, the other any.
+
+        smdebug's "gpu1 has more than patience values" over every ordered pair: which GPU is numbered first does not
+        matter (the distance is symmetric).
+        """
+        na, nb = a.sum(), b.sum()
+        return bool(max(na, nb) > self.patience and min(na, nb) > 0)
+
     def _pairs(self, hists: dict[int, np.ndarray]) -> dict[tuple[str, str], float]:
-        """Distances of the GPU pairs whose first GPU has more than ``patience`` samples."""
+        """Distances of the GPU pairs of which one GPU has more than ``patience`` samples and the other any."""
         out = {}
         for a, b in itertools.combinations(sorted(hists), 2):
-            if hists[a].sum() > self.patience and hists[b].sum() > 0:
+            if self._comparable(hists[a], hists[b]):
                 out[(f"gpu{a}", f"gpu{b}")] = js_distance(hists[a], hists[b])
         return out
