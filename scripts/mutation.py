@@ -48,6 +48,7 @@ _STORE = [
     "tests/store/test_framing.py",
     "tests/store/test_crash_and_corruption.py",
     "tests/store/test_trial_api.py",
+    "tests/store/test_store_hand_mutants.py",
     "-knot sigkill",
 ]
 _WRITER = [
@@ -62,6 +63,7 @@ _PROFILER_RULES = [
     "tests/profiler/test_profiler_rule_thresholds.py",
     "tests/profiler/test_profiler_rule_edges.py",
     "tests/profiler/test_profiler_rules.py",
+    "tests/profiler/test_profiler_hand_mutants.py",
 ]
 _ANALYSES = [
     "tests/profiler/test_event_edges.py",
@@ -71,6 +73,7 @@ _ANALYSES = [
     "tests/profiler/test_linear_costs.py",
     "tests/profiler/test_cuda_memory.py",
     "tests/profiler/test_python_hotspots_own_frames.py",
+    "tests/profiler/test_profiler_hand_mutants.py",
     "tests/report/test_report_histograms.py",
     "tests/report/test_report_truth.py",
 ]
@@ -97,6 +100,7 @@ _MLFLOW = [
     "tests/mlflow/test_mlflow_values.py",
     "tests/tb_plugin/test_metric_catalogue.py",
     "tests/mlflow/test_mlflow_local.py",
+    "tests/store/test_store_hand_mutants.py",
 ]
 _TENSOR_RULES = [
     "tests/rules/test_rule_edges.py",
@@ -107,6 +111,7 @@ _TENSOR_RULES = [
     "tests/rules/test_rules_fast_paths.py",
     "tests/rules/test_rules_trust.py",
     "tests/rules/test_columns.py",
+    "tests/rules/test_rule_hand_mutants.py",
 ]
 _LOSS_RULES = [*_TENSOR_RULES, "tests/rules/test_interleaved_losses.py", "tests/rules/test_eval_rules_trust.py"]
 # module (relative to trainspect/) -> the pytest arguments (test files, options) of the tests that exercise it
