@@ -48,7 +48,7 @@ def test_importing_trainspect_loads_no_framework() -> None:
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("shard",),
-    ("modes", "env", "reductions", "_progress", "_pipes", "_version", "_json_safe", "_entry_points"),
+    ("modes", "env", "reductions", "_progress", "_pipes", "_version", "_json_safe", "_entry_points", "_units"),
     ("exceptions",),
     ("config",),
     ("collections", "step"),

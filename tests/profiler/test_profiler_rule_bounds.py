@@ -99,7 +99,10 @@ def test_gpus_of_different_nodes_are_compared_when_the_second_has_one_sample() -
 def test_a_gpu_without_a_sample_is_not_compared() -> None:
     arrays = system(3.0, cores=1, gpu0_utilization_percent=10.0, gpu1_utilization_percent=np.nan)
     v = LoadBalancing(patience=5).evaluate(data([arrays]))
-    assert v.status is Status.NO_ISSUES_FOUND and v.message == "no two GPUs of a node both reported utilisation: no balancing issue"
+    assert (
+        v.status is Status.NO_ISSUES_FOUND
+        and v.message == "no two GPUs of a node both reported utilisation: no balancing issue"
+    )
     assert v.details["n0"]["distances"] == {}
 
 

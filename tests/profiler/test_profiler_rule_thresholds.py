@@ -394,7 +394,7 @@ def test_a_rank_straggles_past_the_threshold_of_the_others_own_time() -> None:
     assert compute.y == (0.5, 0.5, 0.75) and compute.trigger_x == (2.0,) and loader.trigger_x == ()
     at = WorkerStraggler(threshold=25.0).evaluate(_ranks(0.5, 0.5, 0.75))  # 250 ms is 25 % of 1 s: not more
     assert at.status is Status.NO_ISSUES_FOUND
-    assert at.message.startswith("no straggler among 3 workers (median compute 500 ms per step, data-loader wait 0 ms")
+    assert at.message.startswith("no straggler among 3 workers (median compute 500 ms per step, data-loader wait 0 s")
 
 
 def test_time_between_steps_is_a_share_of_the_others_own_time() -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trainspect._units import duration
 from trainspect.profiler.arrays import FrameworkTables, SystemArrays
 from trainspect.profiler.data import ProfilerData
 from trainspect.report import charts
@@ -21,7 +22,6 @@ from trainspect.report._framework_sections import (
     PhaseRatioSection,
     StepDurationSection,
     _advice,
-    _ms,
     _outliers_text,
     outlier_steps,
 )
@@ -109,7 +109,7 @@ def test_human_scales_bytes_by_thousands() -> None:
 
 
 def test_durations_are_labelled_in_their_unit() -> None:
-    assert [_ms(x) for x in (0.000999, 0.001, 0.999, 1.0, 12.345)] == ["999 µs", "1 ms", "999 ms", "1 s", "12.3 s"]
+    assert [duration(x) for x in (0.000999, 0.001, 0.999, 1.0, 12.345)] == ["999 µs", "1 ms", "999 ms", "1 s", "12.3 s"]
 
 
 # --- advice ------------------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import logging
 
 import numpy as np
 
+from trainspect._units import duration
 from trainspect.profiler.analysis import (
     cuda_memory_statistics,
     dataloader_statistics,
@@ -85,7 +86,7 @@ class StepDurationSection(Section):
         )
         hist = step_histogram(ctx.profiler, bins=50)
         for (worker, mode), grp in hist.groupby(["worker", "mode"], sort=True):
-            cats = [_ms((a + b) / 2) for a, b in zip(grp["bin_start"], grp["bin_end"], strict=True)]
+            cats = [duration((a + b) / 2) for a, b in zip(grp["bin_start"], grp["bin_end"], strict=True)]
             page.chart(
                 charts.bar_chart(
                     cats,
@@ -146,7 +147,7 @@ def _outliers_text(verdict: Verdict, label: str, steps: list[int]) -> str:
     d = verdict.details[label]
     count = int(d["number_of_outliers"])
     text = (
-        f"{label}: {count} step(s) longer than StepOutlier's threshold {_ms(float(d['threshold_s']))}"
+        f"{label}: {count} step(s) longer than StepOutlier's threshold {duration(float(d['threshold_s']))}"
         f"{_threshold_rule(verdict)}: steps {_listed(steps, count)}"
     )
     stalls = [int(s) for s in d.get("stall_step_numbers") or ()]
@@ -263,7 +264,7 @@ class DataloaderSection(Section):
         flat = np.concatenate(waits) if waits else np.zeros(0)
         if len(flat):
             counts, edges = np.histogram(flat, bins=40)
-            cats = [_ms((edges[i] + edges[i + 1]) / 2) for i in range(len(counts))]
+            cats = [duration((edges[i] + edges[i + 1]) / 2) for i in range(len(counts))]
             page.chart(
                 charts.bar_chart(
                     cats,
@@ -275,13 +276,6 @@ class DataloaderSection(Section):
                 ),
                 240,
             )
-
-
-def _ms(seconds: float) -> str:
-    """A duration label with 3 significant digits: ``850 µs``, ``12.5 ms``, ``1.25 s``."""
-    if seconds < 1e-3:
-        return f"{seconds * 1e6:.3g} µs"
-    return f"{seconds * 1e3:.3g} ms" if seconds < 1 else f"{seconds:.3g} s"
 
 
 def _advice(worker: str, num_workers: object, loop_percent: float, cores: int) -> str:

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from trainspect._units import duration
 from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys, parse_mode
 from trainspect.profiler.data import ProfilerData
@@ -207,7 +208,8 @@ class StepOutlier(ProfilerRule):
         lost = 100.0 * excess / g.loop_s if g.loop_s > 0 else 0.0
         hit = lost > self.min_lost_percent and excess > self.min_excess_s
         msg = (
-            f"{int(out.sum())} step(s) longer than median {_ms(typical)} + {self.mad_factor:g}·MAD ({_ms(thr)}), "
+            f"{int(out.sum())} step(s) longer than median {duration(typical)} + {self.mad_factor:g}·MAD "
+            f"({duration(thr)}), "
             f"{int(costly.sum())} of them stalls (> min_step_excess_s {self.min_step_excess_s:g} s over the median) "
             f"or in a sustained slowdown; after the first {self.warmup_steps} (warm-up) they cost {excess:.3g} s, "
             f"{lost:.1f}% of the {g.loop_s:.3g} s training "
@@ -241,7 +243,7 @@ class StepOutlier(ProfilerRule):
         thr = float(g.dur.mean() + self.stddev * g.dur.std())
         out = g.dur > thr
         msg = (
-            f"{int(out.sum())} step(s) longer than mean + {self.stddev:g}·std ({_ms(thr)}; "
+            f"{int(out.sum())} step(s) longer than mean + {self.stddev:g}·std ({duration(thr)}; "
             f"n_outliers {self.n_outliers} tolerated)"
         )
         return _Judged(trig, thr, out, out, {}, msg)
@@ -254,10 +256,6 @@ def _sustained(out: np.ndarray) -> np.ndarray:
     idx = np.arange(n)
     lo, hi = np.clip(idx - half, 0, n), np.clip(idx + half + 1, 0, n)
     return np.asarray(csum[hi] - csum[lo] > SUSTAINED_SHARE * (hi - lo))
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.3g} ms"
 
 
 def _stats(g: _Group, thr: float, out: np.ndarray, stddev: float) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from trainspect._units import duration
 from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.ranks import rank_times
 from trainspect.rules.base import Param
@@ -30,10 +31,6 @@ class _Finding:
     reference: float
     excess: float
     busy: float
-
-
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.3g} ms"
 
 
 class WorkerStraggler(ProfilerRule):
@@ -120,8 +117,8 @@ class WorkerStraggler(ProfilerRule):
             )
         med = float(ranks["compute_s"].median())
         msg = (
-            f"no straggler among {len(ranks)} workers (median compute {_ms(med)} per step, data-loader wait "
-            f"{_ms(float(ranks['loader_s'].median()))}, threshold {self.threshold:g} %){note}"
+            f"no straggler among {len(ranks)} workers (median compute {duration(med)} per step, data-loader wait "
+            f"{duration(float(ranks['loader_s'].median()))}, threshold {self.threshold:g} %){note}"
         )
         return self.verdict(Status.NO_ISSUES_FOUND, msg, len(ranks), (), details, series)
 
@@ -154,8 +151,8 @@ class WorkerStraggler(ProfilerRule):
         if f.part == "compute_s":
             pct = 100.0 * f.excess / f.reference if f.reference > 0 else float("inf")
             return (
-                f"{f.worker} computes {pct:.0f} % longer per step than {others} ({_ms(f.value)} vs "
-                f"{_ms(f.reference)}; threshold {self.threshold:g} %)"
+                f"{f.worker} computes {pct:.0f} % longer per step than {others} ({duration(f.value)} vs "
+                f"{duration(f.reference)}; threshold {self.threshold:g} %)"
             )
         share = 100.0 * f.excess / f.busy
         what = (
@@ -164,8 +161,8 @@ class WorkerStraggler(ProfilerRule):
             else ("spends {} per step between steps outside the data loader")
         )
         return (
-            f"{f.worker} {what.format(_ms(f.value))}, {others} {_ms(f.reference)}: every step waits "
-            f"{_ms(f.excess)} for it, {share:.0f} % of the others' own time per step (threshold "
+            f"{f.worker} {what.format(duration(f.value))}, {others} {duration(f.reference)}: every step waits "
+            f"{duration(f.excess)} for it, {share:.0f} % of the others' own time per step (threshold "
             f"{self.threshold:g} %)"
         )
 
