@@ -582,7 +582,7 @@ def test_a_straggler_is_measured_against_the_median_own_time_of_the_others() -> 
     v = WorkerStraggler().evaluate(data([], ranks))
     assert v.details["stragglers"] == ["worker_2", "worker_3"]
     assert (
-        "worker_3 waits 500 ms per step for its data loader, the median of the other ranks 0 ms: every step waits "
+        "worker_3 waits 500 ms per step for its data loader, the median of the other ranks 0 s: every step waits "
         "500 ms for it, 50 % of the others' own time per step (threshold 20 %)"
     ) in v.message
 
@@ -641,3 +641,46 @@ def test_batch_size_datapoints_are_the_most_samples_of_any_node() -> None:
     small = system(2.0, node="n1", cores=1, gpu0_utilization_percent=10.0, gpu0_memory_used_percent=10.0)
     v = BatchSize(window=10, patience=1).evaluate(data([big, small]))
     assert v.datapoints == 12 and v.status is Status.ISSUES_FOUND
+
+
+# --- survivors of a fresh mutation sample (seed 19) --------------------------------------------------------------
+def test_load_balancing_bins_an_idle_gpu() -> None:
+    """A GPU at 0 % beside one at 90 % is the plainest imbalance: 0 % falls in the first bin, not outside them."""
+    arrays = system(5.0, cores=1, gpu0_utilization_percent=0.0, gpu1_utilization_percent=90.0)
+    v = LoadBalancing(threshold=0.5, patience=5).evaluate(data([arrays]))
+    assert v.status is Status.ISSUES_FOUND
+    assert v.details["n0"]["workloads"]["gpu0"][0] == 10  # all 10 samples in the 0-2 % bin
+
+
+def test_batch_size_charts_the_cpu_p95_of_each_window() -> None:
+    """The series is the total CPU's 95th percentile over the last ``window`` samples at each scan window's end."""
+    cpu = np.arange(24, dtype=np.float64)  # 0, 1, ..., 23 % at 0.5 s intervals
+    low_gpu = {"gpu0_utilization_percent": 10.0, "gpu0_memory_used_percent": 10.0}
+    arrays = system(12.0, cores=1, cpu0_utilization_percent=cpu, **low_gpu)
+    v = BatchSize(window=10, patience=1, scan_interval_us=11_500_000).evaluate(data([arrays]))
+    # one window ends at 11.5 s: samples 14-23, whose p95 (linear interpolation) is 14 + 0.95 x 9 = 22.55
+    assert v.series[0].y == (22.55,)
+
+
+def test_step_outlier_states_its_threshold_in_a_readable_unit() -> None:
+    """A threshold of 1.5 s reads ``1.5 s``, one of 250 ms ``250 ms`` (not ``1.5e+03 ms``)."""
+    slow = StepOutlier(mad_factor=50.0).evaluate(data([], [_outlier_data(np.array([1.0] * 60 + [2.0] + [1.0] * 60))]))
+    assert "median 1 s + 50·MAD (1.5 s)" in slow.message
+    quick = np.array([0.125] * 60 + [0.5] + [0.125] * 60)
+    fast = StepOutlier(mad_factor=50.0).evaluate(data([], [_outlier_data(quick)]))
+    assert "median 125 ms + 50·MAD (188 ms)" in fast.message
+
+
+def test_the_literal_outlier_scan_agrees_with_the_definition_on_a_long_run() -> None:
+    """Thousands of steps take the scan's tree of maxima: its answers are those of ``d > mean + 3·std``."""
+    from trainspect.rules.profiler._prefix_outliers import PrefixOutliers
+
+    rng = np.random.default_rng(5)
+    dur = rng.gamma(4.0, 0.25, 9000)
+    dur[[1500, 4000, 4001, 8500]] = 40.0
+    scan = PrefixOutliers(dur, stddev=3.0)
+    for n in (1200, 3000, 4500, 9000):
+        d = dur[:n]
+        idx = np.flatnonzero(d > d.mean() + 3.0 * d.std())
+        for k in (0, 1, 2):
+            assert scan.nth_outlier(n, k) == (int(idx[k]) if len(idx) > k else None), (n, k)

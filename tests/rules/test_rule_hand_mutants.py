@@ -15,15 +15,19 @@ import pytest
 from rules_synth import checks, losses, record, run, step, tensor, train_eval_rounds, write_run
 
 import trainspect as ts
+from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys
 from trainspect.rules import (
     CheckInputImages,
     ClassImbalance,
+    Confusion,
     DeadRelu,
+    ExplodingTensor,
     LossNotDecreasing,
     NLPSequenceRatio,
     Overfit,
     Overtraining,
+    PoorWeightInitialization,
     SaturatedActivation,
     SimilarAcrossRuns,
     StalledTrainingRule,
@@ -317,3 +321,64 @@ def test_overtraining_needs_the_training_loss_to_improve_by_more_than_delta() ->
     assert not at[1].triggered and at[1].detail.endswith("converged (or stalled), not overtrained")
     past = [c for c in checks(Overtraining(patience_validation=1, delta=0.49), data) if c is not None]
     assert past[1].triggered
+
+
+# --- third pass: survivors of a fresh mutation sample (seed 19) ------------------------------------------------
+def test_a_confusion_matrix_of_one_sample_is_judged() -> None:
+    """One label and one prediction make a 1x1 (or 2x2) matrix: judged, not skipped as empty."""
+    right = {"labels": [tensor("labels", [1])], "predictions": [tensor("predictions", [1])]}
+    wrong = {"labels": [tensor("labels", [1])], "predictions": [tensor("predictions", [0])]}
+    (ok,) = checks(Confusion(), [step(0, right)])
+    (bad,) = checks(Confusion(), [step(0, wrong)])
+    assert ok is not None and not ok.triggered
+    assert bad is not None and bad.triggered and bad.tensors == ("labels", "predictions")
+
+
+def test_a_nan_in_the_second_element_of_a_two_element_tensor_explodes() -> None:
+    """Only a one-element tensor is read as one float: a NaN past the first element of a longer one is found."""
+    (res,) = checks(ExplodingTensor(), [step(0, [tensor("w", np.array([1.0, np.nan], dtype=np.float32), ["weights"])])])
+    assert res is not None and res.triggered and res.tensors == ("w",)
+
+
+def test_the_unit_hint_starts_past_fifty_times_the_training_loss() -> None:
+    """A first validation loss of exactly 50x the training loss gets no unit hint; 50.5x does."""
+    at = [r.detail for r in checks(Overfit(), train_eval_rounds([1.0], [50.0])) if r is not None]
+    past = [r.detail for r in checks(Overfit(), train_eval_rounds([1.0], [50.5])) if r is not None]
+    assert at and not any("x the training loss" in d for d in at)
+    assert past and "the first validation loss was 50.5x the training loss" in past[0]
+
+
+def test_poor_weight_initialization_judges_its_first_steps_only_across_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``steps=2``: two saved steps are judged, however many chunks the rest of the run is read in."""
+    monkeypatch.setattr(tensor_pass, "CHUNK_STEPS", 2)
+    recs = [
+        record(i, [tensor(f"{n}/relu_input", None, ["relu_input"], variance=v) for n, v in (("a", 1.0), ("b", 100.0))])
+        for i in range(6)
+    ]
+    (verdict,) = evaluate(ts.create_trial(write_run(tmp_path / "run", recs)), [PoorWeightInitialization(steps=2)])
+    assert verdict.datapoints == 2
+
+
+def test_a_tensor_whose_shape_changed_is_not_unchanged() -> None:
+    """The same numbers in another shape (a sequence one token longer) are a change."""
+    seq = [step(i, [tensor("emb", np.ones(3 + i % 2, dtype=np.float32), ["weights"])]) for i in range(4)]
+    res = checks(UnchangedTensor(num_steps=2, collection_names=["weights"]), seq)
+    assert [r is not None and r.triggered for r in res] == [False, False, False, False]
+    same = [step(i, [tensor("emb", np.ones(3, dtype=np.float32), ["weights"])]) for i in range(2)]
+    assert [
+        r is not None and r.triggered for r in checks(UnchangedTensor(num_steps=2, collection_names=["weights"]), same)
+    ] == [False, True]
+
+
+def test_percent_and_minute_parameters_accept_fractions_down_to_zero() -> None:
+    """``threshold_inactivity`` (%) and MaxInitializationTime's ``threshold`` (minutes) take 0.5; below 0 fails."""
+    from trainspect.rules.profiler import MaxInitializationTime
+
+    assert SaturatedActivation(threshold_inactivity=0.5).threshold_inactivity == 0.5
+    assert MaxInitializationTime(threshold=0.5).threshold == 0.5
+    with pytest.raises(ConfigError, match="threshold_inactivity"):
+        SaturatedActivation(threshold_inactivity=-0.5)
+    with pytest.raises(ConfigError, match="threshold"):
+        MaxInitializationTime(threshold=-1.0)

@@ -629,3 +629,28 @@ def test_a_session_flush_does_not_wait_for_the_retry_time(tmp_path: Path) -> Non
     assert session.flush() is False  # the first failure: the logger now waits seconds before retrying
     sink.fail = False
     assert session.flush() is True and [m.step for m in sink.sent] == [0]
+
+
+def test_a_failed_artifact_upload_is_warned_about_and_leaves_the_run_incomplete(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The report upload failing at close: one warning naming ``mlflow-sync``, the sync record says incomplete."""
+    pytest.importorskip("mlflow")
+    from trainspect.mlflow_plugin.logger import sync_file
+
+    class _NoArtifacts(_Sink):
+        def log_artifact(self, path: Any, artifact_path: str | None = None) -> None:
+            raise PermissionError("artifact store is read-only")
+
+    sink = _NoArtifacts()
+    sink.fail = False
+    report = tmp_path / "report.html"
+    report.write_text("<html></html>")
+    logger = _mlflow_logger(tmp_path, sink)
+    logger.submit(_step(0))
+    with caplog.at_level(logging.WARNING, logger="trainspect.mlflow_plugin.logger"):
+        assert logger.close(artifacts=[(str(report), "trainspect")]) is False
+    warnings = [r.getMessage() for r in caplog.records if "cannot log to MLflow" in r.getMessage()]
+    assert len(warnings) == 1 and "PermissionError" in warnings[0] and "trainspect mlflow-sync" in warnings[0]
+    assert [m.step for m in sink.sent] == [0]  # the metrics arrived; the artifact did not
+    assert json.loads(sync_file(tmp_path).read_text())["complete"] is False
