@@ -122,6 +122,7 @@ _LIFECYCLE = [
     "tests/hooks/test_step_api.py",
     "tests/hooks/test_backward_loss_steps.py",
     "tests/hooks/test_torch_capture.py",
+    "tests/hooks/test_lifecycle_hand_mutants.py",
 ]
 TESTS: dict[str, list[str]] = {
     "store/framing.py": [

@@ -11,9 +11,9 @@ import textwrap
 
 import pytest
 import torch
+from hooktrain import LOSS, Tiny
 
 import trainspect as ts
-from tests.hooks.hooktrain import LOSS, Tiny
 
 COPIERS = {
     "torch.save": lambda obj: torch.load(_saved(obj), weights_only=False),

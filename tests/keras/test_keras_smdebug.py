@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import keras
+import kerastrain
 import numpy as np
 import pytest
-
-from tests.keras import kerastrain
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ boundaries is :mod:`trainspect.hooks.torch_step_parts`. A step's tensors travel 
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import torch
@@ -35,6 +36,9 @@ from trainspect.hooks.torch_step_parts import BACKWARD_LOSS, TorchStepParts
 from trainspect.modes import ModeKeys
 
 __all__ = ["Hook"]
+
+REDECIDE = 16
+"""How many times a run decides again whether an optimizer updates the model (each a heap scan)."""
 
 
 class Hook(TorchStepParts, HookAPI):
@@ -85,6 +89,7 @@ class Hook(TorchStepParts, HookAPI):
         self._loss_names: set[str] = set()
         self._globals_installed = self._mode_explicit = False
         self._timer_recorder: Any = None
+        self._refs_decided = self._redecided = 0  # see _optimizer_exists
         self.loss_divisor: float | str = 1.0
         """The loss ``.backward()`` is called on is the script's divided by this (a trainer's gradient accumulation):
         the recorded ``loss`` is multiplied back. ``"micro_batches"``: by the number of micro-batches of its step
@@ -227,12 +232,29 @@ class Hook(TorchStepParts, HookAPI):
             self._extras.on_forward_end()
 
     def _optimizer_exists(self) -> bool:
-        """Whether an optimizer updates the model: decided once, at the first forward that could accumulate."""
+        """Whether an optimizer updates the model: decided at the first forward that could accumulate.
+
+        A "no" is decided again when the model's first parameter gains a reference (an optimizer built after the
+        first steps holds one in its ``param_groups``), at most :data:`REDECIDE` times: the open step began before
+        that optimizer and ends here; the micro-batches of its first step are then one step.
+        """
         step = self._step
         if step.accumulates is None:
-            self._refresh_params()
-            step.accumulates = optimizer_holds([view.param for view in self._registry.params])
-        return step.accumulates
+            self._decide_accumulates()
+        elif not step.accumulates and self._redecided < REDECIDE and self._param_refs() != self._refs_decided:
+            self._redecided += 1
+            self._decide_accumulates()
+            return False
+        return bool(step.accumulates)
+
+    def _param_refs(self) -> int:
+        params = self._registry.params
+        return sys.getrefcount(params[0].param) if params else 0
+
+    def _decide_accumulates(self) -> None:
+        self._refresh_params()
+        self._step.accumulates = optimizer_holds([view.param for view in self._registry.params])
+        self._refs_decided = self._param_refs()
 
     def _on_loss_module(self, name: str, module: nn.Module, args: Any, output: Any) -> None:
         """A registered loss module's forward hook: its output is recorded (:meth:`_on_loss_output`)."""
