@@ -1,0 +1,480 @@
+"""The step lifecycle as a user sees it, pinned where hand-made mutants of the hooks survived the other tests.
+
+Each test trains a tiny real PyTorch model through a ``trainspect.torch.Hook`` (or drives a real collector) and
+reads the run back with the Trial API: which steps are recorded in which mode, where a loss or a saved scalar lands,
+what a mode switch, ``hook.end_step()``, an optimizer created late, an explicit ``set_mode`` or ``close()`` twice
+does. The behaviour pinned is the documented one (docs/architecture.md, "The step driver and the public step API";
+the docstrings of ``trainspect.hooks.step_driver``, ``step_state`` and ``torch_hook``), not the code's shape.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+import trainspect as ts
+from trainspect.hook_settings import check_settings
+from trainspect.hooks.collector import Collector
+from trainspect.modes import ModeKeys
+from trainspect.rules import ExplodingTensor
+
+torch.set_num_threads(1)
+
+
+def _model() -> nn.Linear:
+    torch.manual_seed(0)
+    return nn.Linear(4, 2)
+
+
+def _batch(seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(3, 4, generator=gen), torch.randn(3, 2, generator=gen)
+
+
+def _hook(out: Path, *collections: str, **settings: object) -> ts.torch.Hook:
+    settings.setdefault("save_config", ts.SaveConfig(save_interval=1))
+    return ts.torch.Hook(out, include_collections=["losses", *collections], **settings)
+
+
+def _train_step(model: nn.Module, opt: torch.optim.Optimizer, seed: int, micro: int = 1) -> list[float]:
+    """One optimizer step over ``micro`` micro-batches; return their losses."""
+    losses = []
+    for i in range(micro):
+        x, y = _batch(seed * 10 + i)
+        loss = F.mse_loss(model(x), y)
+        losses.append(loss.item())
+        loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return losses
+
+
+def _trial(out: Path) -> ts.Trial:
+    return ts.create_trial(out)
+
+
+# --- modes: which call ends which mode's step ---------------------------------------------------------------------
+def test_an_explicit_mode_holds_whatever_mode_the_model_is_in(tmp_path: Path) -> None:
+    model = _model()
+    model.train()  # the model trains, but the script said EVAL: the hook's mode no longer follows the model
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    hook.set_mode("eval")
+    for seed in range(3):
+        x, y = _batch(seed)
+        F.mse_loss(model(x), y)
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps(mode=ModeKeys.EVAL) == [0, 1, 2]
+    assert trial.steps(mode=ModeKeys.TRAIN) == []
+
+
+def test_a_no_grad_forward_before_any_step_is_an_eval_step_even_in_train_mode(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    with torch.no_grad():  # a sanity check before training: no step is open, so it is no micro-batch of one
+        F.mse_loss(model(_batch(0)[0]), _batch(0)[1])
+    _train_step(model, opt, 1)
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.mode(0) is ModeKeys.EVAL and trial.mode_step(0) == 0
+    assert trial.mode(1) is ModeKeys.TRAIN and trial.mode_step(1) == 0
+
+
+def test_a_backward_pass_outside_any_step_opens_a_training_step(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    seen = []
+    for seed in range(2):
+        x, y = _batch(seed)
+        loss = F.mse_loss(model.forward(x), y)  # model.forward(x): no forward hook runs, the backward pass opens it
+        seen.append(loss.item())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1]
+    assert trial.steps(mode=ModeKeys.GLOBAL) == [0, 1] and trial.modes() == [ModeKeys.TRAIN]
+    for step, value in enumerate(seen):
+        assert float(trial.tensor("loss").value(step, mode=ModeKeys.TRAIN)) == pytest.approx(value)
+
+
+def test_global_mode_steps_end_at_the_optimizer_step_and_accumulate_like_train(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    hook.set_mode("global")
+    seen = [_train_step(model, opt, seed, micro=2) for seed in range(3)]
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps() == [0, 1, 2] and trial.modes() == [ModeKeys.GLOBAL]
+    for step, values in enumerate(seen):
+        np.testing.assert_allclose(trial.tensor("loss_micro_batches").value(step), values, rtol=1e-6)
+
+
+# --- driven vs inferred -----------------------------------------------------------------------------------------------
+def test_end_step_drives_only_the_current_mode_and_training_stays_inferred(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    _train_step(model, opt, 0)
+    model.eval()
+    with torch.no_grad():
+        x, y = _batch(1)
+        F.mse_loss(model(x), y)  # an inferred EVAL step ...
+    hook.end_step()  # ... that the script ends: EVAL is driven from now on, TRAIN is not
+    model.train()
+    _train_step(model, opt, 2)
+    _train_step(model, opt, 3)
+    model.eval()
+    with torch.no_grad():
+        x, y = _batch(4)
+        F.mse_loss(model(x), y)  # EVAL is driven: this forward pass begins no step of its own
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1, 2]
+    assert trial.steps(mode=ModeKeys.EVAL) == [0]
+    assert [trial.mode(s) for s in trial.steps()] == [ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.TRAIN, ModeKeys.TRAIN]
+
+
+# --- gradient accumulation --------------------------------------------------------------------------------------------
+def test_accumulation_is_one_step_per_optimizer_step_even_when_the_optimizer_comes_late(tmp_path: Path) -> None:
+    model = _model()
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    for seed in range(2):  # no optimizer yet: every forward pass is a step
+        x, y = _batch(seed)
+        F.mse_loss(model(x), y).backward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # created after the first steps
+    seen = [_train_step(model, opt, seed, micro=2) for seed in (5, 6, 7)]  # its micro-batches accumulate at once
+    hook.close()
+    trial = _trial(tmp_path)
+    steps = trial.steps(mode=ModeKeys.TRAIN)
+    assert steps == [0, 1, 2, 3, 4]  # two steps without an optimizer, then one per optimizer step
+    for step, values in zip(steps[-3:], seen, strict=True):  # each micro-batch in its optimizer step
+        np.testing.assert_allclose(
+            trial.tensor("loss_micro_batches").value(step, mode=ModeKeys.TRAIN), values, rtol=1e-6
+        )
+
+
+# --- losses: at which step they land ----------------------------------------------------------------------------------
+def test_a_loss_computed_before_a_steps_forward_pass_joins_that_step(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    _train_step(model, opt, 0)
+    reg = F.l1_loss(model.weight, torch.zeros_like(model.weight))  # between steps, before the next forward pass
+    x, y = _batch(1)
+    (F.mse_loss(model(x), y) + reg).backward()
+    opt.step()
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1]
+    assert trial.tensor("L1Loss_output_0").steps(mode=ModeKeys.TRAIN) == [1]
+    assert float(trial.tensor("L1Loss_output_0").value(1, mode=ModeKeys.TRAIN)) == pytest.approx(reg.item())
+
+
+def test_a_loss_held_between_steps_is_dropped_when_an_optimizer_steps_first(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    _train_step(model, opt, 0)
+    F.l1_loss(model.weight, torch.zeros_like(model.weight))  # held for the next step ...
+    opt.step()  # ... but an optimizer steps before it begins: the loss belonged to no step of this model
+    _train_step(model, opt, 1)
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1]
+    assert "L1Loss_output_0" not in trial.tensor_names()
+
+
+def test_a_scalar_saved_before_the_first_step_is_recorded_at_that_step_only(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    hook.save_scalar("lr", 0.1)  # no step yet: it joins the first one
+    for seed in range(3):
+        _train_step(model, opt, seed)
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps() == [0, 1, 2]
+    assert trial.tensor("scalar/lr").steps() == [0]
+
+
+def test_the_last_steps_weights_are_on_disk_after_close(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path, "weights")
+    hook.register_module(model)
+    before = []
+    for seed in range(3):
+        before.append(model.weight.detach().clone().numpy())
+        _train_step(model, opt, seed)
+    hook.close()
+    trial = _trial(tmp_path)
+    name = next(n for n in trial.tensor_names(collection="weights") if n.endswith("weight"))
+    assert trial.tensor(name).steps() == [0, 1, 2]
+    for step, value in enumerate(before):  # the weight each step's forward pass used
+        np.testing.assert_allclose(trial.tensor(name).value(step), value, rtol=1e-6)
+
+
+# --- after close ------------------------------------------------------------------------------------------------------
+def test_close_twice_and_saving_after_close_change_nothing(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    _train_step(model, opt, 0)
+    _train_step(model, opt, 1)
+    hook.close()
+    hook.save_scalar("late", 1.0)  # CLOSED: no step opens again, what is saved now is dropped
+    hook.record_loss("late_loss", torch.tensor(1.0))
+    hook.begin_step("train")
+    hook.end_step()
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps() == [0, 1] and trial.job_ended
+    assert "scalar/late" not in trial.tensor_names() and "late_loss" not in trial.tensor_names()
+    manifest = json.loads((tmp_path / "workers" / "worker_0.json").read_text())
+    assert manifest["last_step"] == 1
+
+
+def test_a_closed_collector_opens_no_step_and_drops_late_saves(tmp_path: Path) -> None:
+    collector = Collector("pytorch", check_settings("pytorch", {"out_dir": str(tmp_path)}))
+    collector.start()
+    collector.begin_step()
+    collector.end_step()
+    collector.close()
+    collector.close()  # a second close does nothing
+    assert collector.reopen_last_step() is False
+    assert collector.begin_step() is False and not collector.state.open
+    assert collector.global_step == 0
+
+
+# --- save_config boundaries, per mode step ----------------------------------------------------------------------------
+def _driven_run(out: Path, modes: str, save_config: ts.SaveConfig) -> ts.Trial:
+    model = _model()
+    hook = ts.torch.Hook(out, include_collections=["losses", "weights"], save_config=save_config)
+    hook.register_module(model)
+    for mode in modes:
+        hook.begin_step({"T": "train", "E": "eval"}[mode])
+        x, y = _batch(0)
+        hook.record_loss("loss", F.mse_loss(model(x), y))
+        hook.end_step()
+    hook.close()
+    return _trial(out)
+
+
+def _weight_steps(trial: ts.Trial, mode: ModeKeys) -> list[int]:
+    return trial.tensor(_weight(trial)).steps(mode=mode)
+
+
+def _weight(trial: ts.Trial) -> str:
+    return next(n for n in trial.tensor_names(collection="weights") if n.endswith("weight"))
+
+
+def test_save_interval_counts_mode_steps_not_global_steps(tmp_path: Path) -> None:
+    trial = _driven_run(tmp_path, "TETETET", ts.SaveConfig(save_interval=2))
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1, 2, 3]  # losses: every step
+    assert _weight_steps(trial, ModeKeys.TRAIN) == [0, 2]
+    assert _weight_steps(trial, ModeKeys.EVAL) == [0, 2]
+    assert trial.global_step(ModeKeys.TRAIN, 2) == 4 and trial.global_step(ModeKeys.EVAL, 2) == 5
+
+
+def test_each_mode_keeps_its_own_schedule_when_modes_alternate(tmp_path: Path) -> None:
+    config = ts.SaveConfig(save_interval=1, mode_save_configs={"EVAL": {"save_interval": 2, "start_step": 1}})
+    trial = _driven_run(tmp_path, "TTEEEET", config)
+    assert _weight_steps(trial, ModeKeys.TRAIN) == [0, 1, 2]
+    assert _weight_steps(trial, ModeKeys.EVAL) == [2]
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"save_interval": 2, "start_step": 1}, [2, 4]),  # the interval counts from step 0, not from start_step
+        ({"save_interval": 1, "start_step": 2, "end_step": 4}, [2, 3]),  # start inclusive, end exclusive
+        ({"save_interval": 100, "save_steps": [3]}, [0, 3]),
+        ({"save_interval": 1, "end_step": 3, "save_steps": [5]}, [0, 1, 2, 5]),
+    ],
+)
+def test_save_config_boundaries_through_the_hook(
+    tmp_path: Path, config: dict[str, object], expected: list[int]
+) -> None:
+    trial = _driven_run(tmp_path, "T" * 6, ts.SaveConfig(**config))  # type: ignore[arg-type]
+    assert trial.steps(mode=ModeKeys.TRAIN) == list(range(6))
+    assert _weight_steps(trial, ModeKeys.TRAIN) == expected
+
+
+# --- a rule that stops training -------------------------------------------------------------------------------------
+def _nan_loop(model: nn.Linear, steps: int, call_forward: bool) -> int:
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    done = 0
+    x, y = torch.full((3, 4), float("nan")), torch.zeros(3, 2)
+    for _ in range(steps):
+        out = model.forward(x) if call_forward else model(x)
+        F.mse_loss(out, y).backward()
+        opt.step()
+        opt.zero_grad()
+        done += 1
+    return done
+
+
+@pytest.mark.parametrize("call_forward", [False, True])
+def test_a_stop_reaches_the_loop_and_no_step_is_recorded_after_it(tmp_path: Path, call_forward: bool) -> None:
+    model = _model()
+    hook = ts.torch.Hook(tmp_path, rules=[ExplodingTensor(actions=["StopTraining"])])
+    hook.register_module(model)
+    done = -1
+    with pytest.raises(ts.TrainingStopped) as stopped:
+        done = _nan_loop(model, 30, call_forward)
+    hook.close()
+    assert done == -1 and stopped.value.rule == "ExplodingTensor"
+    trial = ts.create_trial(tmp_path)
+    steps = trial.steps(mode=ModeKeys.TRAIN)
+    assert steps == list(range(len(steps))) and 1 <= len(steps) <= 4
+
+
+def test_autolog_stop_reaches_the_loop(tmp_path: Path) -> None:
+    logger = ts.autolog(out_dir=tmp_path / "run", rules=[ExplodingTensor(actions=["StopTraining"])])
+    assert logger is not None
+    try:
+        with pytest.raises(ts.TrainingStopped):
+            _nan_loop(_model(), 30, False)
+    finally:
+        logger.close()
+    steps = ts.create_trial(tmp_path / "run").steps(mode=ModeKeys.TRAIN)
+    assert 1 <= len(steps) <= 4
+
+
+def test_scalars_added_to_a_step_are_written_at_that_step_only(tmp_path: Path) -> None:
+    collector = Collector("pytorch", check_settings("pytorch", {"out_dir": str(tmp_path)}))
+    collector.start()
+    f32 = np.dtype(np.float32)
+    collector.begin_step()
+    collector.add_scalars([("acc", 0.5, f32, frozenset({"losses"}))])
+    collector.end_step()
+    collector.add_scalars([("between", 1.0, f32, frozenset({"losses"}))])  # no step is open: nothing to join
+    collector.begin_step()
+    collector.end_step([("loss", 2.0, f32, frozenset({"losses"}))])
+    collector.close()
+    trial = _trial(tmp_path)
+    assert trial.tensor("acc").steps() == [0]
+    assert trial.tensor("loss").steps() == [1]
+    assert "between" not in trial.tensor_names()
+
+
+def test_steps_that_alternate_optimizers_give_one_loss_series_per_optimizer(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    gen, disc = nn.Linear(4, 4), nn.Sequential(nn.Linear(4, 1))
+    opt_g = torch.optim.SGD(gen.parameters(), lr=0.1)
+    opt_d = torch.optim.SGD(disc.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(gen)
+    hook.register_module(disc)
+    for seed in range(2):
+        z = _batch(seed)[0]
+        disc(gen(z).detach()).pow(2).mean().backward()  # the discriminator's step ...
+        opt_d.step()
+        opt_d.zero_grad()
+        (disc(gen(z)) - 1).pow(2).mean().backward()  # ... then the generator's
+        opt_g.step()
+        opt_g.zero_grad()
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1, 2, 3]
+    assert sorted(trial.tensor_names(collection="losses")) == ["loss/Linear", "loss/Sequential"]
+    assert trial.tensor("loss/Sequential").steps() == [0, 2] and trial.tensor("loss/Linear").steps() == [1, 3]
+
+
+def test_a_backward_pass_on_a_non_scalar_output_records_no_loss(tmp_path: Path) -> None:
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    for seed in range(2):
+        x, y = _batch(seed)
+        out = model(x)
+        F.mse_loss(out, y)  # the step's loss, as the script computed it
+        out.backward(torch.ones_like(out))  # a vector-Jacobian product: no loss was backpropagated
+        opt.step()
+        opt.zero_grad()
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1]
+    assert trial.tensor_names() == ["MSELoss_output_0"]
+
+
+def test_a_registered_model_called_inside_another_is_part_of_its_step(tmp_path: Path) -> None:
+    inner = _model()
+    outer = nn.Sequential(inner, nn.Tanh())
+    hook = _hook(tmp_path)
+    hook.register_module(outer)
+    hook.register_module(inner)  # also registered: its forward pass runs inside the outer one's
+    outer.eval()
+    with torch.no_grad():
+        for seed in range(3):  # in EVAL every (outermost) forward pass is a step
+            x, y = _batch(seed)
+            F.mse_loss(outer(x), y)
+    hook.close()
+    assert _trial(tmp_path).steps(mode=ModeKeys.EVAL) == [0, 1, 2]
+
+
+def test_a_loss_recorded_between_driven_steps_joins_the_next_step_and_opens_none(tmp_path: Path) -> None:
+    model = _model()
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    seen = []
+    for seed in range(3):
+        x, y = _batch(seed)
+        early = torch.zeros(())
+        if seed:  # after the first driven step: TRAIN is driven, this forward pass opens no step
+            early = F.l1_loss(model(x), y)
+            hook.record_loss("early", early)  # between the driven steps: held for the next one
+        hook.begin_step("train")
+        loss = F.mse_loss(model(x), y)
+        hook.record_loss("loss", loss)
+        hook.end_step()
+        seen.append((early.item(), loss.item()))
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1, 2]
+    assert trial.tensor("early").steps(mode=ModeKeys.TRAIN) == [1, 2]
+    for step, (early_value, value) in enumerate(seen):
+        if step:
+            assert float(trial.tensor("early").value(step, mode=ModeKeys.TRAIN)) == pytest.approx(early_value)
+        assert float(trial.tensor("loss").value(step, mode=ModeKeys.TRAIN)) == pytest.approx(value)
+
+
+def test_a_backward_pass_between_driven_training_steps_opens_no_step(tmp_path: Path) -> None:
+    model = _model()
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    hook.begin_step("train")
+    hook.record_loss("loss", F.mse_loss(model(_batch(0)[0]), _batch(0)[1]))
+    hook.end_step()
+    x, y = _batch(1)
+    F.mse_loss(model.forward(x), y).backward()  # TRAIN is driven: only the loop's begin_step opens its steps
+    hook.begin_step("train")
+    hook.record_loss("in_step", F.l1_loss(model(x), y))
+    hook.end_step()
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1]
+    assert trial.tensor("in_step").steps(mode=ModeKeys.TRAIN) == [1]  # the backward's loss and this: one step
+    assert trial.tensor("loss").steps(mode=ModeKeys.TRAIN) == [0, 1]
