@@ -85,6 +85,7 @@ _REPORT = [
     "tests/report/test_report_histograms.py",
     "tests/report/test_report_rules_agree.py",
     "tests/report/test_report_html.py",
+    "tests/report/test_report_hand_mutants.py",
     "-mnot browser",
 ]
 _COMPARE = [
@@ -93,6 +94,7 @@ _COMPARE = [
     "tests/report/test_summary_figures.py",
     "tests/report/test_compare.py",
     "tests/report/test_compare_trust.py",
+    "tests/report/test_report_hand_mutants.py",
     "-mnot browser",
 ]
 _MLFLOW = [
@@ -101,6 +103,7 @@ _MLFLOW = [
     "tests/tb_plugin/test_metric_catalogue.py",
     "tests/mlflow/test_mlflow_local.py",
     "tests/store/test_store_hand_mutants.py",
+    "tests/report/test_report_hand_mutants.py",
 ]
 _TENSOR_RULES = [
     "tests/rules/test_rule_edges.py",
