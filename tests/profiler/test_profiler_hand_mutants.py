@@ -684,3 +684,12 @@ def test_the_literal_outlier_scan_agrees_with_the_definition_on_a_long_run() -> 
         idx = np.flatnonzero(d > d.mean() + 3.0 * d.std())
         for k in (0, 1, 2):
             assert scan.nth_outlier(n, k) == (int(idx[k]) if len(idx) > k else None), (n, k)
+
+
+def test_max_initialization_time_takes_a_fraction_of_a_minute() -> None:
+    """Its ``threshold`` is in minutes: 0.5 (30 s) is allowed; below 0 fails naming it."""
+    from trainspect.rules.profiler import MaxInitializationTime
+
+    assert MaxInitializationTime(threshold=0.5).threshold == 0.5
+    with pytest.raises(TrainspectError, match="threshold"):
+        MaxInitializationTime(threshold=-1.0)

@@ -155,6 +155,13 @@ def test_two_runs_of_the_same_script_are_within_noise(tmp_path: Path) -> None:
     for key in ("steps_per_s", "time_per_1k_steps_s"):
         assert "within noise (95% CI" in rows[key]["change"] and rows[key]["winner"] is None, key
     assert rows["saving"]["b"].startswith("within noise") and rows["saving"]["winner"] is None
+    for run in (a, b):  # the per-epoch time and cost follow the throughput: its noise too
+        run.steps_per_epoch, run.price_per_hour = 100, 3.6
+    rows = _rows(a, b)
+    for key in ("samples_per_s", "time_per_epoch_s", "cost_per_1k_steps", "cost_per_epoch"):
+        if key in rows:
+            assert "within noise (95% CI" in rows[key]["change"] and rows[key]["winner"] is None, key
+    assert {"time_per_epoch_s", "cost_per_epoch"} <= set(rows)
     fast = _synthetic(tmp_path / "fast", 0.1, seed=3)
     rows = _rows(a, fast)
     assert rows["steps_per_s"]["winner"] == "b" and "within noise" not in rows["steps_per_s"]["change"]

@@ -216,3 +216,16 @@ def test_a_job_whose_rank_0_alone_records_tensors_counts_every_rank_and_node(
     assert ts.create_trial(tmp_path / "run").workers() == ["worker_0"]  # rank 0 alone wrote tensors
     s = summarize(ReportContext.load(tmp_path / "run"))
     assert s.workers == 2 and s.instances == 1  # the job's ranks, from their manifests: not 1 (its throughput x2)
+
+
+def test_an_unreadable_loss_is_named_among_the_reports_problems(tmp_path: Path) -> None:
+    """A loss tensor that cannot be read loses the loss rows only, and the report says why."""
+
+    class _Broken(_Trial):
+        def tensor(self, name: str) -> object:
+            raise OSError("damaged index file")
+
+    ctx = _ctx(tmp_path, profiler=ProfilerData(tmp_path), trial=_Broken())
+    s = summarize(ctx)
+    assert s.loss_name == "" and s.train_loss == {}
+    assert ctx.problems == ["Could not read the training loss: OSError: damaged index file"]

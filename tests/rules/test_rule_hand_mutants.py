@@ -372,13 +372,8 @@ def test_a_tensor_whose_shape_changed_is_not_unchanged() -> None:
     ] == [False, True]
 
 
-def test_percent_and_minute_parameters_accept_fractions_down_to_zero() -> None:
-    """``threshold_inactivity`` (%) and MaxInitializationTime's ``threshold`` (minutes) take 0.5; below 0 fails."""
-    from trainspect.rules.profiler import MaxInitializationTime
-
+def test_threshold_inactivity_accepts_fractions_of_a_percent_down_to_zero() -> None:
+    """``threshold_inactivity`` is a percentage: 0.5 is allowed; below 0 fails naming it."""
     assert SaturatedActivation(threshold_inactivity=0.5).threshold_inactivity == 0.5
-    assert MaxInitializationTime(threshold=0.5).threshold == 0.5
     with pytest.raises(ConfigError, match="threshold_inactivity"):
         SaturatedActivation(threshold_inactivity=-0.5)
-    with pytest.raises(ConfigError, match="threshold"):
-        MaxInitializationTime(threshold=-1.0)
