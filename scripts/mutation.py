@@ -156,7 +156,12 @@ TESTS: dict[str, list[str]] = {
     # the step lifecycle: which call ends which mode's step, accumulation, driven vs inferred, a stop, close
     "hooks/step_driver.py": _LIFECYCLE,
     "hooks/step_state.py": _LIFECYCLE,
-    "hooks/collector.py": [*_LIFECYCLE, "tests/hooks/test_save_config.py", "tests/store/test_backlog.py"],
+    "hooks/collector.py": [
+        *_LIFECYCLE,
+        "tests/hooks/test_save_config.py",
+        "tests/store/test_backlog.py",
+        "tests/hooks/test_tensorboard_export.py",
+    ],
     # added for issue 33: profiler analyses, report, MLflow, more rules and store modules
     "store/background.py": _WRITER,
     "store/run_writer.py": _WRITER,

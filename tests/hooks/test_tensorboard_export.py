@@ -102,3 +102,26 @@ def test_run_directory_name_is_the_run_name(run):
     mux = plugin_event_multiplexer.EventMultiplexer().AddRunsFromDirectory(str(logs))
     mux.Reload()
     assert list(mux.Runs()) == ["exp_mlp"]
+
+
+def test_every_tensor_of_more_than_one_element_gets_a_histogram(tmp_path):
+    """A two-element bias is a distribution (a histogram); a one-element one is a scalar (none)."""
+    import torch
+
+    out_dir = tmp_path / "h"
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.Linear(2, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    colls = ["weights", "biases"]
+    hook = ts.torch.Hook(out_dir, include_collections=colls, save_config=ts.SaveConfig(save_interval=1))
+    hook.register_module(model)
+    for _ in range(2):
+        model(torch.ones(4, 3)).pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    hook.close()
+    acc = event_accumulator.EventAccumulator(str(out_dir), size_guidance={event_accumulator.HISTOGRAMS: 0})
+    acc.Reload()
+    histograms = acc.Tags()["histograms"]
+    assert tname("0.bias") in histograms and [h.step for h in acc.Histograms(tname("0.bias"))] == [0, 1]
+    assert tname("0.weight") in histograms and tname("1.weight") in histograms
+    assert tname("1.bias") not in histograms
