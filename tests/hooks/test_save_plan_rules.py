@@ -152,3 +152,14 @@ def test_collections_created_after_construction_are_included_and_builtins_are_no
     planner.begin_step(TRAIN, 0)
     assert "mine" in planner.included and "biases" not in planner.included
     assert planner.plan("x1").collections == frozenset({"mine"}) and planner.plan("b.bias").raw is False
+
+
+def test_a_rules_new_collection_records_the_module_outputs_or_inputs_it_asks_for() -> None:
+    """A rule's requirement defines a collection of its own: the modules' outputs (or inputs) it names join it."""
+    planner = _planner([], interval=1)
+    planner.add_requirement(Requirement("tanh_out", module_types=("Tanh",), module_outputs=True))
+    planner.add_requirement(Requirement("gelu_in", module_types=("GELU",), module_inputs=True))
+    tanh_in, tanh_out = planner.module_collections("2", "Tanh")
+    gelu_in, gelu_out = planner.module_collections("3", "GELU")
+    assert "tanh_out" in tanh_out and "tanh_out" not in tanh_in
+    assert "gelu_in" in gelu_in and "gelu_in" not in gelu_out
