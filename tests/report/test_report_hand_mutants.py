@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _support.fakes import LossTrial, RecordingSink
 
 from trainspect.mlflow_plugin.divergence import Divergence
 from trainspect.mlflow_plugin.params import hook_params, profiler_param
@@ -120,50 +121,13 @@ def test_the_step_cycle_noise_is_the_noisiest_workers(tmp_path: Path) -> None:
     assert s.cycle_rel_se == pytest.approx(expected)  # not the steady worker's (about 0)
 
 
-class _Tensor:
-    def __init__(self, by_mode: dict[int, dict[int, float]]) -> None:
-        self.by_mode = by_mode
-
-    def values(self, mode: object) -> dict[int, np.ndarray]:
-        return {s: np.array(v) for s, v in self.by_mode.get(int(mode), {}).items()}  # type: ignore[call-overload]
-
-    def steps(self, mode: object) -> list[int]:
-        return sorted(self.by_mode.get(int(mode), {}))  # type: ignore[call-overload]
-
-    def value(self, step: int, mode: object) -> np.ndarray:
-        return np.array(self.by_mode[int(mode)][step])  # type: ignore[call-overload]
-
-
-class _Trial:
+def _diverging_trial() -> LossTrial:
     """A loss that becomes NaN at TRAIN step 2 (global 102) and Inf at step 4 (global 104)."""
-
-    def __init__(self) -> None:
-        self.tensors = {"loss": _Tensor({1: {0: 2.0, 1: 1.0, 2: float("nan"), 3: 1.0, 4: float("inf")}})}
-
-    def has_tensor(self, name: str) -> bool:
-        return name in self.tensors
-
-    def tensor_names(self, collection: str = "") -> list[str]:
-        return list(self.tensors)
-
-    def tensor(self, name: str) -> _Tensor:
-        return self.tensors[name]
-
-    def global_step(self, mode: object, step: int) -> int:
-        return 100 + step
-
-    def steps(self, mode: object = None) -> list[int]:
-        return [0, 1, 2, 3, 4]
-
-    def workers(self) -> list[str]:
-        return ["worker_0"]
-
-    def modes(self) -> list[ModeKeys]:
-        return [ModeKeys.TRAIN]
+    return LossTrial({0: 2.0, 1: 1.0, 2: float("nan"), 3: 1.0, 4: float("inf")})
 
 
 def test_a_diverged_run_names_the_first_step_its_loss_became_nan(tmp_path: Path) -> None:
-    s = summarize(_ctx(tmp_path, trial=_Trial()))
+    s = summarize(_ctx(tmp_path, trial=_diverging_trial()))
     assert s.diverged == "loss NaN from step 102"  # the first NaN, not the later Inf
     assert s.verdict().startswith("diverged (loss NaN from step 102)")
 
@@ -339,7 +303,7 @@ def test_a_triggered_rule_names_twenty_tensors_then_counts(tmp_path: Path, count
 
 def test_the_loss_note_names_the_first_nan_step(tmp_path: Path) -> None:
     page = Page()
-    TensorSection().build(_ctx(tmp_path, trial=_Trial()), page)
+    TensorSection().build(_ctx(tmp_path, trial=_diverging_trial()), page)
     assert [b["text"] for b in _blocks(page, "warn")] == [
         "loss (TRAIN) is NaN/Inf at 2 of 5 saved steps, first at step 2."
     ]
@@ -448,35 +412,6 @@ def test_a_run_that_failed_early_still_says_no_rule_found_issues(tmp_path: Path)
 
 
 # --- the MLflow plugin -------------------------------------------------------------------------------------------
-class _Sink:
-    """What the logger would send to MLflow (no server)."""
-
-    run_id, tracking_uri = "r1", "file:///nowhere"
-
-    def __init__(self) -> None:
-        self.metrics: list[Any] = []
-        self.tags: dict[str, str] = {}
-
-    def log(self, metrics: Any = (), tags: Any = None) -> None:
-        self.metrics.extend(metrics)
-        self.tags.update(tags or {})
-
-    def log_params(self, params: Any) -> dict[str, str]:
-        return dict(params)
-
-    def reachable(self) -> bool:
-        return True
-
-    def end(self, status: str = "FINISHED") -> None:
-        pass
-
-    def log_artifact(self, path: Any, artifact_path: str | None = None) -> None:
-        pass
-
-    def log_artifacts(self, directory: Any, artifact_path: str | None = None) -> None:
-        pass
-
-
 def _record(
     mode_step: int, global_step: int, loss: float, mode: ModeKeys = ModeKeys.TRAIN, wall: float = T0
 ) -> StepRecord:
@@ -484,7 +419,7 @@ def _record(
     return StepRecord(mode, mode_step, global_step, wall, "worker_0", {"loss": t})
 
 
-def _logger(tmp_path: Path, sink: _Sink, **kw: Any) -> Any:
+def _logger(tmp_path: Path, sink: RecordingSink, **kw: Any) -> Any:
     pytest.importorskip("mlflow")  # an optional dependency (trainspect[mlflow])
     from trainspect.mlflow_plugin.logger import MlflowLogger
 
@@ -492,7 +427,7 @@ def _logger(tmp_path: Path, sink: _Sink, **kw: Any) -> Any:
 
 
 def test_step_metrics_are_logged_at_the_mode_step_with_a_millisecond_timestamp(tmp_path: Path) -> None:
-    sink = _Sink()
+    sink = RecordingSink()
     logger = _logger(tmp_path, sink, log_every_n_steps=1)
     logger.submit(_record(3, 7, 0.5, wall=T0 + 0.25))  # the fourth TRAIN step, global step 7 (after an evaluation)
     assert logger.tick(force=True)
@@ -500,7 +435,7 @@ def test_step_metrics_are_logged_at_the_mode_step_with_a_millisecond_timestamp(t
 
 
 def test_a_logging_interval_of_zero_logs_every_step(tmp_path: Path) -> None:
-    sink = _Sink()
+    sink = RecordingSink()
     logger = _logger(tmp_path, sink, log_every_n_steps=0)
     assert logger.log_every_n_steps == 1
     for step in range(3):

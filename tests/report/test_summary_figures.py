@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _support.fakes import LossTrial
 from _support.jobs import record_two_rank_job
 
 from trainspect.profiler.arrays import FrameworkTables, SystemArrays
@@ -155,45 +156,15 @@ def test_summarize_without_profiler_data_reads_the_manifest(tmp_path: Path) -> N
     assert s.cpu_p95 is None and s.rules_line == "" and s.step_p50_s is None
 
 
-class _Tensor:
-    def __init__(self, by_mode: dict[int, dict[int, float]]) -> None:
-        self.by_mode = by_mode
-
-    def values(self, mode: object) -> dict[int, np.ndarray]:
-        return {s: np.array(v) for s, v in self.by_mode.get(int(mode), {}).items()}  # type: ignore[call-overload]
-
-
-class _Trial:
-    """A Trial's loss reading: TRAIN steps 0-3 (NaN at 3), EVAL runs at global steps 10-11 and 20-22."""
-
-    def __init__(self, name: str = "loss") -> None:
-        self.name = name
-        train = {0: 2.0, 1: 1.5, 2: 1.0, 3: float("nan")}
-        evals = {0: 9.0, 1: 7.0, 2: 1.0, 3: 2.0, 4: 6.0}
-        self.tensors = {name: _Tensor({1: train, 2: evals})}
-        self.eval_globals = {0: 10, 1: 11, 2: 20, 3: 21, 4: 22}
-
-    def has_tensor(self, name: str) -> bool:
-        return name in self.tensors
-
-    def tensor_names(self, collection: str = "") -> list[str]:
-        return list(self.tensors)
-
-    def tensor(self, name: str) -> _Tensor:
-        return self.tensors[name]
-
-    def global_step(self, mode: object, step: int) -> int:
-        return self.eval_globals[step] if int(mode) == 2 else 100 + step  # type: ignore[call-overload]
-
-    def steps(self, mode: object = None) -> list[int]:
-        return [0, 1, 2, 3]
-
-    def workers(self) -> list[str]:
-        return ["worker_0"]
+def _trial(name: str = "loss") -> LossTrial:
+    """A loss: TRAIN steps 0-3 (NaN at 3), EVAL runs at global steps 10-11 and 20-22."""
+    train = {0: 2.0, 1: 1.5, 2: 1.0, 3: float("nan")}
+    evals = {0: 9.0, 1: 7.0, 2: 1.0, 3: 2.0, 4: 6.0}
+    return LossTrial(train, evals, {0: 10, 1: 11, 2: 20, 3: 21, 4: 22}, name)
 
 
 def test_the_loss_the_summary_reads(tmp_path: Path) -> None:
-    s = summarize(_ctx(tmp_path, profiler=ProfilerData(tmp_path), trial=_Trial()))
+    s = summarize(_ctx(tmp_path, profiler=ProfilerData(tmp_path), trial=_trial()))
     assert s.loss_name == "loss" and s.train_loss == {
         0: 2.0,
         1: 1.5,
@@ -203,7 +174,7 @@ def test_the_loss_the_summary_reads(tmp_path: Path) -> None:
     assert s.eval_loss == 3.0  # the last evaluation (global steps 20-22): mean of 1, 2 and 6
     assert s.diverged == "loss NaN from step 103" and s.broken and s.final_loss[0] == 3
     assert s.steps == 4 and s.workers == 1  # no profiler data: the last saved TRAIN step + 1, the trial's workers
-    named = summarize(_ctx(tmp_path, profiler=ProfilerData(tmp_path), trial=_Trial("mse")))
+    named = summarize(_ctx(tmp_path, profiler=ProfilerData(tmp_path), trial=_trial("mse")))
     assert named.loss_name == "mse" and named.eval_loss == 3.0
 
 
@@ -221,11 +192,11 @@ def test_a_job_whose_rank_0_alone_records_tensors_counts_every_rank_and_node(
 def test_an_unreadable_loss_is_named_among_the_reports_problems(tmp_path: Path) -> None:
     """A loss tensor that cannot be read loses the loss rows only, and the report says why."""
 
-    class _Broken(_Trial):
+    class _Broken(LossTrial):
         def tensor(self, name: str) -> object:
             raise OSError("damaged index file")
 
-    ctx = _ctx(tmp_path, profiler=ProfilerData(tmp_path), trial=_Broken())
+    ctx = _ctx(tmp_path, profiler=ProfilerData(tmp_path), trial=_Broken({0: 1.0}))
     s = summarize(ctx)
     assert s.loss_name == "" and s.train_loss == {}
     assert ctx.problems == ["Could not read the training loss: OSError: damaged index file"]

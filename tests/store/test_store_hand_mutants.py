@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _support.fakes import RecordingSink
 
 import trainspect as ts
 from trainspect.exceptions import DamagedFile, TensorUnavailableForStep
@@ -508,37 +509,7 @@ def test_without_a_finding_up_to_the_step_the_earliest_one_explains_it() -> None
 
 
 # --- the MLflow logger's counts (a recording sink: no server) ------------------------------------------------
-class _Sink:
-    """An MLflow sink that records what it is sent; ``fail`` makes every call raise."""
-
-    def __init__(self) -> None:
-        self.run_id, self.tracking_uri = "r1", "file:///nowhere"
-        self.fail = True
-        self.sent: list[Any] = []
-
-    def log(self, metrics: Any = (), tags: Any = None) -> None:
-        if self.fail:
-            raise ConnectionError("down")
-        self.sent.extend(metrics)
-
-    def log_params(self, params: Any) -> None:
-        if self.fail:
-            raise ConnectionError("down")
-
-    def reachable(self) -> bool:
-        return not self.fail
-
-    def end(self, status: str = "FINISHED") -> None:
-        pass
-
-    def log_artifact(self, path: Any, artifact_path: str | None = None) -> None:
-        pass
-
-    def log_artifacts(self, directory: Any, artifact_path: str | None = None) -> None:
-        pass
-
-
-def _mlflow_logger(run_dir: Path, sink: _Sink, **kw: Any) -> Any:
+def _mlflow_logger(run_dir: Path, sink: RecordingSink, **kw: Any) -> Any:
     from trainspect.mlflow_plugin.logger import MlflowLogger
 
     return MlflowLogger(
@@ -557,14 +528,14 @@ def test_metrics_spilled_during_an_outage_leave_the_mlflow_run_incomplete(tmp_pa
     pytest.importorskip("mlflow")
     from trainspect.mlflow_plugin.logger import sync_file
 
-    sink = _Sink()
+    sink = RecordingSink(fail=True)
     logger = _mlflow_logger(tmp_path, sink, max_buffer=1)
     for step in range(3):
         logger.submit(_step(step))
     assert logger.tick(force=True) is False
     sink.fail = False
     assert logger.close() is True  # what stayed in memory arrived
-    assert [m.step for m in sink.sent] == [2]
+    assert [m.step for m in sink.metrics] == [2]
     doc = json.loads(sync_file(tmp_path).read_text())
     assert doc["complete"] is False and (doc["dropped_metrics"], doc["unsent_metrics"], doc["lost_metrics"]) == (
         2,
@@ -580,7 +551,7 @@ def test_metrics_that_cannot_be_kept_are_counted_one_by_one(tmp_path: Path, capl
     from trainspect.mlflow_plugin.unsent import unsent_file
 
     unsent_file(tmp_path).mkdir(parents=True)  # a directory where the file goes: appending fails
-    sink = _Sink()
+    sink = RecordingSink(fail=True)
     logger = _mlflow_logger(tmp_path, sink, max_buffer=1)
     for step in range(3):
         logger.submit(_step(step))
@@ -599,7 +570,7 @@ def test_an_outage_warns_once_and_a_recovery_is_announced_once(
 ) -> None:
     """Repeated failures give one warning; the first send after them says how many metrics it sent, later ones not."""
     pytest.importorskip("mlflow")
-    sink = _Sink()
+    sink = RecordingSink(fail=True)
     logger = _mlflow_logger(tmp_path, sink)
     with caplog.at_level(logging.INFO, logger="trainspect.mlflow_plugin.logger"):
         for step in range(2):
@@ -614,7 +585,7 @@ def test_an_outage_warns_once_and_a_recovery_is_announced_once(
     assert [m for m in messages if "reachable again" in m] == [
         "trainspect: MLflow reachable again; 2 buffered metrics sent"
     ]
-    assert [m.step for m in sink.sent] == [0, 1, 2]
+    assert [m.step for m in sink.metrics] == [0, 1, 2]
 
 
 def test_a_session_flush_does_not_wait_for_the_retry_time(tmp_path: Path) -> None:
@@ -623,12 +594,12 @@ def test_a_session_flush_does_not_wait_for_the_retry_time(tmp_path: Path) -> Non
     from trainspect.mlflow_plugin.session import MlflowSession
 
     session = MlflowSession(tmp_path, "r1", tracking_uri="http://127.0.0.1:9", log_every_n_steps=1)  # never reached
-    sink = _Sink()
+    sink = RecordingSink(fail=True)
     session.logger.sink = sink  # type: ignore[assignment]
     session.submit(_step(0))
     assert session.flush() is False  # the first failure: the logger now waits seconds before retrying
     sink.fail = False
-    assert session.flush() is True and [m.step for m in sink.sent] == [0]
+    assert session.flush() is True and [m.step for m in sink.metrics] == [0]
 
 
 def test_a_failed_artifact_upload_is_warned_about_and_leaves_the_run_incomplete(
@@ -638,12 +609,11 @@ def test_a_failed_artifact_upload_is_warned_about_and_leaves_the_run_incomplete(
     pytest.importorskip("mlflow")
     from trainspect.mlflow_plugin.logger import sync_file
 
-    class _NoArtifacts(_Sink):
+    class _NoArtifacts(RecordingSink):
         def log_artifact(self, path: Any, artifact_path: str | None = None) -> None:
             raise PermissionError("artifact store is read-only")
 
     sink = _NoArtifacts()
-    sink.fail = False
     report = tmp_path / "report.html"
     report.write_text("<html></html>")
     logger = _mlflow_logger(tmp_path, sink)
@@ -652,5 +622,5 @@ def test_a_failed_artifact_upload_is_warned_about_and_leaves_the_run_incomplete(
         assert logger.close(artifacts=[(str(report), "trainspect")]) is False
     warnings = [r.getMessage() for r in caplog.records if "cannot log to MLflow" in r.getMessage()]
     assert len(warnings) == 1 and "PermissionError" in warnings[0] and "trainspect mlflow-sync" in warnings[0]
-    assert [m.step for m in sink.sent] == [0]  # the metrics arrived; the artifact did not
+    assert [m.step for m in sink.metrics] == [0]  # the metrics arrived; the artifact did not
     assert json.loads(sync_file(tmp_path).read_text())["complete"] is False
