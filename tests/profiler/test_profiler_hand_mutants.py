@@ -4,7 +4,7 @@ Each test below was written against a small, realistic slip in the code that the
 a ``min`` where the docstring says earliest, the last element taken for the maximum, a boundary moved from ``>`` to
 ``>=``, a percentile or a divisor changed, a count in a message taken from the wrong list. Every expected value is
 worked out by hand from a tiny synthetic timeline (times chosen binary-exact where a boundary is tested), and each
-assertion states the documented behaviour (docstrings, ``../shared/spec/smdebug_reference.md``):
+assertion states the documented behaviour (the rules' and analyses' docstrings, docs/rules.md and docs/profiler.md):
 
 * analyses: job phases over several workers, utilisation mean, step-duration histogram default, phase shares,
   Python hotspots' order, the training loader of the chief, data-loader and CUDA-memory figures, heatmap thinning,
