@@ -121,6 +121,15 @@ def test_the_writers_records_are_taken_and_odd_ones_left() -> None:
     assert lay.steps[:2].tolist() == [1, 2] and lay.entry_start.tolist() == [0, 1, 2, 2, 2, 2]
 
 
+def test_a_record_holding_a_newline_is_not_read_as_two_lines() -> None:
+    # one payload holding two record texts on two lines, and one that is no record: joined with newlines they make
+    # as many matching lines as payloads; the line scan must not be trusted then (each is judged alone)
+    lay = parse_layout([_rec(1) + b"\n" + _rec(2), b"garbage"])
+    assert lay.ok.tolist() == [False, False]
+    lay = parse_layout([_rec(1) + b"\n" + _rec(2, extra=',{"n":"acc","v":0.25,"d":"<f8","s":[]}'), b"garbage"])
+    assert lay.ok.tolist() == [False, False]
+
+
 def test_a_missing_data_file_is_named_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
