@@ -185,14 +185,19 @@ def test_the_saving_of_runs_without_step_time_noise_has_a_zero_width_interval() 
 
 def test_the_job_summary_says_when_the_job_has_not_ended(tmp_path: Path) -> None:
     tab = _tab([1.0, 2.0, 3.0], [1.5, 2.5, 3.5])  # steps 1 s after the process began: a short initialization
-    notes = {}
+    notes, slices = {}, {}
     for ended in (True, False):
+        tab.close_time = T0 + 5.0 if ended else None  # a worker that closed 1.5 s after its last step, or none yet
         prof = ProfilerData(tmp_path, framework={"w0": tab}, job_ended=ended)
         page = Page()
         JobSummarySection().build(ReportContext(run_dir=tmp_path, profiler=prof), page)
         notes[ended] = [b["text"] for b in page.blocks if b["kind"] == "note"]
+        pie = next(o for o in page.charts.values() if o["title"]["text"] == "Job phases (seconds)")
+        slices[ended] = {d["name"]: d["value"] for d in pie["series"][0]["data"]}
     assert notes[True] == []
     assert notes[False] == ["The job has not ended (no end marker): the figures cover what was recorded so far."]
+    assert slices[True] == {"Initialization": 1.0, "Training loop": 2.5, "Finalization": 1.5}
+    assert slices[False] == {"Initialization": 1.0, "Training loop": 2.5}  # no finalization time yet: no slice
 
 
 def test_exactly_seventy_percent_as_many_loaders_as_cores_is_enough_for_the_worker_advice() -> None:
