@@ -211,3 +211,23 @@ def test_scalars_saved_after_the_optimizer_step_reach_mlflow(mlflow_server: str,
     acc = _history(mlflow_server, run_id, "train/scalar/acc")
     assert [s for s, _ in acc] == recorded.steps() == list(range(12))
     np.testing.assert_allclose([v for _, v in acc], [float(recorded.value(s)) for s in range(12)], rtol=1e-6)
+
+
+def test_a_comparison_reads_an_mlflow_runs_name_divergence_and_batch_size(
+    mlflow_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainspect.report import summary_for
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    exp = client.create_experiment(f"e-{tmp_path.name}")
+    rank_diverged = client.create_run(exp, run_name="before-fix").info.run_id
+    client.log_metric(rank_diverged, "trainspect/steps", 40.0)
+    client.log_metric(rank_diverged, "worker_1/trainspect/first_nonfinite_step", 7.0)  # rank 1 alone went NaN
+    client.log_param(rank_diverged, "batch_size", "32")
+    tagged = client.create_run(exp, run_name="tagged").info.run_id
+    client.set_tag(tagged, "trainspect.diverged", "loss NaN from step 13 (first non-finite: loss)")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
+    a, b = summary_for(rank_diverged), summary_for(tagged, batch_size=8)
+    assert (a.name, a.steps, a.batch_size) == ("before-fix", 40, 32)
+    assert a.diverged == "a logged value NaN/Inf from step 7" and a.report == "MLflow artifact trainspect/report.html"
+    assert (b.name, b.diverged, b.batch_size) == ("tagged", "loss NaN from step 13", 8)

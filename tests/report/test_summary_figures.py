@@ -89,6 +89,12 @@ def test_metrics_round_trip() -> None:
     assert (back.duration_s, back.loop_s, back.steps, back.workers, back.batch_size) == (10.0, 8.0, 40, 2, 16)
     assert isinstance(back.steps, int) and back.triggers == {"X": 3, "Y": 0} and back.issues == ("X",)
     assert back.diverged == "a logged value NaN/Inf from step 12"
+    # a rank that diverged alone logs its own first non-finite step (the MLflow plugin prefixes the worker)
+    ranks = RunSummary.from_metrics("r", {**metrics, "worker_1/trainspect/first_nonfinite_step": 9.0})
+    assert ranks.diverged == "a logged value NaN/Inf from step 9"
+    both = {"trainspect/first_nonfinite_step": 15.0, "worker_2/trainspect/first_nonfinite_step": 11.0}
+    assert RunSummary.from_metrics("r", both).diverged == "a logged value NaN/Inf from step 11"  # the earliest
+    assert RunSummary.from_metrics("r", {"worker_1/trainspect/steps": 4.0}).diverged == ""
     old = RunSummary.from_metrics("o", {"trainspect/duration_s": 7.0})
     assert old.duration_s == 7.0 and old.diverged == ""
 

@@ -235,8 +235,8 @@ class RunSummary:
     def from_metrics(cls, name: str, metrics: dict[str, float]) -> RunSummary:
         """Rebuild a summary from :meth:`to_metrics` (an MLflow run's metrics; ``duration_s`` of older runs).
 
-        Rules that triggered count as issues; a ``first_nonfinite_step`` metric (the MLflow plugin's) as a
-        diverged run.
+        Rules that triggered count as issues; a ``first_nonfinite_step`` metric (the MLflow plugin's, of any
+        worker) as a diverged run, from the earliest such step.
         """
         get = {k[len(METRIC_PREFIX) :]: v for k, v in metrics.items() if k.startswith(METRIC_PREFIX)}
         if "job_s" in get:
@@ -247,10 +247,30 @@ class RunSummary:
                 setattr(out, key, int(get[key]) if key in _INT_FIELDS else float(get[key]))
         out.triggers = {k.split("/", 1)[1]: int(v) for k, v in get.items() if k.startswith("triggers/")}
         out.issues = tuple(out.rules_triggered)
-        nonfinite = [int(v) for k, v in get.items() if k.split("/", 1)[0] == "first_nonfinite_step"]
+        nonfinite = [int(v) for k, v in metrics.items() if _is_first_nonfinite(k)]
         if nonfinite:
             out.diverged = f"a logged value NaN/Inf from step {min(nonfinite)}"
         return out
+
+
+def _is_first_nonfinite(key: str) -> bool:
+    """Whether ``key`` is the MLflow plugin's first non-finite step, of rank 0 or of another worker.
+
+    ``trainspect/first_nonfinite_step`` (``/<name>``), or ``worker_1/trainspect/first_nonfinite_step``: a rank that
+    diverged alone.
+
+    Example:
+        >>> name = "trainspect/first_nonfinite_step"
+        >>> [_is_first_nonfinite(k) for k in (name, f"worker_3/{name}", f"w/x/{name}", f"x{name}", "trainspect/steps")]
+        [True, True, False, False, False]
+    """
+    head, sep, rest = key.partition(METRIC_PREFIX)
+    return (
+        bool(sep)
+        and "/" not in head[:-1]
+        and head[-1:] in ("", "/")
+        and rest.split("/", 1)[0] == "first_nonfinite_step"
+    )
 
 
 def _stat(stats: Any, metric: str, column: str = "p95") -> float | None:
