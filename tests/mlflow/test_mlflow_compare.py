@@ -15,6 +15,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import mlflow
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
@@ -227,7 +228,11 @@ def test_a_comparison_reads_an_mlflow_runs_name_divergence_and_batch_size(
     tagged = client.create_run(exp, run_name="tagged").info.run_id
     client.set_tag(tagged, "trainspect.diverged", "loss NaN from step 13 (first non-finite: loss)")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
-    a, b = summary_for(rank_diverged), summary_for(tagged, batch_size=8)
+    mlflow.set_tracking_uri(mlflow_server)  # an earlier test's URI would win over the variable
+    try:
+        a, b = summary_for(rank_diverged), summary_for(tagged, batch_size=8)
+    finally:
+        mlflow.set_tracking_uri("")
     assert (a.name, a.steps, a.batch_size) == ("before-fix", 40, 32)
     assert a.diverged == "a logged value NaN/Inf from step 7" and a.report == "MLflow artifact trainspect/report.html"
     assert (b.name, b.diverged, b.batch_size) == ("tagged", "loss NaN from step 13", 8)
