@@ -232,7 +232,7 @@ def test_a_comparison_reads_an_mlflow_runs_name_divergence_and_batch_size(
     try:
         a, b = summary_for(rank_diverged), summary_for(tagged, batch_size=8)
     finally:
-        mlflow.set_tracking_uri("")
+        mlflow.set_tracking_uri(None)  # unset: "" would leave MLflow on ./mlflow.db, whatever the variable says
     assert (a.name, a.steps, a.batch_size) == ("before-fix", 40, 32)
     assert a.diverged == "a logged value NaN/Inf from step 7" and a.report == "MLflow artifact trainspect/report.html"
     assert (b.name, b.diverged, b.batch_size) == ("tagged", "loss NaN from step 13", 8)

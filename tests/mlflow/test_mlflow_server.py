@@ -80,7 +80,7 @@ def test_compare_two_mlflow_runs_by_id(
     try:
         assert main(["compare", run_a, run_b, "--price-per-hour", "A=3.825", "B=3.825"]) == 0
     finally:
-        mlflow.set_tracking_uri("")
+        mlflow.set_tracking_uri(None)  # unset: "" would leave MLflow on ./mlflow.db, whatever the variable says
     text = capsys.readouterr().out
     name_a = client.get_run(run_a).info.run_name
     assert f"A: {name_a}" in text and "B: after-fix" in text and run_a not in text.split("comparison:")[0]
