@@ -33,10 +33,11 @@ def test_server_killed_mid_run_and_restarted_loses_nothing(s3: S3Server, caplog:
     job.train(8)
     assert wait_for(lambda: warnings_about(caplog, "cannot upload to"))
     job.train(4)  # training goes on while the store is down
-    s3.start()  # back on the same port; moto keeps objects in memory, so the fixture restores what it held
-    fs = make_fs()
-    fs.mkdir(BUCKET)
-    fs.pipe(saved)
+    with job.hook.collector.remote._lock:  # a retry between the start and the restore would be overwritten
+        s3.start()  # back on the same port; moto keeps objects in memory, so the fixture restores what it held
+        fs = make_fs()
+        fs.mkdir(BUCKET)
+        fs.pipe(saved)
     job.train(4)
     job.hook.close()
     assert len(warnings_about(caplog, "cannot upload to")) == 1 and warnings_about(caplog, "uploads to")
