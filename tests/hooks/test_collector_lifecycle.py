@@ -62,3 +62,21 @@ def test_a_tensor_saved_between_steps_reopens_the_last_step_as_a_saving_step(tmp
 def test_the_undecided_captures_capture_nothing() -> None:
     assert not (NO_CAPTURES.params or NO_CAPTURES.gradients or NO_CAPTURES.module_io or NO_CAPTURES.optimizer)
     assert not NO_CAPTURES.at_begin and NO_CAPTURES.generation < 0
+
+
+def test_switching_the_collectors_mode_ends_the_open_step(tmp_path) -> None:
+    """``Collector.set_mode`` ends the open step first (the driver's ``set_mode`` calls it after its own end, which
+    hands the framework's staged tensors over): the next step counts in the new mode from 0."""
+    from trainspect.modes import ModeKeys
+
+    hook, model = _hook_and_step(tmp_path)
+    collector = hook.collector
+    hook.begin_step()
+    assert collector.state.open and collector.mode is ModeKeys.TRAIN
+    collector.set_mode(ModeKeys.EVAL)
+    assert not collector.state.open and collector.mode is ModeKeys.EVAL
+    hook.begin_step()
+    assert collector.mode_steps == {ModeKeys.TRAIN: 1, ModeKeys.EVAL: 0} and collector.global_step == 2
+    hook.end_step()
+    hook.close()
+    assert ts.create_trial(tmp_path).steps(mode=ModeKeys.EVAL) == [0]

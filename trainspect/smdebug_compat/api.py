@@ -9,6 +9,7 @@ from typing import Any
 
 from trainspect import env
 from trainspect.exceptions import SmdebugNotSupported
+from trainspect.modes import parse_mode
 
 __all__ = [
     "pytorch_hook_class",
@@ -95,8 +96,11 @@ def _wrap_optimizer(self: Any, optimizer: Any) -> Any:
 
 
 def _set_keras_mode(self: Any, mode: Any) -> None:
-    """Switch the mode of what is recorded next (``fit``/``evaluate``/``predict`` set it themselves)."""
-    self.collector.set_mode(mode)
+    """Switch the mode of what is recorded next (``fit``/``evaluate``/``predict`` set it themselves).
+
+    Through the step driver: an open step ends with what the framework staged for it, as at any other boundary.
+    """
+    self._driver.set_mode(parse_mode(mode))
 
 
 def _wrap_tape(self: Any, tape: Any) -> Any:
