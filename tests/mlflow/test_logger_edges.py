@@ -65,7 +65,9 @@ def test_system_metrics_count_steps_from_zero_one_per_poll_with_new_samples(loca
     assert sorted((m.step, m.timestamp) for m in cpu0) == [(0, ms + 500), (1, ms + 1500), (2, ms + 2500)]  # newest
 
 
-def test_mlflow_run_true_creates_a_run_when_none_is_active(local_store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mlflow_run_true_creates_a_run_when_none_is_active(
+    local_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from trainspect.mlflow_plugin.session import resolve_run
 
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
@@ -75,7 +77,10 @@ def test_mlflow_run_true_creates_a_run_when_none_is_active(local_store: str, mon
     assert resolved is not None
     run_id, created = resolved
     assert created is True  # the job owns it (ends it at close)
-    assert MlflowClient(local_store).get_run(run_id).info.run_name == "made-for-the-job"
+    made = MlflowClient(local_store).get_run(run_id).info
+    assert made.run_name == "made-for-the-job"
+    chosen = mlflow.get_experiment_by_name(f"exp-{tmp_path.name}")  # the one mlflow.set_experiment() made current
+    assert chosen is not None and made.experiment_id == chosen.experiment_id
     with mlflow.start_run() as active:
         assert resolve_run(True, local_store) == (active.info.run_id, False)  # the active run: not created
 
@@ -98,3 +103,50 @@ def test_the_chiefs_session_records_the_run_for_the_other_ranks_and_theirs_does_
     # the chief alone tails the node's system metrics and tags the run with the live rules' verdicts
     assert (chief.logger.watch_verdicts, worker.logger.watch_verdicts) == (True, False)
     assert (chief.logger.tail_system, worker.logger.tail_system) == (True, False)
+
+
+def test_a_late_record_that_diverges_logs_its_steps_held_values_too(local_store: str, tmp_path: Path) -> None:
+    """Step 3 is not on the logging interval, so its loss is held; a tensor saved after the step ended joins step 3
+    and is NaN: the step is logged for its divergence, with the loss held from its first record."""
+    with mlflow.start_run() as run:
+        run_id = run.info.run_id
+        logger = MlflowLogger(
+            tmp_path / "run",
+            MlflowSink(run_id, local_store),
+            log_every_n_steps=10,
+            tail_system=False,
+            watch_verdicts=False,
+        )
+        logger.submit(_loss(0, 3.0))
+        logger.submit(_loss(3, 1.0))
+        late = TensorRecord("grad_norm", np.array(np.nan), collections=frozenset({"scalars"}))
+        logger.submit(StepRecord(ModeKeys.TRAIN, 3, 3, T0 + 3, "worker_0", {"grad_norm": late}))
+        assert logger.close()
+    history = MlflowClient().get_metric_history(run_id, "train/loss")
+    assert sorted((m.step, m.value) for m in history) == [(0, 3.0), (3, 1.0)]
+
+
+def test_an_internal_error_ends_the_logging_thread_with_one_warning(
+    local_store: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in a tick must not kill the thread silently: one warning, and the thread ends (training goes on)."""
+    import logging
+
+    with mlflow.start_run() as run:
+        logger = MlflowLogger(
+            tmp_path / "run", MlflowSink(run.info.run_id, local_store), interval_s=0.01, tail_system=False
+        )
+
+        def broken(force: bool = False) -> bool:
+            raise RuntimeError("a bug")
+
+        logger.tick = broken  # type: ignore[method-assign]
+        with caplog.at_level(logging.WARNING, logger="trainspect.mlflow_plugin.logger"):
+            logger.start()
+            assert logger._thread is not None
+            logger._thread.join(30)
+        assert not logger._thread.is_alive()
+        warnings = [r for r in caplog.records if "MLflow logging stopped after an internal error" in r.getMessage()]
+        assert len(warnings) == 1 and warnings[0].exc_info is not None
+        del logger.tick  # the class's own: close sends what is left
+        assert logger.close()

@@ -627,6 +627,9 @@ def test_dataloader_details_give_the_p95_of_the_waits() -> None:
     tab = _with_spans(tab, [4] * 11, list(start), list(start + waits), workers=[4] * 11)
     v = Dataloader(literal=True).evaluate(data([system(20.0, cores=4)], [tab]))
     assert v.details["dataloading_time"]["p95"] == pytest.approx(10.5 / 16.0)
+    hist = v.details["dataloading_time"]
+    assert (hist["p25"], hist["p50"]) == pytest.approx((3.5 / 16.0, 6.0 / 16.0))  # the quartile and the median
+    assert len(hist["probs"]) == 100 and len(hist["binedges"]) == 101 and sum(hist["probs"]) == 11  # smdebug's
 
 
 def test_low_gpu_datapoints_are_the_most_samples_of_any_gpu() -> None:
@@ -693,3 +696,34 @@ def test_max_initialization_time_takes_a_fraction_of_a_minute() -> None:
     assert MaxInitializationTime(threshold=0.5).threshold == 0.5
     with pytest.raises(TrainspectError, match="threshold"):
         MaxInitializationTime(threshold=-1.0)
+
+
+# --- survivors of a fresh mutation sample (seed 29) --------------------------------------------------------------
+def test_gpu_memory_of_nan_samples_only_counts_none() -> None:
+    """A GPU whose memory column holds only NaN (the metric failed every poll) has 0 samples, and the NoData says
+    so."""
+    arrays = system(5.0, cores=1, gpu0_utilization_percent=50.0, gpu0_memory_used_percent=np.nan)
+    v = GPUMemoryIncrease(patience=5, window=2, memory_source="device").evaluate(data([arrays]))
+    assert v.status is Status.NO_DATA and v.datapoints == 0
+    assert "too little data: 0 GPU memory samples" in v.message
+
+
+def test_max_initialization_time_judges_no_window_past_the_end_of_the_job() -> None:
+    """A 10 s job with no step, a 30 s threshold and minute-long scan windows: its one window is at its start; no
+    window a minute later (after the job ended) is judged, so there is no alarm."""
+    from trainspect.rules.profiler import MaxInitializationTime
+
+    idle = FrameworkTables("worker_0", "n0")
+    rule = MaxInitializationTime(threshold=0.5, scan_interval_us=60_000_000)
+    v = rule.evaluate(data([system(10.0, cores=1)], [idle]))
+    assert v.status is Status.NO_ISSUES_FOUND and v.triggers == 0
+    assert v.series[0].x == (T0,)
+
+
+def test_the_exact_outlier_scan_counts_the_elements_it_compares() -> None:
+    """A short prefix is recomputed whole: ``touched`` grows by its length (the work the linear tests read)."""
+    from trainspect.rules.profiler._prefix_outliers import PrefixOutliers
+
+    scan = PrefixOutliers(np.array([1.0] * 99 + [9.0]), stddev=3.0)
+    assert scan.nth_outlier(100, 0) == 99 and scan.nth_outlier(50, 0) is None
+    assert (scan.exact, scan.touched) == (2, 150)

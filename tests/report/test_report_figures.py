@@ -166,6 +166,10 @@ def test_outlier_notes_list_ten_steps_and_count_the_rest() -> None:
         "w0/TRAIN: 10 step(s) longer than StepOutlier's threshold 250 ms (mean + 3·std): "
         "steps 0, 1, 2, 3, 4, 5, 6, 7, 8, 9; the stalls among them (steps 3, 4) cost 12.3% of the training loop"
     )
+    bare = _outlier_verdict(1)  # a verdict without its parameters (written by an older version): no rule named
+    assert _outliers_text(bare, "w0/TRAIN", [0]).startswith(
+        "w0/TRAIN: 1 step(s) longer than StepOutlier's threshold 250 ms: steps 0"
+    )
 
 
 def test_the_step_section_says_what_the_outliers_cost(tmp_path: Path) -> None:
@@ -225,6 +229,17 @@ def test_heatmap_section_needs_five_samples_and_adds_job_rows(tmp_path: Path) ->
     assert [b["kind"] for b in page.blocks] == ["p", "chart"]
     option = next(iter(page.charts.values()))
     assert option["title"]["text"] == "Utilisation % (n0, 0.8 s buckets)" and option["yAxis"]["data"] == ["cpu0"]
+    assert page.blocks[1]["height"] == 220  # one row: the smallest chart
+
+
+def test_the_heatmap_grows_with_its_rows_up_to_a_limit(tmp_path: Path) -> None:
+    """14 px per row plus 140 px of title, axes and legend, between 220 and 900 px."""
+    for cores, height in ((40, 14 * 40 + 140), (80, 900)):
+        page = Page()
+        cols = {f"cpu{i}_utilization_percent": float(i) for i in range(cores)}
+        HeatmapSection().build(_ctx(tmp_path, system=[_system(5, **cols)]), page)
+        option = next(iter(page.charts.values()))
+        assert len(option["yAxis"]["data"]) == cores and page.blocks[1]["height"] == height
 
 
 def test_job_rows_share_the_heatmaps_buckets() -> None:

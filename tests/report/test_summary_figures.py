@@ -154,6 +154,21 @@ def test_summarize_a_profiled_run(tmp_path: Path) -> None:
     assert s.cycle_rel_se is not None and s.cycle_rel_se > 0
 
 
+def test_a_loop_that_recorded_no_loader_waits_has_no_wait_share(tmp_path: Path) -> None:
+    """No data-loader span at all (a loop without a DataLoader): the share is unknown (None, shown as a dash), not
+    0 %; one instant step (a loop of 0 s) with a wait gives no share either, instead of a division by zero."""
+    tab = _steps(np.full(10, 0.1), "worker_0", start=T0 + 1, gap=0.0)
+    s = summarize(_ctx(tmp_path, profiler=ProfilerData(tmp_path, system={}, framework={"worker_0": tab})))
+    assert s.steps == 10 and s.loop_s == pytest.approx(1.0) and s.dataloader_wait_percent is None
+    instant = _steps(np.zeros(1), "worker_0", start=T0 + 1, gap=0.0)
+    instant.spans["kind"] = np.array([4], np.uint8)
+    instant.spans["start"], instant.spans["end"] = np.array([T0]), np.array([T0 + 0.5])
+    for key in ("global_step", "workers", "pid"):
+        instant.spans[key] = np.full(1, -1, np.int64)
+    s = summarize(_ctx(tmp_path, profiler=ProfilerData(tmp_path, system={}, framework={"worker_0": instant})))
+    assert s.loop_s == 0.0 and s.dataloader_wait_percent is None
+
+
 def test_summarize_without_profiler_data_reads_the_manifest(tmp_path: Path) -> None:
     s = summarize(
         _ctx(tmp_path, profiler=ProfilerData(tmp_path), manifest={"created": 100.0, "end_time": 160.5}), name="x"

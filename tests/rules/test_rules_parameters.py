@@ -86,3 +86,13 @@ def test_every_built_in_parameter_is_an_attribute() -> None:
             continue  # rules whose defaults need a selection (collection_names …)
         for p in cls.parameters:
             assert p.name in vars(rule) and getattr(rule, p.name) == p.default, (cls.__name__, p.name)
+
+
+def test_confusions_shares_are_bounded_to_one() -> None:
+    """``min_diag`` and ``max_off_diag`` are shares of a column: 1 is the largest accepted, above names the key."""
+    from trainspect.rules import Confusion
+
+    assert Confusion(min_diag=1.0, max_off_diag=1.0).max_off_diag == 1.0
+    for key in ("min_diag", "max_off_diag"):
+        with pytest.raises(ConfigError, match=key):
+            Confusion(**{key: 1.5})

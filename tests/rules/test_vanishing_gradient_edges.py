@@ -77,5 +77,7 @@ def test_what_the_rule_asks_the_hook_to_record_and_says_without_finite_gradients
         ("abs_mean",),
         False,
     )
+    grads = VanishingGradient().selects()[0]  # and it reads them so: the reductions, never the raw values
+    assert (grads.collections, grads.reductions, grads.raw) == (("gradients",), ("abs_mean",), False)
     nan = run(VanishingGradient(), [step(0, [_grad("gradient/w", float("nan"))])])
     assert nan.status is Status.NO_DATA and "NaN/Inf" in nan.message

@@ -109,3 +109,15 @@ def test_a_short_tail_is_a_record_being_written_only_when_it_starts_like_one() -
     newer = framing.HEADER.pack(framing.MAGIC, 3, 2, 2, 0) + b"{}"  # a future framing version
     scan = framing.scan_frames(good + newer + good)
     assert scan.newer == 1 and scan.corrupt == 0 and len(scan.records) == 2
+
+
+def test_a_whole_header_at_the_end_is_judged_by_its_fields_not_by_its_magic() -> None:
+    """A tail that is exactly one header: complete when it claims an empty payload (a bad checksum is damage), still
+    being written when it claims more bytes than follow."""
+    good = framing.frame(2, b"{}") + b"{}"
+    empty_bad_crc = framing.HEADER.pack(framing.MAGIC, framing.VERSION, 2, 0, 7)  # crc of b"" is 0, not 7
+    scan = framing.scan_frames(good + empty_bad_crc)
+    assert not scan.truncated and scan.corrupt == 1 and len(scan.records) == 1
+    cut = framing.HEADER.pack(framing.MAGIC, framing.VERSION, 2, 5, 0)  # 5 payload bytes not written yet
+    scan = framing.scan_frames(good + cut)
+    assert scan.truncated and scan.corrupt == 0 and scan.resume_at == len(good)

@@ -624,3 +624,27 @@ def test_a_failed_artifact_upload_is_warned_about_and_leaves_the_run_incomplete(
     assert len(warnings) == 1 and "PermissionError" in warnings[0] and "trainspect mlflow-sync" in warnings[0]
     assert [m.step for m in sink.metrics] == [0]  # the metrics arrived; the artifact did not
     assert json.loads(sync_file(tmp_path).read_text())["complete"] is False
+
+
+def test_a_run_writer_that_fails_mid_batch_keeps_the_steps_already_on_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A write error in the middle of a batch: the steps of that batch whose bytes reached the disk are indexed."""
+    original = TensorFileWriter.write
+
+    def full_disk_at_step_1(self: TensorFileWriter, record: StepRecord) -> None:
+        if record.global_step == 1:
+            raise OSError(28, "No space left on device")
+        original(self, record)
+
+    monkeypatch.setattr(TensorFileWriter, "write", full_disk_at_step_1)
+    writer = RunWriter(RunLayout(tmp_path), "worker_0", tensorboard=False)
+    big = np.arange(MIB // 4 + 16, dtype=np.float32)  # over 1 MiB: written straight to the disk, not yet indexed
+    assert writer.submit(_step(0, w=_weight("w", big))) and writer.submit(_step(1, w=_weight("w", big)))
+    with caplog.at_level(logging.WARNING):
+        writer.start()  # both steps wait in the queue: one batch
+        writer.wait_idle(30)
+        assert writer.failed
+        writer.close()
+    trial = ts.create_trial(tmp_path)
+    assert trial.steps() == [0] and np.array_equal(trial.tensor("w").value(0), big)
