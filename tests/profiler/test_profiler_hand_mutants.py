@@ -537,6 +537,7 @@ def test_input_bottleneck_judges_a_worker_only_past_patience() -> None:
     starved = _input_worker({k: 1.5 for k in range(11)}, n=11, worker="worker_1")  # 10 cycles: not judged
     v = InputBottleneck(patience=10).evaluate(data([], [fed, starved]))
     assert v.status is Status.NO_ISSUES_FOUND and v.triggers == 0
+    assert v.message.startswith("worker_0: 6.2% of the step cycle") and "worker_1" not in v.message
 
 
 def test_an_input_wait_longer_than_its_cycle_counts_the_cycle() -> None:
@@ -727,3 +728,44 @@ def test_the_exact_outlier_scan_counts_the_elements_it_compares() -> None:
     scan = PrefixOutliers(np.array([1.0] * 99 + [9.0]), stddev=3.0)
     assert scan.nth_outlier(100, 0) == 99 and scan.nth_outlier(50, 0) is None
     assert (scan.exact, scan.touched) == (2, 150)
+
+
+# --- third round (seed-31 survivors) -----------------------------------------------------------------------------
+def test_a_worker_waiting_exactly_the_threshold_share_is_no_bottleneck() -> None:
+    """Every cycle waits 1 s of its 2 s: 50 % is not above threshold=50 (the share must exceed it)."""
+    v = InputBottleneck(threshold=50.0).evaluate(data([], [_input_worker({k: 1.0 for k in range(12)})]))
+    assert v.details["worker_0"]["input_wait_percent"] == 50.0
+    assert v.status is Status.NO_ISSUES_FOUND and v.triggers == 0
+
+
+def test_straggler_details_give_each_ranks_times_in_seconds_and_its_cycle_count() -> None:
+    ranks = [_rank_worker("worker_0", 1.0, 0.0, 0.0), _rank_worker("worker_1", 1.0, 0.5, 0.25)]
+    v = WorkerStraggler().evaluate(data([], ranks))
+    row = v.details["by_worker"]["worker_1"]
+    assert row == {
+        "cycles": 11,
+        "compute_s": 1.0,
+        "loader_s": 0.5,
+        "between_s": 0.25,
+        "sync_s": 0.0,
+        "busy_s": 1.75,
+        "step_s": 1.0,
+    }
+    assert type(row["cycles"]) is int and v.details["sync_waits_recorded"] is False
+
+
+def test_batch_size_thresholds_are_percentages_up_to_one_hundred() -> None:
+    assert BatchSize(cpu_threshold_p95=100.0).cpu_threshold_p95 == 100.0
+    with pytest.raises(TrainspectError, match="cpu_threshold_p95"):
+        BatchSize(cpu_threshold_p95=100.5)
+
+
+def test_the_outlier_scan_descends_through_the_block_maxima_touching_few_elements() -> None:
+    """On a long series one outlier is found from the block maxima, without the exact pass over the prefix."""
+    from trainspect.rules.profiler._prefix_outliers import PrefixOutliers
+
+    dur = np.ones(8192)
+    dur[5000] = 50.0
+    scan = PrefixOutliers(dur, stddev=3.0)
+    assert scan.nth_outlier(8192, 0) == 5000
+    assert scan.exact == 0 and 0 < scan.touched < 8192 // 16

@@ -142,6 +142,7 @@ def test_a_window_reads_the_samples_from_start_to_before_end(tmp_path: Path) -> 
     arr = window.node_arrays("n0", T0 + 2, T0 + 5)
     assert (arr.timestamps - T0).tolist() == [2.0, 3.0, 4.0]  # the end is excluded
     assert arr.column("cpu0_utilization_percent").tolist() == [2.0, 3.0, 4.0] and arr.interval_ms == 1000
+    assert {p.parent.name for p in window.files_read} == {"n0"}  # only the node asked for was read
     assert list(window.arrays(T0, T0 + 50)) == ["n0"]  # a node without samples in the window is left out
     assert len(window.arrays(None, None)["n0"]) == 10
     assert window.span() == (T0, T0 + 100.0)

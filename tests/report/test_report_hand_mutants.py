@@ -493,3 +493,11 @@ def test_the_job_duration_is_logged_as_job_s_only() -> None:
     metrics = summary_metrics(RunSummary("a", duration_s=90.0, loop_s=80.0, steps=800))
     assert metrics["trainspect/job_s"] == 90.0 and "trainspect/duration_s" not in metrics
     assert metrics["trainspect/steps_per_s"] == 10.0 and metrics["trainspect/time_per_1k_steps_s"] == 100.0
+
+
+def test_a_chart_added_to_a_page_returns_the_id_its_block_names() -> None:
+    """A section that adds two charts gets their ids back, each the id of its block and of its ECharts option."""
+    page = Page(prefix="sec")
+    first, second = page.chart({"series": []}), page.chart({"series": [1]}, height=200)
+    assert (first, second) == ("sec-0", "sec-1")
+    assert [b["id"] for b in page.blocks] == [first, second] and page.charts[second] == {"series": [1]}

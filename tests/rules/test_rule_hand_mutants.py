@@ -185,6 +185,21 @@ def test_a_weight_standing_still_with_a_gradient_of_exactly_1e7_counts() -> None
     assert below is not None and not below.triggered and "no gradient reaches it" in below.detail
 
 
+def test_a_still_weight_at_a_step_without_its_gradient_is_not_counted() -> None:
+    """A weight whose gradient was recorded before but not at this step was not trained now: not a tiny ratio."""
+
+    def at(n: int, grad: float | None) -> StepData:
+        roles = {"main": [tensor("w", [1.0, 2.0], ["weights"])]}
+        roles["grad"] = [] if grad is None else [tensor("gradient/w", None, ["gradients"], abs_mean=grad)]
+        return step(n, roles)
+
+    (_, skipped) = checks(WeightUpdateRatio(), [at(0, 1e-3), at(1, None)])
+    assert skipped is not None and not skipped.triggered
+    assert skipped.detail.endswith("not counted: w (no gradient recorded at this step: not trained now)")
+    (_, still) = checks(WeightUpdateRatio(), [at(0, 1e-3), at(1, 1e-3)])
+    assert still is not None and still.triggered
+
+
 # --- SaturatedActivation ------------------------------------------------------------------------------------
 def test_a_unit_inside_the_limits_exactly_threshold_inactivity_percent_of_the_time_is_not_saturated() -> None:
     """A unit is saturated when inside the limits in *fewer* than ``threshold_inactivity`` % of the samples."""
@@ -377,3 +392,50 @@ def test_threshold_inactivity_accepts_fractions_of_a_percent_down_to_zero() -> N
     assert SaturatedActivation(threshold_inactivity=0.5).threshold_inactivity == 0.5
     with pytest.raises(ConfigError, match="threshold_inactivity"):
         SaturatedActivation(threshold_inactivity=-0.5)
+
+
+# --- third pass (seed-31 survivors): regex inputs, 1-D activations, a steady decline, what rules ask to record ------
+def test_class_imbalance_reads_labels_and_predictions_named_by_its_regexes_outside_their_collections(
+    tmp_path: Path,
+) -> None:
+    """The default ``labels_regex``/``predictions_regex`` select tensors that joined no labels/predictions collection."""
+    recs = [record(0, [tensor("y_labels", [1, 1, 0, 0]), tensor("y_predictions", [0, 0, 1, 1])])]
+    trial = ts.create_trial(write_run(tmp_path / "run", recs))
+    (verdict,) = evaluate(trial, [ClassImbalance(samples=4)], write=False)
+    assert verdict.status is Status.ISSUES_FOUND and "100% of class 0 mispredicted" in verdict.message
+    (named,) = evaluate(trial, [ClassImbalance(samples=4, labels_regex=["nothing"])], write=False)
+    assert named.status is Status.NO_DATA
+
+
+def test_a_one_dimensional_activation_is_one_unit_over_the_batch_and_any_positive_value_is_active() -> None:
+    """A 1-D ReLU output is a batch of one unit; 0.5 > 0 is an activation (a unit fires below 1 too)."""
+    (res,) = checks(DeadRelu(), [step(0, [tensor("fc_relu_output", np.array([0.0, 0.0, 0.0, 0.5]))])])
+    assert res is not None and not res.triggered and res.value == 0.0
+    (dead,) = checks(DeadRelu(), [step(0, [tensor("fc_relu_output", np.zeros(5))])])
+    assert dead is not None and dead.triggered and dead.value == 100.0
+
+
+def test_a_units_activity_is_its_share_of_the_batch() -> None:
+    """Unit 0 fires for 1 sample of 200 (0.5 % < threshold_inactivity=1 %): dead; unit 1 fires always."""
+    x = np.zeros((200, 2))
+    x[0, 0], x[:, 1] = 1.0, 1.0
+    (res,) = checks(DeadRelu(), [step(0, [tensor("fc_relu_output", x)])])
+    assert res is not None and res.value == 50.0 and res.detail == "50% of units dead in fc_relu_output (threshold 50%)"
+
+
+def test_a_steady_decline_that_no_two_windows_show_beyond_their_noise_is_progress() -> None:
+    """Windows of 4 whose alternating noise hides the fall from window to window; the line through them falls."""
+    pattern = (0.03, -0.03, -0.03, 0.03)
+    values = [round(1.0 - 0.004 * i + pattern[i % 4], 4) for i in range(24)]
+    res = checks(LossNotDecreasing(num_steps=4), losses(values))
+    assert not any(r is not None and r.triggered for r in res)
+    flat = [round(1.0 + pattern[i % 4], 4) for i in range(24)]  # the same noise, no decline: stalled
+    assert any(r is not None and r.triggered for r in checks(LossNotDecreasing(num_steps=4), losses(flat)))
+
+
+def test_rules_ask_the_hook_to_record_the_tensors_their_parameters_name() -> None:
+    """PoorWeightInitialization's regex joins its ReLU-input collection; SaturatedActivation adds named collections."""
+    (relu, *_) = PoorWeightInitialization(activation_inputs_regex=["enc.*_input"]).requirements()
+    assert relu.collection == "relu_input" and relu.include_regex == ("enc.*_input",)
+    reqs = SaturatedActivation(collection_names=["acts"]).requirements()
+    assert [r.collection for r in reqs] == ["sigmoid_input", "tanh_input", "acts"]

@@ -648,3 +648,36 @@ def test_a_run_writer_that_fails_mid_batch_keeps_the_steps_already_on_disk(
         writer.close()
     trial = ts.create_trial(tmp_path)
     assert trial.steps() == [0] and np.array_equal(trial.tensor("w").value(0), big)
+
+
+# --- third pass (seed-31 survivors): the writer's defaults ---------------------------------------------------------
+def test_the_default_tensor_queue_budget_is_the_256_mib_the_format_docs_state(tmp_path: Path) -> None:
+    """Queued steps (the writer not started: nothing leaves the queue) are degraded past 256 MiB, not before."""
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "format.md").read_text(encoding="utf-8")
+    assert "tensor queue's byte budget (256 MiB" in docs
+    mib = 1 << 20
+    small = np.zeros(mib // 8, np.float32)  # 512 KiB
+    under = RunWriter(RunLayout(tmp_path / "under"), "worker_0", tensorboard=False)
+    assert under.submit(_step(0, w=_weight("w", np.zeros(255 * mib // 4, np.float32), reductions=False)))
+    assert under.submit(_step(1, w=_weight("w", small, reductions=False)))
+    assert under.gap_steps == 0  # 255.5 MiB pending
+    over = RunWriter(RunLayout(tmp_path / "over"), "worker_0", tensorboard=False)
+    assert over.submit(_step(0, w=_weight("w", np.zeros(256 * mib // 4, np.float32), reductions=False)))
+    assert over.submit(_step(1, w=_weight("w", small, reductions=False)))
+    assert over.gap_steps == 1  # 256.5 MiB: the second step is degraded
+
+
+def test_a_run_writer_exports_tensorboard_unless_told_not_to(tmp_path: Path) -> None:
+    writer = RunWriter(RunLayout(tmp_path), "worker_0")
+    writer.start()
+    writer.submit_scalars((ModeKeys.TRAIN, 0, 0, 1.0), [("loss", 0.75, np.dtype(np.float32), frozenset({"losses"}))])
+    writer.close()
+    assert list(RunLayout(tmp_path).tensorboard_dir("worker_0").glob("events.out.tfevents*"))
+
+
+def test_index_records_that_parse_to_more_values_than_records_are_each_left_to_the_slow_path() -> None:
+    """A damaged record holding a comma (``1, 2``) makes the joined batch one value too long: none is trusted."""
+    from trainspect.store.source import _parse_records
+
+    assert _parse_records([b'{"g": 1}', b"1, 2"]) == [None, None]
+    assert _parse_records([b'{"g": 1}', b"3"]) == [{"g": 1}, 3]
