@@ -192,7 +192,7 @@ TESTS: dict[str, list[str]] = {
     "report/_framework_sections.py": _REPORT,
     "report/_system_sections.py": _REPORT,
     "report/_compare_rows.py": _COMPARE,
-    "report/compare.py": _COMPARE,
+    "report/compare.py": [*_COMPARE, "tests/mlflow/test_mlflow_compare.py"],  # runs compared by MLflow run id
     "mlflow_plugin/keys.py": _MLFLOW,
     "mlflow_plugin/logger.py": _MLFLOW,
     "mlflow_plugin/session.py": _MLFLOW,

@@ -769,3 +769,47 @@ def test_the_outlier_scan_descends_through_the_block_maxima_touching_few_element
     scan = PrefixOutliers(dur, stddev=3.0)
     assert scan.nth_outlier(8192, 0) == 5000
     assert scan.exact == 0 and 0 < scan.touched < 8192 // 16
+
+
+# --- fourth round (seed-37 survivors) ----------------------------------------------------------------------------
+def test_low_gpu_takes_the_95th_percentile_of_the_window() -> None:
+    """95 samples at 10 % and 5 at 90 %: p95 interpolates to 14 % (underused); p96 would already read 90 %."""
+    util = np.array([10.0] * 95 + [90.0] * 5)
+    v = LowGPUUtilization(window=100, patience=99).evaluate(
+        data([system(50.0, cores=1, gpu0_utilization_percent=util)])
+    )
+    assert v.details["n0/gpu0"]["gpu_95"] == pytest.approx(14.0)
+    assert v.status is Status.ISSUES_FOUND and v.details["n0/gpu0"]["issue"] == "underutilised"
+
+
+def test_a_heatmap_of_one_nodes_arrays_has_no_step_boundaries() -> None:
+    out = heatmap(system(4.0, cores=1), max_columns=2)
+    assert out["step_boundaries"] == [] and out["node"] == "n0" and len(out["times"]) == 2
+
+
+def test_a_trace_event_without_a_thread_id_is_on_thread_0() -> None:
+    (event,) = parse_trace([{"ph": "X", "name": "a", "pid": 3, "ts": 1, "dur": 2}], "n", base_us=0.0)
+    assert (event.pid, event.tid) == (3, 0)
+
+
+def test_a_straggler_whose_peers_compute_nothing_is_infinitely_slower() -> None:
+    """Peers whose steps take no time: the straggler's compute excess has no finite percentage (no division)."""
+    ranks = [_rank_worker("worker_0", 1.0, 0.0, 0.0), _rank_worker("worker_1", 0.0, 0.5, 0.0)]
+    v = WorkerStraggler().evaluate(data([], ranks))
+    assert v.status is Status.ISSUES_FOUND
+    assert "worker_0 computes inf % longer per step than the other rank (1 s vs 0 s; threshold 20 %)" in v.message
+
+
+def test_load_balancing_judges_up_to_the_last_sample() -> None:
+    """20 samples to T0 + 9.5 s, windows of 9.25 s: the second window holds only the last sample, the one that
+    differs; without it the two GPUs' histograms would be identical."""
+    gpu1 = np.array([50.0] * 19 + [0.0])
+    arrays = system(10.0, cores=1, gpu0_utilization_percent=50.0, gpu1_utilization_percent=gpu1)
+    v = LoadBalancing(patience=5, scan_interval_us=9_250_000).evaluate(data([arrays]))
+    assert v.details["n0"]["distances"] == {"gpu0": {"gpu1": 0.1329}}
+
+
+def test_input_bottleneck_charts_at_most_500_trigger_times_per_worker() -> None:
+    v = InputBottleneck().evaluate(data([], [_input_worker({k: 1.5 for k in range(503)}, n=503)]))
+    assert v.triggers == 502 and len(v.series[0].trigger_x) == 500
+    assert v.series[0].trigger_x[-1] == 2.0 * 500 + 2.0  # cycle 500 ends at step 500's end

@@ -66,6 +66,7 @@ def test_the_noise_of_a_window_is_that_of_the_values_before_it() -> None:
     for i, v in enumerate(values):
         s.add(i, i, v)
     win = s.add(9, 9, 0.0)  # closes step 8's window; before it: steps 1-7, steps 0, 0, 0, 1, 1, 1 (median 0.5)
+    assert MEDIAN_EFFICIENCY == pytest.approx(1.25331, abs=1e-5)  # sqrt(pi / 2): a median's SE over a mean's
     assert win.sigma == pytest.approx(1.4826 * 0.5 / math.sqrt(2.0) * MEDIAN_EFFICIENCY)
     longer = WindowedSeries(1, history=9)  # remembers step 0 too: one step of 50 more (median 1)
     for i, v in enumerate(values):

@@ -33,6 +33,7 @@ from trainspect.rules import (
     StalledTrainingRule,
     Status,
     StepData,
+    TensorVariance,
     UnchangedTensor,
     VanishingGradient,
     WeightUpdateRatio,
@@ -439,3 +440,16 @@ def test_rules_ask_the_hook_to_record_the_tensors_their_parameters_name() -> Non
     assert relu.collection == "relu_input" and relu.include_regex == ("enc.*_input",)
     reqs = SaturatedActivation(collection_names=["acts"]).requirements()
     assert [r.collection for r in reqs] == ["sigmoid_input", "tanh_input", "acts"]
+
+
+# --- fourth pass (seed-37 survivors) ----------------------------------------------------------------------------
+def test_a_one_element_activation_input_is_judged() -> None:
+    """A batch of one sample of one unit, far past tanh's limits: that unit is saturated."""
+    (res,) = checks(SaturatedActivation(), [step(0, {"tanh": [tensor("t", np.array([20.0]))]})])
+    assert res is not None and res.value == 100.0 and res.triggered
+
+
+def test_tensor_variance_needs_a_selection_naming_both_keys() -> None:
+    with pytest.raises(ConfigError, match="collection_names or tensor_regex"):
+        TensorVariance(max_threshold=1.0)
+    assert TensorVariance(max_threshold=1.0, tensor_regex=["w"]).max_threshold == 1.0

@@ -681,3 +681,23 @@ def test_index_records_that_parse_to_more_values_than_records_are_each_left_to_t
 
     assert _parse_records([b'{"g": 1}', b"1, 2"]) == [None, None]
     assert _parse_records([b'{"g": 1}', b"3"]) == [{"g": 1}, 3]
+
+
+# --- fourth pass (seed-37 survivors) -----------------------------------------------------------------------------
+def test_a_worker_without_its_collections_file_adds_only_missing_built_ins(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The built-ins' patterns stand in for the missing file; the other worker's recorded members are kept."""
+    from synthetic_run import start_run, write_worker_tensors
+
+    run = tmp_path / "run"
+    start_run(run, "job", {"framework": "numpy", "config": {}, "world_size": 2})
+    for i, worker in enumerate(("worker_0", "worker_1")):
+        weight = TensorRecord("w", np.ones(2, np.float32), collections=frozenset({"weights"}))
+        write_worker_tensors(run, worker, [StepRecord(ModeKeys.TRAIN, 0, 0, 1.0, worker, {"w": weight})], end=i == 1)
+    (run / "tensors" / "worker_1" / run_writer.COLLECTIONS_FILE).unlink()
+    with caplog.at_level(logging.WARNING):
+        colls = ts.create_trial(str(run)).collections()
+    assert "worker_1/collections.json is missing" in caplog.text
+    assert set(colls) == {"weights", "biases", "gradients", "losses", "optimizer_variables", "all"}
+    assert set(colls["weights"].tensor_names) == {"w"}
