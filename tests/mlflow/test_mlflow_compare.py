@@ -227,12 +227,16 @@ def test_a_comparison_reads_an_mlflow_runs_name_divergence_and_batch_size(
     client.log_param(rank_diverged, "batch_size", "32")
     tagged = client.create_run(exp, run_name="tagged").info.run_id
     client.set_tag(tagged, "trainspect.diverged", "loss NaN from step 13 (first non-finite: loss)")
+    single = client.create_run(exp, run_name="single").info.run_id
+    client.log_param(single, "batch_size", "1")  # one sample per step is a batch size; 0 steps per epoch is none
+    client.log_param(single, "steps_per_epoch", "0")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     mlflow.set_tracking_uri(mlflow_server)  # an earlier test's URI would win over the variable
     try:
-        a, b = summary_for(rank_diverged), summary_for(tagged, batch_size=8)
+        a, b, one = summary_for(rank_diverged), summary_for(tagged, batch_size=8), summary_for(single)
     finally:
         mlflow.set_tracking_uri(None)  # unset: "" would leave MLflow on ./mlflow.db, whatever the variable says
     assert (a.name, a.steps, a.batch_size) == ("before-fix", 40, 32)
     assert a.diverged == "a logged value NaN/Inf from step 7" and a.report == "MLflow artifact trainspect/report.html"
     assert (b.name, b.diverged, b.batch_size) == ("tagged", "loss NaN from step 13", 8)
+    assert (one.batch_size, one.steps_per_epoch, one.diverged) == (1, None, "")

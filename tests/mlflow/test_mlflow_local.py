@@ -32,9 +32,15 @@ def _artifacts(client: MlflowClient, run_id: str) -> list[str]:
     return sorted(a.path for a in client.list_artifacts(run_id, "trainspect"))
 
 
-def test_hook_logs_into_the_active_run(local_store: str, tmp_path: Path) -> None:
+def test_hook_logs_into_the_active_run(local_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import tempfile
+
+    system_tmp = tmp_path / "system-tmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
     with mlflow.start_run() as run:
         train(tmp_path / "run")
+    assert not list(system_tmp.glob("trainspect-mlflow-*"))  # the verdicts' staging folder is removed after upload
     client = MlflowClient()
     data = client.get_run(run.info.run_id).data
     assert data.tags["trainspect.version"] and data.tags["trainspect.captures"] == "tensors,rules,system,framework"

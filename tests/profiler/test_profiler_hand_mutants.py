@@ -754,10 +754,11 @@ def test_straggler_details_give_each_ranks_times_in_seconds_and_its_cycle_count(
     assert type(row["cycles"]) is int and v.details["sync_waits_recorded"] is False
 
 
-def test_batch_size_thresholds_are_percentages_up_to_one_hundred() -> None:
-    assert BatchSize(cpu_threshold_p95=100.0).cpu_threshold_p95 == 100.0
-    with pytest.raises(TrainspectError, match="cpu_threshold_p95"):
-        BatchSize(cpu_threshold_p95=100.5)
+@pytest.mark.parametrize("key", ["cpu_threshold_p95", "gpu_threshold_p95", "gpu_memory_threshold_p95"])
+def test_batch_size_thresholds_are_percentages_up_to_one_hundred(key: str) -> None:
+    assert BatchSize(**{key: 100.0}).params[key] == 100.0
+    with pytest.raises(TrainspectError, match=key):
+        BatchSize(**{key: 100.5})
 
 
 def test_the_outlier_scan_descends_through_the_block_maxima_touching_few_elements() -> None:
@@ -813,3 +814,31 @@ def test_input_bottleneck_charts_at_most_500_trigger_times_per_worker() -> None:
     v = InputBottleneck().evaluate(data([], [_input_worker({k: 1.5 for k in range(503)}, n=503)]))
     assert v.triggers == 502 and len(v.series[0].trigger_x) == 500
     assert v.series[0].trigger_x[-1] == 2.0 * 500 + 2.0  # cycle 500 ends at step 500's end
+
+
+# --- fifth round (seed-41 survivors) -----------------------------------------------------------------------------
+def test_low_gpu_names_the_gpu_of_the_lowest_p95_not_of_the_lowest_p5() -> None:
+    """gpu0 sits at 30 %; gpu1 swings between 10 % and 50 % (p95 50, p5 10): gpu0 is the worst."""
+    swing = np.array([10.0, 50.0] * 50)
+    arrays = system(50.0, cores=1, gpu0_utilization_percent=30.0, gpu1_utilization_percent=swing)
+    v = LowGPUUtilization(window=100, patience=99).evaluate(data([arrays]))
+    assert (v.details["n0/gpu1"]["gpu_95"], v.details["n0/gpu1"]["gpu_5"]) == (50.0, 10.0)
+    assert v.message.startswith("n0/gpu0 underutilised: p95 utilisation 30.0%")
+
+
+def test_a_rank_of_one_step_cycle_is_compared() -> None:
+    """Two steps make one cycle: with ``min_cycles=1`` (the default) that rank has a row."""
+    from trainspect.profiler.ranks import rank_times
+
+    frame = rank_times(data([], [_tab([0.0, 2.0], [1.0, 3.0])]))
+    assert frame["worker"].tolist() == ["worker_0"] and frame["cycles"].tolist() == [1]
+
+
+def test_step_outlier_charts_at_most_500_outliers_and_states_its_stddev_to_two_places() -> None:
+    """600 slow steps among 10,000 (10 s against 1 s) are all outliers; the chart marks the first 500."""
+    durations = np.ones(10_000)
+    durations[2::16][:600] = 10.0
+    v = StepOutlier(stddev=1.234).evaluate(data([], [_outlier_data(durations)]))
+    got = v.details["worker_0/TRAIN"]
+    assert got["number_of_outliers"] == 600 and got["stddev"] == 1.23
+    assert len(v.series[0].trigger_x) == 500

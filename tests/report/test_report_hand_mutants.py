@@ -501,3 +501,15 @@ def test_a_chart_added_to_a_page_returns_the_id_its_block_names() -> None:
     first, second = page.chart({"series": []}), page.chart({"series": [1]}, height=200)
     assert (first, second) == ("sec-0", "sec-1")
     assert [b["id"] for b in page.blocks] == [first, second] and page.charts[second] == {"series": [1]}
+
+
+def test_thinned_nan_markers_keep_the_first_and_the_last_non_finite_step() -> None:
+    """900 NaN steps are drawn as 400 markers, from the first NaN step (where the line marks it) to the last."""
+    from trainspect.report import charts
+
+    x, y = np.arange(1000.0), np.ones(1000)
+    y[100:] = np.nan
+    option = charts.line_chart({"loss": (x, y)}, "Loss", x_type="value", y_name="loss")
+    (marks,) = [s for s in option["series"] if s["name"] == "NaN/Inf in loss"]
+    assert len(marks["data"]) == 400 and marks["data"][0][0] == 100.0 and marks["data"][-1][0] == 999.0
+    assert marks["markLine"]["data"] == [{"xAxis": 100.0}]

@@ -453,3 +453,54 @@ def test_tensor_variance_needs_a_selection_naming_both_keys() -> None:
     with pytest.raises(ConfigError, match="collection_names or tensor_regex"):
         TensorVariance(max_threshold=1.0)
     assert TensorVariance(max_threshold=1.0, tensor_regex=["w"]).max_threshold == 1.0
+
+
+# --- fifth pass (seed-41 survivors) -----------------------------------------------------------------------------
+def test_confusion_charts_its_min_diag_as_the_threshold_line() -> None:
+    right = {"labels": [tensor("labels", [1, 0])], "predictions": [tensor("predictions", [1, 0])]}
+    verdict = run(Confusion(min_diag=0.8), [step(0, right)])
+    assert [(s.label, s.threshold) for s in verdict.series] == [("min diagonal share", 0.8)]
+
+
+def test_a_one_element_relu_output_is_judged() -> None:
+    (res,) = checks(DeadRelu(), [step(0, [tensor("fc_relu_output", np.array([0.0]))])])
+    assert res is not None and res.triggered and res.value == 100.0
+
+
+def test_a_list_of_six_reasons_names_five_and_counts_one_more() -> None:
+    from trainspect.rules._dead_gradients import listed
+
+    items = {f"w{i}": "frozen" for i in range(6)}
+    assert listed(items).endswith("w4 (frozen); and 1 more")
+    assert listed(dict(list(items.items())[:5])).endswith("w4 (frozen)")
+
+
+def test_literal_loss_not_decreasing_flags_a_non_finite_loss_at_a_compared_step() -> None:
+    res = checks(LossNotDecreasing(num_steps=2, literal=True), losses([1.0, 0.5, float("nan"), 0.4, 0.3]))
+    assert [r is not None and r.triggered for r in res] == [False, False, True, False, True]
+    assert res[2] is not None and res[2].detail == "TRAIN loss is nan at step 2 (was 1 at step 0): not finite"
+
+
+def test_overfit_names_the_first_training_window_as_the_lowest_when_no_later_one_is_lower() -> None:
+    """The training loss stays at 1.0 (an equal, not a lower, level later), then rises: the message's lowest is the
+    start's window (steps 0-31), the earlier one of equal windows."""
+    res = checks(Overfit(), train_eval_rounds([1.0] * 10 + [2.0] * 4, [1.0] * 10 + [5.0] * 4))
+    rising = [r.detail for r in res if r is not None and "rises too" in r.detail]
+    assert rising and "the training loss rises too (1.15, lowest 1 at TRAIN steps 0-31)" in rising[0]
+
+
+def test_nlp_sequence_ratio_reads_the_tensors_its_regex_names(tmp_path: Path) -> None:
+    recs = [record(0, [tensor("tokens", np.array([0, 0, 0, 1]))])]
+    trial = ts.create_trial(write_run(tmp_path / "run", recs))
+    (named,) = evaluate(trial, [NLPSequenceRatio(tensor_regex=["tokens"])], write=False)
+    assert named.status is Status.ISSUES_FOUND and "token 0 is 75% of tokens" in named.message
+    (default,) = evaluate(trial, [NLPSequenceRatio()], write=False)
+    assert default.status is Status.NO_DATA
+
+
+def test_poor_weight_initialization_names_the_layers_whose_input_variances_differ() -> None:
+    roles = {
+        "act": [tensor(f"{n}/relu_input", None, ["relu_input"], variance=v) for n, v in (("a", 1.0), ("b", 100.0))]
+    }
+    (res,) = checks(PoorWeightInitialization(), [step(0, roles)])
+    assert res is not None and res.triggered and res.tensors == ("a/relu_input", "b/relu_input")

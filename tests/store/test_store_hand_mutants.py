@@ -701,3 +701,9 @@ def test_a_worker_without_its_collections_file_adds_only_missing_built_ins(
     assert "worker_1/collections.json is missing" in caplog.text
     assert set(colls) == {"weights", "biases", "gradients", "losses", "optimizer_variables", "all"}
     assert set(colls["weights"].tensor_names) == {"w"}
+
+
+def test_gaps_count_each_tensor_that_kept_its_reductions() -> None:
+    """Two tensors of the same size kept their reductions: two, not one per distinct size."""
+    gaps = [{"step": 3, "reason": "writer backlog", "dropped": [["w", 4000, "reductions"], ["b", 4000, "reductions"]]}]
+    assert gaps_summary(gaps).endswith("losses and scalars were kept; 2 kept its reductions")
