@@ -230,7 +230,7 @@ def test_the_gaps_summary_counts_distinct_steps_and_tensors() -> None:
         for w in ("worker_0", "worker_1")
     ]
     assert gaps_summary(gaps).startswith("raw values of 1 tensor(s) not written at 1 step(s) (first at step 3;")
-    assert gaps_summary(gaps).endswith("1 kept its reductions")
+    assert gaps_summary(gaps).endswith("1 of them kept their reductions")
 
 
 def test_a_dropped_piece_with_partials_but_no_reductions_keeps_its_partials() -> None:
@@ -706,4 +706,4 @@ def test_a_worker_without_its_collections_file_adds_only_missing_built_ins(
 def test_gaps_count_each_tensor_that_kept_its_reductions() -> None:
     """Two tensors of the same size kept their reductions: two, not one per distinct size."""
     gaps = [{"step": 3, "reason": "writer backlog", "dropped": [["w", 4000, "reductions"], ["b", 4000, "reductions"]]}]
-    assert gaps_summary(gaps).endswith("losses and scalars were kept; 2 kept its reductions")
+    assert gaps_summary(gaps).endswith("losses and scalars were kept; 2 of them kept their reductions")

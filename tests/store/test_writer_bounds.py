@@ -143,7 +143,7 @@ def test_gap_lines_round_trip_and_malformed_lines_are_counted(tmp_path: Path, ca
     assert "skipped 2 malformed gap record(s)" in caplog.text  # the blank line is no record
     assert gaps_summary(gaps) == (
         "raw values of 3 tensor(s) not written at 3 step(s) (first at step 2; spool full, writer backlog): losses and "
-        "scalars were kept; 1 kept its reductions"
+        "scalars were kept; 1 of them kept their reductions"
     )
     assert gaps_summary([]) == "" and read_gaps(tmp_path / "nothing") == []
 

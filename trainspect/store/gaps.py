@@ -143,6 +143,6 @@ def gaps_summary(gaps: list[dict[str, Any]]) -> str:
     reasons = sorted({str(g.get("reason", "")) for g in gaps})
     return (
         f"raw values of {len(names)} tensor(s) not written at {len({g['step'] for g in gaps})} step(s) (first at "
-        f"step {gaps[0]['step']}; {', '.join(reasons)}): losses and scalars were kept; {len(reduced)} kept its "
-        "reductions"
+        f"step {gaps[0]['step']}; {', '.join(reasons)}): losses and scalars were kept; {len(reduced)} of them kept "
+        "their reductions"
     )
