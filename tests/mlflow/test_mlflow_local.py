@@ -278,3 +278,21 @@ def test_sink_sends_mlflow_credentials_on_its_keep_alive_session(monkeypatch: py
     assert MlflowSink("r" * 32, "http://127.0.0.1:9")._direct_session().headers["Authorization"] == "Bearer tok"
     monkeypatch.setenv("MLFLOW_TRACKING_AWS_SIGV4", "true")  # needs MLflow's own request path
     assert MlflowSink("r" * 32, "http://127.0.0.1:9")._direct_session() is None
+
+
+def test_a_run_trainspect_creates_goes_into_the_named_experiment(
+    local_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An experiment of that name is used as it is; a new name is created, marked as a training experiment."""
+    from trainspect.mlflow_plugin.session import EXPERIMENT_KIND_TAG, experiment_for_new_run
+
+    client = MlflowClient(tracking_uri=local_store)
+    mine = client.create_experiment("mine")
+    assert experiment_for_new_run(client, "mine") == mine
+    assert EXPERIMENT_KIND_TAG not in client.get_experiment(mine).tags  # the user's, left as it is
+    fresh = experiment_for_new_run(client, "fresh")
+    assert fresh != mine and client.get_experiment(fresh).name == "fresh"
+    assert client.get_experiment(fresh).tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
+    monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "mine")  # MLflow's own variable, when no name is given
+    assert experiment_for_new_run(client) == mine

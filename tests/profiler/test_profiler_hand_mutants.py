@@ -842,3 +842,28 @@ def test_step_outlier_charts_at_most_500_outliers_and_states_its_stddev_to_two_p
     got = v.details["worker_0/TRAIN"]
     assert got["number_of_outliers"] == 600 and got["stddev"] == 1.23
     assert len(v.series[0].trigger_x) == 500
+
+
+# --- sixth round (seed-43 survivors) -----------------------------------------------------------------------------
+def test_a_loop_just_over_a_quarter_outside_steps_is_pointed_out() -> None:
+    """25.5 % of the loop between steps is over the 25 % advice cut-off (25.0 % exactly is not: see thresholds)."""
+    from trainspect.rules.profiler import OverallFrameworkMetrics
+
+    tab = steps(np.array([1.46, 1.46]), gap=1.0, start=T0)  # 1 of 3.92 s between steps
+    v = OverallFrameworkMetrics().evaluate(data([], [tab]))
+    assert v.message == (
+        "25.5% of the training loop was spent outside steps (more than 25%: check the time between steps)"
+    )
+
+
+def test_system_usage_of_ticks_without_gpu_samples_warns_nothing() -> None:
+    """A tick where no GPU was sampled is a row of NaN: the GPU mean skips it, with no 'Mean of empty slice'."""
+    import warnings
+
+    util = np.where(np.arange(20) < 4, np.nan, 60.0)
+    arrays = system(10.0, cores=1, gpu0_utilization_percent=util, gpu1_utilization_percent=util)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        v = OverallSystemUsage().evaluate(data([arrays]))
+    assert v.status is Status.NO_ISSUES_FOUND
+    assert v.details["GPU"]["n0"] == {"max": 60.0, "p99": 60.0, "p95": 60.0, "p50": 60.0, "min": 60.0}

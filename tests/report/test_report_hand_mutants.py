@@ -513,3 +513,21 @@ def test_thinned_nan_markers_keep_the_first_and_the_last_non_finite_step() -> No
     (marks,) = [s for s in option["series"] if s["name"] == "NaN/Inf in loss"]
     assert len(marks["data"]) == 400 and marks["data"][0][0] == 100.0 and marks["data"][-1][0] == 999.0
     assert marks["markLine"]["data"] == [{"xAxis": 100.0}]
+
+
+# --- sixth pass (seed-43 survivors) -----------------------------------------------------------------------------
+def test_a_section_needs_both_an_id_and_a_title() -> None:
+    """A section with an id but no title (or a title but no id) is refused at registration, naming its class."""
+    from trainspect.report.sections import Section, SectionRegistry
+
+    class Untitled(Section):
+        id, title = "untitled", ""
+
+    class Anonymous(Section):
+        id, title = "", "Anonymous"
+
+    registry = SectionRegistry()
+    for section in (Untitled(), Anonymous()):
+        with pytest.raises(ValueError, match=f"report section {type(section).__name__} must set id and title"):
+            registry.register(section)
+    assert len(registry) == 0

@@ -504,3 +504,12 @@ def test_poor_weight_initialization_names_the_layers_whose_input_variances_diffe
     }
     (res,) = checks(PoorWeightInitialization(), [step(0, roles)])
     assert res is not None and res.triggered and res.tensors == ("a/relu_input", "b/relu_input")
+
+
+# --- sixth pass (seed-43 survivors) -----------------------------------------------------------------------------
+def test_exploding_tensor_asks_the_hook_for_the_min_and_max_of_the_tensors_it_is_pointed_at() -> None:
+    """With ``tensor_regex`` or ``collection_names``, those tensors' min/max are recorded (not the default's)."""
+    *_, main = ExplodingTensor(tensor_regex=["fc.*"]).requirements()
+    assert main.include_regex == ("fc.*",) and main.reductions == ("min", "max") and not main.raw
+    assert [r.collection for r in ExplodingTensor(collection_names=["weights"]).requirements()][-1] == "weights"
+    assert [r.collection for r in ExplodingTensor().requirements()] == ["losses", "gradients"]

@@ -707,3 +707,30 @@ def test_gaps_count_each_tensor_that_kept_its_reductions() -> None:
     """Two tensors of the same size kept their reductions: two, not one per distinct size."""
     gaps = [{"step": 3, "reason": "writer backlog", "dropped": [["w", 4000, "reductions"], ["b", 4000, "reductions"]]}]
     assert gaps_summary(gaps).endswith("losses and scalars were kept; 2 of them kept their reductions")
+
+
+# --- sixth pass (seed-43 survivors) ------------------------------------------------------------------------------
+def _open_files(folder: Path) -> set[str]:
+    """Names of the files in ``folder`` that this process holds open (Linux: /proc/self/fd)."""
+    names = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = Path(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            continue
+        if target.parent == folder:
+            names.add(target.name)
+    return names
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="reads the open files from /proc (Linux)")
+def test_a_rotated_out_data_file_and_its_index_are_closed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run of many steps rotates through files: each one left behind is closed, not held open to the end."""
+    monkeypatch.setattr(tensor_file, "_ROTATE_BYTES", framing.HEADER_SIZE + 100)
+    folder = tmp_path / "tensors" / "worker_0"
+    writer = TensorFileWriter(folder)
+    for step in range(6):
+        writer.write(_tensor(step, 100))
+    assert _open_files(folder) == {"data-000002.bin", "index-000002.idx"}
+    writer.close()
+    assert _open_files(folder) == set()
