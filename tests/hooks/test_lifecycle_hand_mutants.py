@@ -186,6 +186,7 @@ def test_a_loss_computed_before_a_steps_forward_pass_joins_that_step(tmp_path: P
     assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1]
     assert trial.tensor("L1Loss_output_0").steps(mode=ModeKeys.TRAIN) == [1]
     assert float(trial.tensor("L1Loss_output_0").value(1, mode=ModeKeys.TRAIN)) == pytest.approx(reg.item())
+    assert "L1Loss_output_0" in trial.tensor_names(collection="losses")  # a loss like any other: the rules see it
 
 
 def test_a_loss_held_between_steps_is_dropped_when_an_optimizer_steps_first(tmp_path: Path) -> None:
@@ -478,3 +479,181 @@ def test_a_backward_pass_between_driven_training_steps_opens_no_step(tmp_path: P
     assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1]
     assert trial.tensor("in_step").steps(mode=ModeKeys.TRAIN) == [1]  # the backward's loss and this: one step
     assert trial.tensor("loss").steps(mode=ModeKeys.TRAIN) == [0, 1]
+
+
+# --- the hook core around the driver (seed-43 sample of hooks/torch_hook.py, hook_api.py, hook_extras.py) ----------
+class _Recursive(nn.Module):
+    """A model whose forward pass calls itself twice at each level (a recursive network, weight-shared refinement)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = _model()
+
+    def forward(self, x: torch.Tensor, depth: int = 2) -> torch.Tensor:
+        if depth == 0:
+            return self.lin(x)
+        return self(x, depth - 1) + self(x, depth - 1)
+
+
+def test_a_model_that_calls_itself_is_one_step_per_outermost_call(tmp_path: Path) -> None:
+    """Its nested calls join the outermost call's step: three evaluation calls, three EVAL steps."""
+    model = _Recursive().eval()
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    with torch.no_grad():
+        for seed in range(3):
+            model(_batch(seed)[0])
+            hook.save_scalar("call", float(seed))
+    hook.close()
+    call = _trial(tmp_path).tensor("scalar/call")
+    assert call.steps(mode=ModeKeys.EVAL) == [0, 1, 2]
+    assert [float(call.value(s, mode=ModeKeys.EVAL)) for s in range(3)] == [0.0, 1.0, 2.0]
+
+
+def test_a_one_process_group_destroyed_mid_run_does_not_end_the_run(tmp_path: Path) -> None:
+    """Only a job of several ranks ends its run with its process group: one process goes on training and recording.
+
+    (A script written for several GPUs, run on one: it sets up a group of one and tears it down before its
+    evaluation.)
+    """
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=(tmp_path / "store").as_uri(), rank=0, world_size=1)
+    try:
+        model = _model()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        hook = _hook(tmp_path / "run")
+        hook.register_module(model)
+        for seed in range(2):
+            _train_step(model, opt, seed)
+        dist.destroy_process_group()
+        for seed in range(2, 4):
+            _train_step(model, opt, seed)
+        hook.close()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    assert _trial(tmp_path / "run").tensor("loss").steps(mode=ModeKeys.TRAIN) == [0, 1, 2, 3]
+
+
+def test_a_report_that_fails_at_close_warns_once_and_the_run_stays_readable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A part that fails while the hook closes costs that part only, with one warning naming it."""
+    from trainspect.hooks.hook_extras import HookExtras
+    from trainspect.rules import LossNotDecreasing
+
+    def broken(self: HookExtras, collector: Collector) -> None:
+        raise RuntimeError("no fonts")  # a bug of its own (a disk error has its own message: test_disk_full)
+
+    monkeypatch.delenv("TRAINSPECT_TESTING")  # as for a user: internal errors are warnings, not exceptions
+    monkeypatch.setattr(HookExtras, "_write_report", broken)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path, rules=[LossNotDecreasing()])
+    hook.register_module(model)
+    for seed in range(3):
+        _train_step(model, opt, seed)
+    with caplog.at_level("WARNING", logger="trainspect"):
+        hook.close()
+    failed = [r.getMessage() for r in caplog.records if "failed at close" in r.getMessage()]
+    assert failed == ["trainspect: the report failed at close (RuntimeError: no fonts); the run directory is complete"]
+    assert _trial(tmp_path).tensor("loss").steps(mode=ModeKeys.TRAIN) == [0, 1, 2]
+
+
+def test_the_system_monitor_stops_when_the_hook_closes(tmp_path: Path) -> None:
+    """Profiling samples the system on a thread of its own: closing the hook ends it (it would sample on, unseen)."""
+    import threading
+
+    def monitors() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "trainspect-system-monitor" and t.is_alive()}
+
+    before = monitors()
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path, profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=100))
+    hook.register_module(model)
+    _train_step(model, opt, 0)
+    assert monitors() - before  # it runs
+    hook.close()
+    assert not monitors() - before
+
+
+def test_accumulation_is_one_step_when_the_weights_were_reloaded_as_new_parameters(tmp_path: Path) -> None:
+    """``load_state_dict(assign=True)`` after an evaluation replaces the parameters the hook listed: it decides
+    whether an optimizer holds the model from the parameters the model has now (two micro-batches, one step)."""
+    model = _model()
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    with torch.no_grad():
+        model.eval()(_batch(99)[0])  # a sanity-check evaluation opens the run
+    model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
+    opt = torch.optim.SGD(model.train().parameters(), lr=0.1)
+    for seed in range(3):
+        _train_step(model, opt, seed, micro=2)
+    hook.close()
+    assert _trial(tmp_path).tensor("loss").steps(mode=ModeKeys.TRAIN) == [0, 1, 2]
+
+
+def test_a_collection_asked_for_by_name_is_recorded(tmp_path: Path) -> None:
+    """``hook.get_collection("weights")`` (smdebug's way of configuring one) records it beside the default losses."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = ts.torch.Hook(tmp_path, save_config=ts.SaveConfig(save_interval=1))
+    hook.get_collection("weights")
+    hook.register_module(model)
+    for seed in range(2):
+        _train_step(model, opt, seed)
+    hook.close()
+    trial = _trial(tmp_path)
+    assert trial.tensor_names(collection="weights") == ["Linear_weight"]
+    assert trial.tensor("Linear_weight").steps(mode=ModeKeys.TRAIN) == [0, 1]
+
+
+def test_mlflow_may_log_every_step_and_no_less_often_than_that() -> None:
+    """``log_every_n_steps`` 1 (every step) is the smallest: 0 is refused, naming the option and its bound."""
+    from trainspect.exceptions import ConfigError
+    from trainspect.hooks.hook_extras import mlflow_options
+
+    assert mlflow_options({"LogEveryNSteps": "1", "run": False}) == (False, {"log_every_n_steps": 1})
+    with pytest.raises(ConfigError, match=r"^MLflow.log_every_n_steps=0: must be an integer >= 1$"):
+        mlflow_options({"log_every_n_steps": 0})
+
+
+def test_the_hooks_detailed_profiling_window_traces_the_steps_it_names(tmp_path: Path) -> None:
+    """A detailed-profiling window of steps 2 and 3, set on the hook: its PyTorch trace is in the run directory."""
+    from trainspect.profiler.config import FrameworkProfile
+
+    window = FrameworkProfile.window(start_step=2, num_steps=2)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path, profiler_config=ts.ProfilerConfig(framework_profile_params=window))
+    hook.register_module(model)
+    for seed in range(5):
+        _train_step(model, opt, seed)
+    hook.close()
+    detailed = tmp_path / "profiler" / "detailed" / "worker_0"
+    assert sorted(p.name for p in detailed.glob("trace_*.json")) == ["trace_2-4.json"]
+    assert json.loads((detailed / "trace_2-4.json").read_text())["traceEvents"]
+
+
+def test_the_hook_times_each_steps_forward_backward_and_optimizer(tmp_path: Path) -> None:
+    """With the profiler on, every training step gets its forward, backward and optimizer spans, in that order."""
+    from trainspect.hooks.framework_metrics import SPAN_KINDS
+    from trainspect.profiler.data import load_profiler_data
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path, profiler_config=ts.ProfilerConfig())
+    hook.register_module(model)
+    for seed in range(3):
+        _train_step(model, opt, seed)
+    hook.close()
+    spans = load_profiler_data(tmp_path).framework["worker_0"].spans
+    starts = {}
+    for kind in ("forward", "backward", "optimizer"):
+        mine = spans["kind"] == SPAN_KINDS[kind]
+        assert mine.sum() == 3, kind
+        assert np.all(spans["end"][mine] >= spans["start"][mine])
+        starts[kind] = np.sort(spans["start"][mine])
+    assert np.all(starts["forward"] <= starts["backward"]) and np.all(starts["backward"] <= starts["optimizer"])
