@@ -203,3 +203,44 @@ def test_a_callback_on_the_runs_opening_runs_when_it_opens_or_at_once_if_open(tm
     dry.on_open(lambda c: opened.append("dry"))
     dry.close()
     assert opened == ["early", "late"]  # a dry run records nothing: nobody is told it opened
+
+
+def test_a_close_while_the_training_threads_end_closes_the_run_returns_when_the_run_is_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray Train's worker: the run, opened in the training thread, is closed by the watcher of that thread while the
+    worker's ``destroy_process_group()`` closes it too, and the worker is killed as soon as that returns. That
+    second ``close()`` returns only once the first has written the end of the run."""
+    import threading
+
+    from trainspect.hooks.hook_extras import HookExtras
+    from trainspect.store.layout import RunLayout
+
+    closing, release = threading.Event(), threading.Event()
+    before_close = HookExtras.before_close
+
+    def held(self: HookExtras, collector: Collector) -> None:
+        closing.set()
+        release.wait(30)  # the watcher's close is held here, before anything of the end is written
+        before_close(self, collector)
+
+    monkeypatch.setattr(HookExtras, "before_close", held)
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = ts.torch.Hook(tmp_path)
+
+    def train() -> None:  # the training function, on a thread of its own
+        hook.register_module(model)
+        for _ in range(2):
+            model(torch.ones(2, 3)).sum().backward()
+            opt.step()
+
+    trainer = threading.Thread(target=train)
+    trainer.start()
+    trainer.join()
+    assert closing.wait(30)  # the training thread ended: its watcher is closing the run
+    threading.Timer(0.3, release.set).start()
+    hook.close()  # destroy_process_group()'s close, from another thread
+    layout = RunLayout(tmp_path)
+    assert layout.end_marker.exists()  # written before close() returned
+    assert ts.create_trial(tmp_path).steps() == [0, 1]

@@ -30,6 +30,10 @@ H = TypeVar("H", bound="HookAPI")
 
 log = logging.getLogger(__name__)
 
+CLOSE_WAIT_S = 60.0
+"""How long a ``close()`` waits for one already under way on another thread (see :meth:`HookAPI.close`)."""
+_CLOSE_LOCK = threading.Lock()  # decides which of two concurrent close() calls closes the run
+
 
 class HookAPI(Guarded):
     """Shared part of ``trainspect.torch.Hook`` and ``trainspect.keras.Hook`` (a mixin: call :meth:`_setup`).
@@ -292,6 +296,8 @@ class HookAPI(Guarded):
     """Why a hook that saw no step recorded nothing: what the framework's hook needs to see a step."""
     _close_at_exit: int | None = None  # the process that closes this hook at exit (a forked child: its own copy)
     _closing = False
+    _closer: threading.Thread | None = None  # the thread whose close() closes the run
+    _close_done: threading.Event | None = None  # set when that close() has finished
 
     def _close_at_exit_once(self) -> None:
         """Have the hook closed at interpreter exit or on SIGTERM/SIGHUP if the script never closes it.
@@ -328,20 +334,50 @@ class HookAPI(Guarded):
         """Finish the open step, detach from the framework, flush, write verdicts and the end marker.
 
         Runs even after an internal error disabled the hook, so that the run directory is always finished; a second
-        call does nothing (a script's own ``close()`` before ``destroy_process_group()``, which closes it too).
+        call does nothing (a script's own ``close()`` before ``destroy_process_group()``, which closes it too). A
+        second call while the first is still closing on another thread returns when that one has finished (at most
+        :data:`CLOSE_WAIT_S`): Ray Train's worker ends the run from the thread that watches its training thread
+        while ``destroy_process_group()`` closes it too, and the worker is killed as soon as that returns.
         """
         CLOSERS.untrack(self)
-        if self._closing:
+        with _CLOSE_LOCK:
+            closer = self._closer
+            if closer is None:
+                self._closer, self._close_done = threading.current_thread(), threading.Event()
+        if closer is not None:
+            self._wait_for_close(closer)
             return
         self._closing = True
-        with one_line_for_write_errors(self.out_dir):
-            for part in [*self._close_steps(), self._close_parts, self.collector.finish_upload]:
-                try:
-                    part()
-                except Exception as exc:
-                    if env.TRAINSPECT_TESTING.get():
-                        raise
-                    self._fail("close", exc)
+        try:
+            with one_line_for_write_errors(self.out_dir):
+                for part in [*self._close_steps(), self._close_parts, self.collector.finish_upload]:
+                    try:
+                        part()
+                    except Exception as exc:
+                        if env.TRAINSPECT_TESTING.get():
+                            raise
+                        self._fail("close", exc)
+        finally:
+            assert self._close_done is not None
+            self._close_done.set()
+
+    def _wait_for_close(self, closer: threading.Thread) -> None:
+        """Wait for the close under way on ``closer`` (not when it is this thread: a signal handler inside it)."""
+        done = self._close_done
+        if closer is threading.current_thread() or done is None:
+            return
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        while not done.wait(0.2):
+            if not closer.is_alive():  # it died (a forked child's copy of a closing hook: that thread is not here)
+                return
+            if time.monotonic() > deadline:
+                log.warning(
+                    "trainspect: %s is still being closed by thread %s after %.0f s; going on without waiting",
+                    self.out_dir,
+                    closer.name,
+                    CLOSE_WAIT_S,
+                )
+                return
 
     def _close_parts(self) -> None:
         self._extras.before_close(self.collector)
