@@ -867,3 +867,188 @@ def test_system_usage_of_ticks_without_gpu_samples_warns_nothing() -> None:
         v = OverallSystemUsage().evaluate(data([arrays]))
     assert v.status is Status.NO_ISSUES_FOUND
     assert v.details["GPU"]["n0"] == {"max": 60.0, "p99": 60.0, "p95": 60.0, "p50": 60.0, "min": 60.0}
+
+
+# --- seventh round: the readers, arrays, catalogue and samplers (seed-43 sample) -----------------------------------
+def test_system_reader_limits_by_a_start_alone_and_by_an_end_alone(small_run: Path) -> None:
+    """``read_arrays(start=...)`` drops the samples before it; ``window_arrays(end=...)`` those at or after it."""
+    from trainspect.profiler.readers import SystemMetricsReader
+
+    reader = SystemMetricsReader(small_run)
+    assert reader.read_arrays(start=T0 + 1)["n0"].timestamps.tolist() == [T0 + 1, T0 + 2]
+    assert reader.read_arrays(end=T0 + 1)["n0"].timestamps.tolist() == [T0, T0 + 1]  # read_arrays: end included
+    assert reader.window_arrays(end=T0 + 1)["n0"].timestamps.tolist() == [T0]  # a window: end excluded
+
+
+def test_sagemaker_system_windows_are_half_open() -> None:
+    """The same rule for a SageMaker folder's samples: ``start <= t < end``, either bound optional."""
+    from trainspect.profiler.arrays import SystemArrays
+    from trainspect.profiler.readers import _half_open
+
+    arrays = SystemArrays("n0", T0 + np.arange(4.0), ("k",), np.zeros((4, 1), np.float32), 1000)
+    assert _half_open(arrays, T0 + 1, T0 + 3).timestamps.tolist() == [T0 + 1, T0 + 2]
+    assert _half_open(arrays, None, T0 + 1).timestamps.tolist() == [T0]
+    assert _half_open(arrays, T0 + 3, None).timestamps.tolist() == [T0 + 3]
+
+
+def test_readers_of_an_empty_run_give_time_zero(tmp_path: Path) -> None:
+    """smdebug's convention: no file yet, timestamp 0 (not 1, not an error)."""
+    from trainspect.profiler.readers import FrameworkMetricsReader, SystemMetricsReader
+
+    for reader in (SystemMetricsReader(tmp_path), FrameworkMetricsReader(tmp_path)):
+        assert reader.get_timestamp_of_latest_available_file() == 0
+        assert reader.get_timestamp_of_first_available_file() == 0
+
+
+def test_the_first_file_time_sees_files_written_after_the_reader_was_made(tmp_path: Path) -> None:
+    """A reader made before training (smdebug's live analysis) finds the first file once it exists."""
+    from trainspect.profiler.readers import SystemMetricsReader
+
+    reader = SystemMetricsReader(tmp_path)
+    assert reader.get_timestamp_of_first_available_file() == 0
+    write_system(tmp_path, "n0", 1000, T0 + np.arange(2.0), ["cpu0_utilization_percent"], np.ones((2, 1)), 2)
+    assert reader.get_timestamp_of_first_available_file() == pytest.approx(T0, abs=3600)  # files are per hour
+
+
+def test_finalization_runs_from_the_last_step_to_the_close_and_is_unknown_without_one() -> None:
+    tab = _tab([0.0, 2.0], [1.0, 3.0])
+    assert tab.phases()["finalization"] is None  # no close recorded (still running, or killed)
+    tab.close_time = T0 + 5.0
+    assert tab.phases()["finalization"] == (T0 + 3.0, T0 + 5.0)
+
+
+def test_the_last_value_of_a_bucket_is_its_last_finite_sample() -> None:
+    from trainspect.profiler.arrays import aggregate_buckets
+
+    values = np.array([[1.0], [2.0], [3.0], [np.nan], [5.0], [6.0]])
+    out = aggregate_buckets(values, np.array([0, 2, 4]), ["last"])
+    assert out[:, 0].tolist() == [2.0, 3.0, 6.0]  # the second bucket's last sample is NaN: its last finite one
+
+
+def test_a_per_device_metric_without_a_device_is_the_declaration_itself() -> None:
+    metric = next(m for m in CATALOGUE.metrics() if m.per_device)
+    assert metric.for_device(None) is metric
+    filled = metric.for_device("3")
+    assert "{i}" not in filled.key and filled.key == metric.key.replace("{i}", "3")
+    plain = next(m for m in CATALOGUE.metrics() if not m.per_device)
+    assert plain.for_device("3") is plain
+
+
+def test_a_claim_file_being_written_holds_the_node_for_five_seconds_then_is_stale(tmp_path: Path) -> None:
+    """Another process's claim that cannot be read yet (being written) holds; one unreadable for long is garbage."""
+    import os
+    import time
+
+    from trainspect.hooks.system_monitor import NodeClaim
+
+    claim = NodeClaim(tmp_path)
+    claim.path.write_text("{")  # another process is writing its claim
+    assert not claim.acquire()
+    old = time.time() - 60
+    os.utime(claim.path, (old, old))
+    assert claim.acquire() and claim.held
+    other = NodeClaim(tmp_path)  # a second process of this host, while this one holds it
+    os.utime(claim.path, (old, old))  # however old the file, a live holder keeps it
+    assert not other.acquire()
+    claim.release()
+    assert other.acquire()
+    other.release()
+
+
+def test_a_monitor_of_a_disabled_profiler_and_a_second_start_sample_nothing(tmp_path: Path) -> None:
+    from trainspect.hooks.system_monitor import SystemMonitor
+    from trainspect.profiler.config import ProfilerConfig
+
+    off = SystemMonitor(tmp_path, node="n0", config=ProfilerConfig(enabled=False), samplers=[])
+    assert not off.start() and not off.running
+    on = SystemMonitor(tmp_path, node="n1", samplers=[])
+    try:
+        assert on.start() and on.running
+        assert not on.start()  # already sampling
+    finally:
+        on.close()
+
+
+def test_the_framework_recorder_ignores_an_unmatched_step_end_and_writes_metrics_and_loader_workers(
+    tmp_path: Path,
+) -> None:
+    from trainspect.hooks.framework_metrics import SPAN_KINDS, FrameworkRecorder
+    from trainspect.modes import ModeKeys
+    from trainspect.profiler.data import load_profiler_data
+
+    rec = FrameworkRecorder(tmp_path, "worker_0", node="n0")
+    rec.start()
+    rec.on_step_end(ModeKeys.TRAIN, 0, 0)  # nothing began
+    rec.on_step_start(ModeKeys.TRAIN, 0, 0)
+    rec.on_step_end(ModeKeys.TRAIN, 7, 7)  # not the step that began
+    rec.on_step_end(ModeKeys.TRAIN, 0, 0)
+    rec.set_dataloader_workers(3)
+    rec.record_span("dataloader", T0, T0 + 1)
+    rec.record_span("forward", T0 + 1, T0 + 2, 0)
+    rec.record_metrics(0, {"gpu0_memory_allocated_bytes": 1024.0})
+    rec.close()
+    tab = load_profiler_data(tmp_path).framework["worker_0"]
+    assert tab.steps["global_step"].tolist() == [0]
+    workers = dict(zip(tab.spans["kind"].tolist(), tab.spans["workers"].tolist(), strict=True))
+    assert workers == {SPAN_KINDS["dataloader"]: 3, SPAN_KINDS["forward"]: -1}  # loader spans carry the count
+    assert tab.step_metrics["global_step"].tolist() == [0]
+    assert tab.step_metrics["gpu0_memory_allocated_bytes"].tolist() == [1024.0]
+
+
+def test_the_framework_recorder_writes_every_flush_interval_not_only_the_first(tmp_path: Path) -> None:
+    """Steps reach disk while the run goes on (a live reader, a crash): after the first flush, the next ones too."""
+    import time
+
+    from trainspect.hooks.framework_metrics import FrameworkRecorder
+    from trainspect.modes import ModeKeys
+    from trainspect.profiler.readers import FrameworkMetricsReader
+
+    rec = FrameworkRecorder(tmp_path, "worker_0", node="n0", flush_interval_s=0.05)
+    rec.start()
+    reader = FrameworkMetricsReader(tmp_path)
+    try:
+        for step in range(2):
+            rec.on_step_start(ModeKeys.TRAIN, step, step)
+            rec.on_step_end(ModeKeys.TRAIN, step, step)
+            deadline = time.monotonic() + 30  # an event, bounded: it holds on a loaded machine
+            while time.monotonic() < deadline:
+                tab = reader.read_tables().get("worker_0")
+                if tab is not None and step in tab.steps["global_step"].tolist():
+                    break
+                time.sleep(0.05)
+            else:
+                pytest.fail(f"step {step} was not written before the recorder closed")
+    finally:
+        rec.close()
+
+
+def test_sagemaker_framework_events_become_steps_and_spans_of_the_right_kinds() -> None:
+    """smdebug's PyTorch trace phases map to trainspect's span kinds; spans carry no step (-1), loader spans their
+    worker's pid (0 when none is named), and an iterator start without a worker count means none."""
+    from trainspect.hooks.framework_metrics import SPAN_KINDS
+    from trainspect.profiler._sm_framework import _tables
+    from trainspect.profiler.events import TraceEvent
+
+    us = 1e6
+
+    def ev(phase: str, at: float, pid: int = 7, **args: object) -> TraceEvent:
+        return TraceEvent((T0 + at) * us, (T0 + at + 0.5) * us, phase, phase, "algo-1", pid=pid, event_args=args)
+
+    tab = _tables(
+        "algo-1",
+        [
+            ev("Step:ModeKeys.TRAIN", 0.0, step_num=0),
+            ev("DataLoaderIterInitialize", 0.1),
+            ev("DataLoaderIterNext", 0.2, pid=0),
+            ev("forward", 0.3),
+            ev("backward", 0.4),
+            ev("optimizer_step", 0.5),
+        ],
+    )
+    assert tab.steps["mode_step"].tolist() == [0]
+    kinds = tab.spans["kind"].tolist()
+    names = ("dataloader", "forward", "backward", "optimizer")
+    assert kinds == [SPAN_KINDS[k] for k in names]
+    assert tab.spans["global_step"].tolist() == [-1] * 4
+    assert tab.spans["pid"].tolist() == [0, 7, 7, 7]
+    assert tab.dataloader_workers == 0 and tab.spans["workers"].tolist() == [0] * 4
