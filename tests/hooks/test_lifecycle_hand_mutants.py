@@ -10,6 +10,7 @@ the docstrings of ``trainspect.hooks.step_driver``, ``step_state`` and ``torch_h
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -657,3 +658,55 @@ def test_the_hook_times_each_steps_forward_backward_and_optimizer(tmp_path: Path
         assert np.all(spans["end"][mine] >= spans["start"][mine])
         starts[kind] = np.sort(spans["start"][mine])
     assert np.all(starts["forward"] <= starts["backward"]) and np.all(starts["backward"] <= starts["optimizer"])
+
+
+def test_a_hook_with_rules_says_at_close_what_they_found_and_where_the_run_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from trainspect.rules import LossNotDecreasing
+
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path, rules=[LossNotDecreasing()])
+    hook.register_module(model)
+    for seed in range(3):
+        _train_step(model, opt, seed)
+    hook.close()
+    err = capsys.readouterr().err.splitlines()
+    assert any(re.match(r"trainspect: \d+ rules: \d+ judged, 0 found issues", line) for line in err)
+    assert f"trainspect: report {tmp_path / 'report.html'}" in err
+    assert f"trainspect: run directory {tmp_path}" in err
+
+
+def test_a_spawn_ticket_carries_only_the_settings_a_spawned_process_can_receive(tmp_path: Path) -> None:
+    """A rule class defined inside a function cannot be pickled: the child gets the other settings, not a failure."""
+    import pickle
+
+    from trainspect.rules import LossNotDecreasing
+
+    class Local(LossNotDecreasing):  # not importable by name: not picklable
+        pass
+
+    hook = _hook(tmp_path, rules=[Local()])
+    ticket = hook.spawn_ticket()
+    assert ticket is not None
+    settings = ticket[2]
+    assert "rules" not in settings and settings["include_collections"] == ["losses"]
+    assert pickle.loads(pickle.dumps(ticket))[2]["out_dir"] == str(tmp_path.resolve())
+    hook.close()
+
+
+def test_rank_0_keeps_a_copy_of_horovods_timeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``HOROVOD_TIMELINE`` set, the run directory gets a copy of the timeline as it is at close."""
+    from trainspect.store.layout import RunLayout
+
+    timeline = tmp_path / "timeline.json"
+    timeline.write_text('[{"name": "allreduce"}]')
+    monkeypatch.setenv("HOROVOD_TIMELINE", str(timeline))
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path / "run")
+    hook.register_module(model)
+    _train_step(model, opt, 0)
+    hook.close()
+    assert RunLayout(tmp_path / "run").horovod_timeline.read_text() == '[{"name": "allreduce"}]'

@@ -296,3 +296,25 @@ def test_a_run_trainspect_creates_goes_into_the_named_experiment(
     monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "mine")  # MLflow's own variable, when no name is given
     assert experiment_for_new_run(client) == mine
+
+
+def test_flush_returns_once_the_steps_have_reached_mlflow(local_store: str, tmp_path: Path) -> None:
+    """``hook.flush()`` waits for the MLflow logger too (within its timeout), and says whether all arrived."""
+    import torch
+
+    import trainspect as ts
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with mlflow.start_run() as run:
+        hook = ts.torch.Hook(tmp_path / "run", mlflow_run={"log_every_n_steps": 1})
+        hook.register_module(model)
+        for _ in range(3):
+            model(torch.ones(2, 3)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+        assert hook.flush(timeout=60)
+        logged = [m.step for m in MlflowClient().get_metric_history(run.info.run_id, "train/loss")]
+        hook.close()
+    assert sorted(logged) == [0, 1, 2]

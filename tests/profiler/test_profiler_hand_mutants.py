@@ -1023,8 +1023,8 @@ def test_the_framework_recorder_writes_every_flush_interval_not_only_the_first(t
 
 
 def test_sagemaker_framework_events_become_steps_and_spans_of_the_right_kinds() -> None:
-    """smdebug's PyTorch trace phases map to trainspect's span kinds; spans carry no step (-1), loader spans their
-    worker's pid (0 when none is named), and an iterator start without a worker count means none."""
+    """smdebug's PyTorch trace phases map to trainspect's span kinds; spans carry no step (-1), loader spans the pid
+    of the worker that loaded, and an iterator start without a worker count means none."""
     from trainspect.hooks.framework_metrics import SPAN_KINDS
     from trainspect.profiler._sm_framework import _tables
     from trainspect.profiler.events import TraceEvent
@@ -1039,16 +1039,57 @@ def test_sagemaker_framework_events_become_steps_and_spans_of_the_right_kinds() 
         [
             ev("Step:ModeKeys.TRAIN", 0.0, step_num=0),
             ev("DataLoaderIterInitialize", 0.1),
-            ev("DataLoaderIterNext", 0.2, pid=0),
+            TraceEvent(
+                (T0 + 0.2) * us, (T0 + 0.7) * us, "DataLoaderIterNext", "", "algo-1", pid=5, event_args={"pid": 9}
+            ),
+            TraceEvent(
+                (T0 + 0.25) * us, (T0 + 0.75) * us, "DataLoaderIterNext", "", "algo-1", pid=5, event_args={"pid": 0}
+            ),
             ev("forward", 0.3),
             ev("backward", 0.4),
             ev("optimizer_step", 0.5),
         ],
     )
     assert tab.steps["mode_step"].tolist() == [0]
+    assert (tab.steps["start"].tolist(), tab.steps["end"].tolist()) == ([T0], [T0 + 0.5])
     kinds = tab.spans["kind"].tolist()
-    names = ("dataloader", "forward", "backward", "optimizer")
+    names = ("dataloader", "dataloader", "forward", "backward", "optimizer")
     assert kinds == [SPAN_KINDS[k] for k in names]
-    assert tab.spans["global_step"].tolist() == [-1] * 4
-    assert tab.spans["pid"].tolist() == [0, 7, 7, 7]
-    assert tab.dataloader_workers == 0 and tab.spans["workers"].tolist() == [0] * 4
+    assert tab.spans["global_step"].tolist() == [-1] * 5
+    assert tab.spans["pid"].tolist() == [9, 0, 7, 7, 7]  # a loader span: the worker that loaded (0: the main one)
+    assert tab.dataloader_workers == 0 and tab.spans["workers"].tolist() == [0] * 5
+
+
+def test_the_system_time_span_is_the_first_and_last_sample(small_run: Path) -> None:
+    from trainspect.profiler.readers import SystemMetricsReader
+
+    assert SystemMetricsReader(small_run).time_span() == (T0, T0 + 2)
+
+
+def test_merging_no_system_parts_gives_no_rows_and_no_keys() -> None:
+    from trainspect.profiler.arrays import merge_system
+
+    empty = merge_system("n0", [], 500)
+    assert (len(empty), empty.keys, empty.values.shape, empty.timestamps.shape) == (0, (), (0, 0), (0,))
+
+
+def test_a_loaders_worker_count_and_batch_size_are_recorded_as_set(tmp_path: Path) -> None:
+    from trainspect.hooks.framework_metrics import FrameworkRecorder
+    from trainspect.profiler.data import load_profiler_data
+
+    rec = FrameworkRecorder(tmp_path, "worker_0", node="n0")
+    rec.start()
+    rec.set_dataloader(2, 16)
+    rec.close()
+    tab = load_profiler_data(tmp_path).framework["worker_0"]
+    assert [(e["num_workers"], e["batch_size"]) for e in tab.loaders] == [(2, 16)]
+
+
+def test_a_node_claim_makes_the_folders_it_lives_in(tmp_path: Path) -> None:
+    from trainspect.hooks.system_monitor import NodeClaim
+
+    claim = NodeClaim(tmp_path / "run" / "system" / "n0")
+    assert claim.acquire() and claim.path.exists()
+    claim.release()
+    assert claim.acquire()  # a later process of the run: the folder is there already
+    claim.release()
