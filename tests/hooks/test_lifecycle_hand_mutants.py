@@ -60,6 +60,17 @@ def _trial(out: Path) -> ts.Trial:
     return ts.create_trial(out)
 
 
+def _trained(out: Path, steps: int, *collections: str, **settings: object) -> ts.torch.Hook:
+    """A hook (see ``_hook``) on a fresh model that trained ``steps`` steps; left open."""
+    model = _model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(out, *collections, **settings)
+    hook.register_module(model)
+    for seed in range(steps):
+        _train_step(model, opt, seed)
+    return hook
+
+
 # --- modes: which call ends which mode's step ---------------------------------------------------------------------
 def test_an_explicit_mode_holds_whatever_mode_the_model_is_in(tmp_path: Path) -> None:
     model = _model()
@@ -549,12 +560,7 @@ def test_a_report_that_fails_at_close_warns_once_and_the_run_stays_readable(
 
     monkeypatch.delenv("TRAINSPECT_TESTING")  # as for a user: internal errors are warnings, not exceptions
     monkeypatch.setattr(HookExtras, "_write_report", broken)
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    hook = _hook(tmp_path, rules=[LossNotDecreasing()])
-    hook.register_module(model)
-    for seed in range(3):
-        _train_step(model, opt, seed)
+    hook = _trained(tmp_path, 3, rules=[LossNotDecreasing()])
     with caplog.at_level("WARNING", logger="trainspect"):
         hook.close()
     failed = [r.getMessage() for r in caplog.records if "failed at close" in r.getMessage()]
@@ -626,12 +632,7 @@ def test_the_hooks_detailed_profiling_window_traces_the_steps_it_names(tmp_path:
     from trainspect.profiler.config import FrameworkProfile
 
     window = FrameworkProfile.window(start_step=2, num_steps=2)
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    hook = _hook(tmp_path, profiler_config=ts.ProfilerConfig(framework_profile_params=window))
-    hook.register_module(model)
-    for seed in range(5):
-        _train_step(model, opt, seed)
+    hook = _trained(tmp_path, 5, profiler_config=ts.ProfilerConfig(framework_profile_params=window))
     hook.close()
     detailed = tmp_path / "profiler" / "detailed" / "worker_0"
     assert sorted(p.name for p in detailed.glob("trace_*.json")) == ["trace_2-4.json"]
@@ -643,12 +644,7 @@ def test_the_hook_times_each_steps_forward_backward_and_optimizer(tmp_path: Path
     from trainspect.hooks.framework_metrics import SPAN_KINDS
     from trainspect.profiler.data import load_profiler_data
 
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    hook = _hook(tmp_path, profiler_config=ts.ProfilerConfig())
-    hook.register_module(model)
-    for seed in range(3):
-        _train_step(model, opt, seed)
+    hook = _trained(tmp_path, 3, profiler_config=ts.ProfilerConfig())
     hook.close()
     spans = load_profiler_data(tmp_path).framework["worker_0"].spans
     starts = {}
@@ -665,12 +661,7 @@ def test_a_hook_with_rules_says_at_close_what_they_found_and_where_the_run_is(
 ) -> None:
     from trainspect.rules import LossNotDecreasing
 
-    model = _model()
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    hook = _hook(tmp_path, rules=[LossNotDecreasing()])
-    hook.register_module(model)
-    for seed in range(3):
-        _train_step(model, opt, seed)
+    hook = _trained(tmp_path, 3, rules=[LossNotDecreasing()])
     hook.close()
     err = capsys.readouterr().err.splitlines()
     assert any(re.match(r"trainspect: \d+ rules: \d+ judged, 0 found issues", line) for line in err)
