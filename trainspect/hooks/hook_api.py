@@ -255,7 +255,7 @@ class HookAPI(Guarded):
 
     def _close_after(self, opener: threading.Thread) -> None:
         opener.join()
-        if not self._closing:
+        if self._closing is None:
             self._on_group_destroyed()
 
     def _start_worker_parts(self) -> None:
@@ -295,9 +295,8 @@ class HookAPI(Guarded):
     _nothing_recorded_why = "the hook saw no training step"
     """Why a hook that saw no step recorded nothing: what the framework's hook needs to see a step."""
     _close_at_exit: int | None = None  # the process that closes this hook at exit (a forked child: its own copy)
-    _closing = False
-    _closer: threading.Thread | None = None  # the thread whose close() closes the run
-    _close_done: threading.Event | None = None  # set when that close() has finished
+    _closing: tuple[threading.Thread, threading.Event] | None = None
+    """Once close() began: the thread closing the run, and the event set when it has finished."""
 
     def _close_at_exit_once(self) -> None:
         """Have the hook closed at interpreter exit or on SIGTERM/SIGHUP if the script never closes it.
@@ -341,13 +340,12 @@ class HookAPI(Guarded):
         """
         CLOSERS.untrack(self)
         with _CLOSE_LOCK:
-            closer = self._closer
-            if closer is None:
-                self._closer, self._close_done = threading.current_thread(), threading.Event()
-        if closer is not None:
-            self._wait_for_close(closer)
+            under_way = self._closing
+            if under_way is None:
+                self._closing = mine = (threading.current_thread(), threading.Event())
+        if under_way is not None:
+            self._wait_for_close(*under_way)
             return
-        self._closing = True
         try:
             with one_line_for_write_errors(self.out_dir):
                 for part in [*self._close_steps(), self._close_parts, self.collector.finish_upload]:
@@ -358,13 +356,11 @@ class HookAPI(Guarded):
                             raise
                         self._fail("close", exc)
         finally:
-            assert self._close_done is not None
-            self._close_done.set()
+            mine[1].set()
 
-    def _wait_for_close(self, closer: threading.Thread) -> None:
+    def _wait_for_close(self, closer: threading.Thread, done: threading.Event) -> None:
         """Wait for the close under way on ``closer`` (not when it is this thread: a signal handler inside it)."""
-        done = self._close_done
-        if closer is threading.current_thread() or done is None:
+        if closer is threading.current_thread():
             return
         deadline = time.monotonic() + CLOSE_WAIT_S
         while not done.wait(0.2):
