@@ -20,6 +20,8 @@ from trainspect.modes import ModeKeys
 
 
 class Parts:
+    idle = False
+
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
 
@@ -61,6 +63,10 @@ def driver(tmp_path: Path) -> StepDriver:
     collector = Collector("pytorch", check_settings("pytorch", {"out_dir": str(tmp_path)}))
     collector.start()
     return StepDriver(collector, Extras(), Parts())
+
+
+def _outside() -> bool:
+    return False
 
 
 def _steps(driver: StepDriver) -> list[tuple[Any, ...]]:
@@ -108,41 +114,41 @@ def test_inferred_training_steps_span_the_micro_batches_until_an_optimizer_steps
         asked.append(1)
         return True
 
-    driver.forward_began(ModeKeys.TRAIN, accumulates)
-    driver.forward_began(ModeKeys.TRAIN, accumulates)  # no optimizer stepped: the same step
+    driver.forward_began(ModeKeys.TRAIN, accumulates, _outside)
+    driver.forward_began(ModeKeys.TRAIN, accumulates, _outside)  # no optimizer stepped: the same step
     assert driver.collector.global_step == 0 and asked == [1]
     driver.optimizer_stepped()  # ends the TRAIN step
     assert not driver.state.open and driver.training.optimizer_seen
-    driver.forward_began(ModeKeys.TRAIN, accumulates)
-    driver.forward_began(ModeKeys.TRAIN, accumulates)
+    driver.forward_began(ModeKeys.TRAIN, accumulates, _outside)
+    driver.forward_began(ModeKeys.TRAIN, accumulates, _outside)
     assert driver.collector.global_step == 1 and asked == [1]  # an optimizer was seen: not asked again
     assert not driver.training.optimizer_stepped  # reset when the step began
 
 
 def test_without_an_optimizer_every_forward_pass_is_a_step(driver: StepDriver) -> None:
     for _ in range(3):
-        driver.forward_began(ModeKeys.TRAIN, lambda: False)
+        driver.forward_began(ModeKeys.TRAIN, lambda: False, _outside)
     assert driver.collector.global_step == 2
 
 
 def test_eval_forward_passes_are_steps_and_an_optimizer_step_does_not_end_them(driver: StepDriver) -> None:
-    driver.forward_began(ModeKeys.EVAL, lambda: True)
+    driver.forward_began(ModeKeys.EVAL, lambda: True, _outside)
     driver.optimizer_stepped()
     assert driver.state.open  # an EVAL step ends at the next forward pass, not at an optimizer step
-    driver.forward_began(ModeKeys.EVAL, lambda: True)
+    driver.forward_began(ModeKeys.EVAL, lambda: True, _outside)
     assert driver.collector.global_step == 1
-    driver.forward_began(ModeKeys.TRAIN, lambda: True)  # the mode switch ends the EVAL step
+    driver.forward_began(ModeKeys.TRAIN, lambda: True, _outside)  # the mode switch ends the EVAL step
     assert [e[1] for e in _steps(driver) if e[0] == "end"] == [ModeKeys.EVAL, ModeKeys.EVAL]
 
 
 def test_a_driven_mode_is_not_inferred_and_the_others_still_are(driver: StepDriver) -> None:
     driver.drive(ModeKeys.TRAIN)
     driver.begin(ModeKeys.TRAIN)
-    driver.forward_began(ModeKeys.TRAIN, lambda: False)  # would begin a step if inferred
+    driver.forward_began(ModeKeys.TRAIN, lambda: False, _outside)  # would begin a step if inferred
     driver.optimizer_stepped()  # would end it
     assert driver.state.open and driver.collector.global_step == 0
     driver.end()
-    driver.forward_began(ModeKeys.EVAL, lambda: False)  # EVAL is not driven: inferred
+    driver.forward_began(ModeKeys.EVAL, lambda: False, _outside)  # EVAL is not driven: inferred
     assert driver.state.open and driver.collector.mode is ModeKeys.EVAL
     driver.drive(None)  # the current mode, EVAL
     assert driver.driven == {ModeKeys.TRAIN, ModeKeys.EVAL}
@@ -183,3 +189,46 @@ def test_after_close_no_step_opens(driver: StepDriver) -> None:
     assert driver.state.phase is StepPhase.CLOSED
     assert driver.collector.begin_step() is False
     assert driver.collector.global_step == 0
+
+
+def test_a_forward_pass_nested_in_the_open_steps_ends_nothing_and_nesting_is_asked_only_then(
+    driver: StepDriver,
+) -> None:
+    asked = []
+
+    def nested() -> bool:
+        asked.append(driver.collector.global_step)
+        return True
+
+    driver.forward_began(ModeKeys.TRAIN, lambda: True, nested)  # no step open: begins one, nothing asked
+    driver.forward_began(ModeKeys.TRAIN, lambda: True, nested)  # a micro-batch: the step goes on, nothing asked
+    assert asked == [] and driver.collector.global_step == 0
+    driver.forward_began(ModeKeys.EVAL, lambda: True, nested)  # would switch modes: inside the forward pass
+    assert asked == [0] and driver.state.open and driver.collector.mode is ModeKeys.TRAIN
+    driver.end()
+    driver.forward_began(ModeKeys.EVAL, lambda: True, nested)
+    driver.forward_began(ModeKeys.EVAL, lambda: True, nested)  # an EVAL step would end: inside its forward pass
+    assert asked == [0, 1] and driver.collector.global_step == 1 and driver.state.open
+    driver.forward_began(ModeKeys.EVAL, lambda: True, _outside)
+    assert driver.collector.global_step == 2
+
+
+def test_the_steady_step_of_idle_quiet_parts_begins_without_their_boundary_calls(driver: StepDriver) -> None:
+    parts, extras = driver.parts, driver.extras
+    parts.idle = True  # type: ignore[attr-defined]
+    extras.quiet = True  # type: ignore[attr-defined]
+    driver.begin(ModeKeys.TRAIN)  # a mode switch: the full path
+    assert parts.calls == [("beginning",), ("nothing", False), ("began", ModeKeys.TRAIN)]  # type: ignore[attr-defined]
+    driver.end()
+    del parts.calls[:]  # type: ignore[attr-defined]
+    driver.training.optimizer_stepped = True
+    assert driver.begin() is True  # losses are saved at every step
+    assert driver.state.open and driver.collector.global_step == 1 and driver.collector.mode_steps[ModeKeys.TRAIN] == 1
+    assert parts.calls == [("began", ModeKeys.TRAIN)]  # type: ignore[attr-defined]
+    assert extras.events == [] and not driver.training.optimizer_stepped  # type: ignore[attr-defined]
+    driver.begin()  # a step is open: the full path ends it
+    assert parts.calls[1:] == [("beginning",), ("ending", False), ("began", ModeKeys.TRAIN)]  # type: ignore[attr-defined]
+    driver.end()
+    extras.quiet = False  # type: ignore[attr-defined]
+    driver.begin()
+    assert extras.events[-1] == ("start", ModeKeys.TRAIN, 3)  # type: ignore[attr-defined]

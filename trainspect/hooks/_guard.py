@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import functools
+import inspect
 import logging
+import textwrap
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -81,15 +84,79 @@ def _fixed_wrapper(fn: Callable[..., Any], default: Any) -> Callable[..., Any] |
     return cast(Callable[..., Any], scope[fn.__name__])
 
 
-def guarded(default: Any = None) -> Callable[[F], F]:
+_INLINE = """\
+def _g_make(_g_default, _g_stop):
+    def _g_fn(self):
+        if self.disabled:
+            return _g_default
+        try:
+            pass
+        except _g_stop:
+            raise
+        except Exception as _g_exc:
+            self._internal_error(_g_name, _g_exc)
+            return _g_default
+    return _g_fn
+"""
+"""The guard written around an entry's own body: one function, so a call costs one frame, not two."""
+
+
+def _inline_wrapper(fn: Callable[..., Any], default: Any) -> Callable[..., Any] | None:
+    """``fn`` compiled again with the guard around its body (:data:`_INLINE`), or None when that cannot be done.
+
+    Its source must be at hand and it must be a plain method of fixed parameters that refers to nothing of an
+    enclosing function (``super()`` does) and is no generator; line numbers and file stay the source's.
+    """
+    code = fn.__code__
+    if code.co_freevars or code.co_flags & 0x2C or code.co_varnames[:1] != ("self",):  # *args, **kw, generator
+        return None
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError):
+        return None
+    tree = ast.parse(textwrap.dedent("".join(lines)))
+    own = tree.body[0]
+    names = code.co_names + code.co_varnames
+    if not isinstance(own, ast.FunctionDef) or fn.__name__ in names or any(n.startswith("_g_") for n in names):
+        return None
+    ast.increment_lineno(tree, first - 1)
+    make = ast.parse(_INLINE.replace("_g_name", repr(fn.__name__)).replace("_g_fn", fn.__name__))
+    outer = make.body[0]
+    assert isinstance(outer, ast.FunctionDef)
+    inner = outer.body[0]
+    assert isinstance(inner, ast.FunctionDef)
+    body = own.body[1:] if ast.get_docstring(own) is not None else own.body
+    if not body:
+        return None
+    for arg in (*own.args.posonlyargs, *own.args.args, *own.args.kwonlyargs):
+        arg.annotation = None  # annotations stay the original's (``__annotations__``, copied by ``wraps``)
+    inner.args = own.args
+    guard = inner.body[1]
+    assert isinstance(guard, ast.Try)
+    guard.body = body
+    kept = set(ast.walk(own))
+    for node in ast.walk(make):  # the guard's own lines are the def's
+        if node not in kept and hasattr(node, "lineno"):
+            node.lineno = node.end_lineno = own.lineno  # type: ignore[attr-defined]
+    scope: dict[str, Any] = {}
+    exec(compile(make, code.co_filename, "exec"), fn.__globals__, scope)  # noqa: S102  # the entry's own source
+    return cast(Callable[..., Any], scope["_g_make"](default, TrainingStopped))
+
+
+def guarded(default: Any = None, *, inline: bool = False) -> Callable[[F], F]:
     """Wrap a hook entry: on an internal error, warn once, disable the hook, return ``default``.
 
     ``TrainingStopped`` (asked for by the user) and a call with arguments the entry does not take (the user's
     mistake, raised as Python raises it; the hook stays enabled) pass through. With ``TRAINSPECT_TESTING=1``
-    errors re-raise so that the test suite sees them.
+    errors re-raise so that the test suite sees them. ``inline``: the guard is compiled into the entry itself (the
+    framework events of every step: a wrapper's frame costs each of them about half a microsecond), when its source
+    is at hand; else it wraps it.
     """
 
     def decorate(fn: F) -> F:
+        own = _inline_wrapper(fn, default) if inline else None
+        if own is not None:
+            return cast(F, functools.wraps(fn)(own))
         fixed = _fixed_wrapper(fn, default)
         if fixed is not None:
             return cast(F, functools.wraps(fn)(fixed))

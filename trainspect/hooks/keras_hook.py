@@ -101,6 +101,8 @@ class Hook(keras.callbacks.Callback, HookAPI):
         self._metrics_at_end = metrics
         self._driver.end()
 
+    idle = False  # the taps are armed at every step (StepParts.idle)
+
     def step_beginning(self) -> None:
         """The model's view (its taps) is attached before the first step."""
         if self._view is None:

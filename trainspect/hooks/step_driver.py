@@ -62,6 +62,10 @@ class StepParts(Protocol):
     def no_step_to_end(self, final: bool) -> None:
         """An end with no step open (between steps): release what a step left behind."""
 
+    @property
+    def idle(self) -> bool:
+        """Nothing to open, join or release at the boundaries of a step that saves nothing (the steady step)."""
+
 
 class StepDriver:
     """The step boundaries of one hook (see the module).
@@ -84,6 +88,13 @@ class StepDriver:
     def begin(self, mode: ModeKeys | None = None) -> bool:
         """End the open step, switch to ``mode`` (None: stay), begin the next step; return whether it saves."""
         collector, extras, parts = self.collector, self.extras, self.parts
+        if not self.state.open and extras.quiet and (mode is None or mode is collector.mode) and parts.idle:
+            # the steady step: no step to end, no listener to tell, nothing of the parts' to open or join
+            saving = collector.begin_step()
+            self.training.optimizer_stepped = False
+            if saving:
+                parts.step_began(saving, collector.mode)
+            return saving
         parts.step_beginning()
         if self.state.open:
             self.end()
@@ -124,25 +135,32 @@ class StepDriver:
             self.collector.set_mode(mode)
 
     # --- inferred boundaries (no integration drives the steps) ----------------------------------------------
-    def forward_began(self, mode: ModeKeys | None, accumulates: Callable[[], bool]) -> None:
-        """A registered model's outermost forward pass began; ``mode``: the mode it implies (None: keep).
+    def forward_began(self, mode: ModeKeys | None, accumulates: Callable[[], bool], nested: Callable[[], bool]) -> None:
+        """A registered model's forward pass began; ``mode``: the mode it implies (None: keep).
 
         It begins a step unless a training step is open in which no optimizer has stepped and an optimizer updates
-        the model (``accumulates()``, asked only then): the micro-batches of gradient accumulation are one step.
+        the model (``accumulates()``, asked only then): the micro-batches of gradient accumulation are one step. A
+        forward pass that would end the open step does not when ``nested()`` (asked only then): it runs inside the
+        open step's forward pass (a model that calls itself).
         """
-        collector, step, state = self.collector, self.training, self.state
-        if (mode if mode is not None else collector.mode) in self.driven:
+        collector, step = self.collector, self.training
+        switch = mode is not None and mode is not collector.mode
+        if (mode if switch else collector.mode) in self.driven:
             return
-        if mode is not None and mode is not collector.mode:
+        if self.state.open:
+            if (
+                not switch
+                and collector.mode in TRAINING_MODES
+                and not step.optimizer_stepped
+                and (step.optimizer_seen or accumulates())
+            ):
+                return  # a further micro-batch of the open training step
+            if nested():
+                return
+        if switch:
             self.end()
-            collector.set_mode(mode)
-        if (
-            not state.open
-            or collector.mode not in TRAINING_MODES
-            or step.optimizer_stepped
-            or not (step.optimizer_seen or accumulates())
-        ):
-            self.begin()
+            collector.set_mode(mode)  # type: ignore[arg-type]  # switch: mode is not None
+        self.begin()
 
     def optimizer_stepped(self) -> None:
         """An optimizer stepped (or ``GradScaler`` skipped its step): a training step ends here."""

@@ -29,12 +29,15 @@ rules, the profiler, MLflow).
 PyTorch has no step callback: its hook infers the boundaries from module, autograd and optimizer events, and keeps
 the sub-state of an OPEN training step in :class:`TrainingStep`::
 
-    OPEN ──forward pre (depth 0→1)──▶ FORWARD ──forward end──▶ BACKWARD ──optimizer.step() / GradScaler.step()──▶ IDLE
-      ▲                                                           │
-      └───────────── next forward before any optimizer step (gradient accumulation: the same step) ─────┘
+    IDLE ──forward pre──▶ OPEN: forward, loss, backward ──optimizer.step() / GradScaler.step()──▶ IDLE
+                            ▲                         │
+                            └─ next forward before any optimizer step (gradient accumulation: the same step) ─┘
 
 A forward pass begins a new step unless a training step with an optimizer is open and no optimizer has stepped in
-it (gradient accumulation); in EVAL/PREDICT every forward pass is a step, ended by the next one.
+it (gradient accumulation); in EVAL/PREDICT every forward pass is a step, ended by the next one. A registered model
+called inside a registered model's forward pass (a model that calls itself) is part of it: no forward hook marks
+where a forward pass ends (it would cost every step), so the call stack is looked at when such a call would end the
+open step (``ModelRegistry.inside_forward``).
 """
 
 from __future__ import annotations
@@ -128,17 +131,15 @@ class TrainingStep:
     """The sub-state of an OPEN PyTorch step (see the module's second diagram).
 
     Attributes:
-        forward_depth: nesting of the registered models' forward passes (0: outside any).
         optimizer_seen: an optimizer step was seen in this process (steps may span several forward passes).
         optimizer_stepped: an optimizer stepped in the open step: the next forward pass begins a new step.
         accumulates: whether an optimizer updates the model (decided once, lazily; None: not yet).
         captures: what a saving step records (see :class:`Captures`).
     """
 
-    __slots__ = ("forward_depth", "optimizer_seen", "optimizer_stepped", "accumulates", "captures")
+    __slots__ = ("optimizer_seen", "optimizer_stepped", "accumulates", "captures")
 
     def __init__(self) -> None:
-        self.forward_depth = 0
         self.optimizer_seen = False
         self.optimizer_stepped = False
         self.accumulates: bool | None = None

@@ -156,11 +156,13 @@ class Hook(TorchStepParts, HookAPI):
         """
         BackwardTap.refresh()
         drivers = self._registry.add(module)  # the module, or a container's children (see torch_models)
+        timed = self._extras.profiler_config is not None  # the profiler times each forward pass: its end is hooked
         for i, driver in enumerate(drivers if module_hooks and drivers else ()):
             pre = self._on_top_forward_pre if i == 0 else self._on_follower_forward_pre
             own_hook_dicts(driver)
             self._handles.append(driver.register_forward_pre_hook(Callback(pre)))
-            self._handles.append(driver.register_forward_hook(Callback(self._on_top_forward), always_call=True))
+            if timed:
+                self._handles.append(driver.register_forward_hook(Callback(self._on_top_forward), always_call=True))
         if drivers is not None:
             self._refresh_params()
             self._handles.append(self._nan.attach(self._registry))
@@ -192,18 +194,22 @@ class Hook(TorchStepParts, HookAPI):
         self._handles.append(handle)
 
     # --- torch callbacks: translated into the driver's events ----------------------------------------------
-    @guarded()
+    @guarded(inline=True)
     def _on_top_forward_pre(self, module: nn.Module, args: Any) -> None:
-        step = self._step
-        step.forward_depth += 1
-        if step.forward_depth > 1:
-            return
         mode = None
-        if not self._mode_explicit:
-            mode = infer_mode(module, self.collector.mode, self._state.open and not step.optimizer_stepped)
-        self._driver.forward_began(mode, self._optimizer_exists)
-        if not self._extras.quiet:
+        if self._mode_explicit:
+            pass
+        elif module.training and torch.is_grad_enabled():
+            mode = ModeKeys.TRAIN  # infer_mode's first answer, without its call (at every step)
+        else:
+            mode = infer_mode(module, self.collector.mode, self._state.open and not self._step.optimizer_stepped)
+        self._driver.forward_began(mode, self._optimizer_exists, self._nested)
+        if self._timer_recorder is not None and not self._nested():
             self._extras.on_forward_start()
+
+    def _nested(self) -> bool:
+        """Whether this forward pass runs inside a registered model's (see ``ModelRegistry.inside_forward``)."""
+        return self._registry.inside_forward(sys._getframe(1))
 
     def _on_follower_forward_pre(self, module: nn.Module, args: Any) -> None:
         """A container's later child (``decoder`` after ``encoder``): it joins the open step of its mode."""
@@ -212,23 +218,16 @@ class Hook(TorchStepParts, HookAPI):
             self.disabled
             or not self._state.open
             or step.optimizer_stepped
-            or step.forward_depth
             or not (self._mode_explicit or infer_mode(module, collector.mode, True) is collector.mode)
         ):
             self._on_top_forward_pre(module, args)
-            return
-        step.forward_depth = 1
-        if not self._extras.quiet:
+        elif self._timer_recorder is not None and not self._nested():
             self._extras.on_forward_start()
 
-    @guarded()
+    @guarded(inline=True)
     def _on_top_forward(self, module: nn.Module, args: Any, output: Any) -> None:
-        step = self._step
-        if step.forward_depth > 1:
-            step.forward_depth -= 1
-            return
-        step.forward_depth = 0
-        if not self._extras.quiet:
+        """A registered model's forward pass ended (hooked only when the profiler times it; ``autolog`` tells too)."""
+        if self._timer_recorder is not None and not self._nested():
             self._extras.on_forward_end()
 
     def _optimizer_exists(self) -> bool:
@@ -260,7 +259,7 @@ class Hook(TorchStepParts, HookAPI):
         """A registered loss module's forward hook: its output is recorded (:meth:`_on_loss_output`)."""
         self._on_loss_output(name, output)
 
-    @guarded()
+    @guarded(inline=True)
     def _on_loss_output(self, name: str, output: Any) -> None:
         """A registered loss module's output, recorded at the open step.
 
@@ -303,7 +302,10 @@ class Hook(TorchStepParts, HookAPI):
         divisor = self.loss_divisor
         if divisor != 1.0 and type(divisor) is float:
             loss = loss.detach() * divisor
-        self._on_functional_loss(BACKWARD_LOSS, loss)
+        if self._state.open and BACKWARD_LOSS in self._loss_names and not self.disabled:
+            self._losses.add(BACKWARD_LOSS, loss)  # _on_functional_loss's steady state, one call less per step
+        else:
+            self._on_functional_loss(BACKWARD_LOSS, loss)
 
     @guarded()
     def _open_at_backward(self, loss: torch.Tensor) -> None:
@@ -341,7 +343,7 @@ class Hook(TorchStepParts, HookAPI):
             self._step_hooks.read_gradients()  # a step the scaler skipped: its (unscaled, inf/NaN) gradients
             self._driver.optimizer_stepped()
 
-    @guarded()
+    @guarded(inline=True)
     def _on_optimizer_pre(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> Any:
         self._step.optimizer_seen = True
         if self._nan.active:
@@ -350,7 +352,7 @@ class Hook(TorchStepParts, HookAPI):
             self._extras.on_optimizer_start()
         return first_closure_losses(self._losses, args, kwargs) if len(args) > 1 or kwargs else None
 
-    @guarded()
+    @guarded(inline=True)
     def _on_optimizer_post(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         losses, state = self._losses, self._state
         losses.frozen = False

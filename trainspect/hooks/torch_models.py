@@ -10,6 +10,10 @@
   both have ``main.1``). The first model keeps its names: a run of one model is named as before.
 * **Weights.** Every floating-point parameter is a weight (collection ``weights``) whatever its name (gcn's
   ``kernel``, ViT's ``pos_embed``); a parameter named ``…bias…`` stays a bias.
+* **Nesting.** A registered model called inside a registered model's forward pass (a model that calls itself, a
+  container's child called by another) is part of the outer call, not a step of its own. No forward hook marks where
+  a forward pass ends (that hook would cost every step more than the rest of the step's recording), so
+  :meth:`ModelRegistry.inside_forward` looks at the call stack, and only when a forward pass would end the open step.
 * **Replaced submodules.** :meth:`ModelRegistry.refresh` compares the identities of the models' modules and
   parameters with those it last resolved, and re-resolves parameters and submodules when they changed (a head
   replaced after ``register_module``, or ``fully_shard`` applied since).
@@ -30,6 +34,8 @@ from trainspect.modes import ModeKeys
 __all__ = ["ModelRegistry", "infer_mode", "warn_unregistered"]
 
 log = logging.getLogger(__name__)
+_CALL_IMPL = nn.Module._call_impl.__code__
+"""The code of ``Module.__call__``'s body: a frame running it is a module's call, its ``self`` the module."""
 GRAPH_NODES = 100_000
 """Autograd nodes :meth:`ModelRegistry.trains` visits at most (a larger graph counts as the models')."""
 
@@ -222,6 +228,21 @@ class ModelRegistry:
             prefix = next((p for p in prefixes if view.name.startswith(f"{p}_")), "")
             found.setdefault(id(view.param), (order, prefix, view.name[len(prefix) + 1 :]))
         return found
+
+    def inside_forward(self, frame: Any) -> bool:
+        """Whether the forward pass of a registered model (or driver) is running around a hook called at ``frame``.
+
+        The call being hooked is one module call of a registered model on the stack; a second one is an outer forward
+        pass that is still running (see the module: nesting).
+        """
+        top, calls = self.top, 0
+        while frame is not None:
+            if frame.f_code is _CALL_IMPL and id(frame.f_locals.get("self")) in top:
+                calls += 1
+                if calls > 1:
+                    return True
+            frame = frame.f_back
+        return False
 
     def knows(self, module: nn.Module) -> bool:
         """Whether ``module`` is a registered model, a driver of one, or one of their submodules."""

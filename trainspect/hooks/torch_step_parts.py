@@ -108,6 +108,11 @@ class TorchStepParts:
             staging.commit(defer=quiet and not final)
         return scalars, known
 
+    @property
+    def idle(self) -> bool:
+        """The run is open, nothing saved or recorded before the step waits to join it, no step hooks are attached."""
+        return self.collector.opened and not self._pending and not self._losses.held and not self._step_hooks.handles
+
     def no_step_to_end(self, final: bool) -> None:
         """Between steps: the step hooks come off; at close, the last step's copies are read."""
         if self._step_hooks.handles:

@@ -1,0 +1,183 @@
+"""The per-step path of the PyTorch hook as a user sees it: where a forward pass ends without a hook on its end.
+
+By default the hook puts only a forward pre-hook on a registered model (a forward hook would cost every step more
+than the rest of a loss's recording); a registered model called inside a registered model's forward pass is found
+on the call stack, and only when it would end the open step. Every callback of the path is guarded by the one guard,
+compiled into the callback itself (``guarded(inline=True)``). Each test trains a tiny real model and reads the run
+back with the Trial API.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import nn
+
+import trainspect as ts
+from trainspect.exceptions import TrainingStopped
+from trainspect.hooks._guard import Guarded, guarded
+from trainspect.modes import ModeKeys
+
+torch.set_num_threads(1)
+
+
+def _x(seed: int) -> torch.Tensor:
+    return torch.randn(3, 4, generator=torch.Generator().manual_seed(seed))
+
+
+def _hook(out: Path, **settings: Any) -> ts.torch.Hook:
+    return ts.torch.Hook(out, save_config=ts.SaveConfig(save_interval=1), **settings)
+
+
+class _Flaky(nn.Module):
+    """A model whose forward pass raises when asked to (a bad batch the script catches and skips)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 2)
+
+    def forward(self, x: torch.Tensor, fail: bool = False) -> torch.Tensor:
+        if fail:
+            raise ValueError("bad batch")
+        return self.lin(x)
+
+
+class _Outer(nn.Module):
+    """A registered model whose forward pass calls another registered model (a critic inside a generator's pass)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.inner(x))
+
+
+def test_by_default_only_the_start_of_a_forward_pass_is_hooked_and_the_profiler_hooks_its_end(
+    tmp_path: Path,
+) -> None:
+    plain, timed = nn.Linear(4, 2), nn.Linear(4, 2)
+    hook = _hook(tmp_path / "plain")
+    hook.register_module(plain)
+    profiled = _hook(tmp_path / "timed", profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=500))
+    profiled.register_module(timed)
+    assert len(plain._forward_pre_hooks) == 1 and len(plain._forward_hooks) == 0
+    assert len(timed._forward_pre_hooks) == 1 and len(timed._forward_hooks) == 1
+    for model in (plain, timed):
+        model(_x(0))
+    hook.close()
+    profiled.close()
+    assert len(plain._forward_pre_hooks) == 0 and len(timed._forward_hooks) == 0  # removed at close
+
+
+def test_a_forward_pass_that_raised_leaves_the_next_calls_their_own_steps(tmp_path: Path) -> None:
+    """No hook sees a forward pass end, so one that raised leaves nothing behind: each later call is a step."""
+    model = _Flaky().eval()
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    with torch.no_grad():
+        model(_x(0))
+        hook.save_scalar("call", 0.0)
+        with pytest.raises(ValueError, match="bad batch"):
+            model(_x(1), fail=True)
+        for seed in (2, 3):
+            model(_x(seed))
+            hook.save_scalar("call", float(seed))
+    hook.close()
+    call = ts.create_trial(tmp_path).tensor("scalar/call")
+    assert call.steps(mode=ModeKeys.EVAL) == [0, 2, 3]  # the failed call was step 1, with nothing saved
+    assert [float(call.value(s, mode=ModeKeys.EVAL)) for s in (0, 2, 3)] == [0.0, 2.0, 3.0]
+
+
+def test_a_registered_model_called_inside_another_ones_forward_pass_is_part_of_its_step(tmp_path: Path) -> None:
+    inner = nn.Linear(4, 2)
+    outer = _Outer(inner).eval()
+    hook = _hook(tmp_path)
+    hook.register_module(outer)
+    hook.register_module(inner)
+    with torch.no_grad():
+        for seed in range(3):
+            outer(_x(seed))
+            hook.save_scalar("call", float(seed))
+        inner(_x(9))  # called on its own: a step of its own
+        hook.save_scalar("call", 9.0)
+    hook.close()
+    call = ts.create_trial(tmp_path).tensor("scalar/call")
+    assert call.steps(mode=ModeKeys.EVAL) == [0, 1, 2, 3]
+    assert float(call.value(3, mode=ModeKeys.EVAL)) == 9.0
+
+
+def test_training_with_a_nested_model_is_one_step_per_optimizer_step(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    inner = nn.Linear(4, 2)
+    outer = _Outer(inner)
+    opt = torch.optim.SGD(outer.parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(outer)
+    hook.register_module(inner)
+    seen = []
+    for seed in range(4):
+        loss = F.mse_loss(outer(_x(seed)), torch.zeros(3, 2))
+        seen.append(loss.item())
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    hook.close()
+    loss_tensor = ts.create_trial(tmp_path).tensor("loss")
+    assert loss_tensor.steps(mode=ModeKeys.TRAIN) == [0, 1, 2, 3]
+    assert [float(loss_tensor.value(s, mode=ModeKeys.TRAIN)) for s in range(4)] == pytest.approx(seen)
+
+
+# --- the one guard, compiled into a callback ------------------------------------------------------------------------
+class _Entry(Guarded):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    @guarded("fallback", inline=True)
+    def event(self, value: int, scale: int = 2) -> Any:
+        """An event callback."""
+        self.calls += 1
+        if value < 0:
+            raise RuntimeError("internal")  # the line a traceback names
+        if value == 0:
+            raise TrainingStopped("StalledLoss", 3)
+        return value * scale
+
+
+def test_a_guard_compiled_into_a_callback_keeps_its_behaviour_name_and_lines(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    entry = _Entry()
+    assert entry.event(3) == 6 and entry.event(3, scale=3) == 9
+    assert _Entry.event.__name__ == "event" and _Entry.event.__doc__ == "An event callback."
+    assert _Entry.event.__code__.co_filename == __file__ and _Entry.event.__wrapped__ is not None
+    with pytest.raises(TrainingStopped):  # asked for by the user: passes through, the hook stays enabled
+        entry.event(0)
+    assert not entry.disabled
+    with pytest.raises(RuntimeError) as raised:  # TRAINSPECT_TESTING (the suite's): re-raised
+        entry.event(-1)
+    frame = traceback.extract_tb(raised.value.__traceback__)[-1]
+    assert frame.filename == __file__ and frame.line == 'raise RuntimeError("internal")  # the line a traceback names'
+    monkeypatch.setenv("TRAINSPECT_TESTING", "0")
+    with caplog.at_level(logging.WARNING, logger="trainspect"):
+        assert entry.event(-1) == "fallback"
+        assert entry.disabled and entry.event(5) == "fallback"  # disabled: not called again
+    assert entry.calls == 5
+    assert [r.getMessage().count("internal error in _Entry.event") for r in caplog.records] == [1]
+
+
+def test_a_callback_without_source_at_hand_is_wrapped_by_the_same_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    scope: dict[str, Any] = {}
+    exec("def event(self, value):\n    raise RuntimeError('internal')\n", scope)  # noqa: S102  # no source file
+    guarded_event = guarded(-1, inline=True)(scope["event"])
+    assert guarded_event.__code__.co_filename != "<string>" or guarded_event.__wrapped__ is scope["event"]
+    monkeypatch.setenv("TRAINSPECT_TESTING", "0")
+    entry = _Entry()
+    assert guarded_event(entry, 1) == -1 and entry.disabled
