@@ -132,6 +132,7 @@ _LIFECYCLE = [
     "tests/hooks/test_backward_loss_steps.py",
     "tests/hooks/test_torch_capture.py",
     "tests/hooks/test_lifecycle_hand_mutants.py",
+    "tests/hooks/test_step_path.py",
 ]
 _HOOK_CORE = [
     *_LIFECYCLE,

@@ -224,11 +224,23 @@ def test_the_steady_step_of_idle_quiet_parts_begins_without_their_boundary_calls
     driver.training.optimizer_stepped = True
     assert driver.begin() is True  # losses are saved at every step
     assert driver.state.open and driver.collector.global_step == 1 and driver.collector.mode_steps[ModeKeys.TRAIN] == 1
-    assert parts.calls == [("began", ModeKeys.TRAIN)]  # type: ignore[attr-defined]
-    assert extras.events == [] and not driver.training.optimizer_stepped  # type: ignore[attr-defined]
+    assert parts.calls == [] and extras.events == []  # type: ignore[attr-defined]  # the same collections save
+    assert not driver.training.optimizer_stepped
     driver.begin()  # a step is open: the full path ends it
-    assert parts.calls[1:] == [("beginning",), ("ending", False), ("began", ModeKeys.TRAIN)]  # type: ignore[attr-defined]
+    assert parts.calls == [("beginning",), ("ending", False), ("began", ModeKeys.TRAIN)]  # type: ignore[attr-defined]
     driver.end()
+    planner_begin = driver.collector.planner.begin_step
+
+    def changed(mode: ModeKeys, mode_step: int) -> bool:  # the saving collections change at the step's beginning
+        driver.collector.planner.generation += 1
+        return planner_begin(mode, mode_step)
+
+    driver.collector.planner.begin_step = changed  # type: ignore[method-assign]
+    del parts.calls[:]  # type: ignore[attr-defined]
+    driver.begin()
+    assert parts.calls == [("began", ModeKeys.TRAIN)]  # type: ignore[attr-defined]
+    driver.end()
+    driver.collector.planner.begin_step = planner_begin  # type: ignore[method-assign]
     extras.quiet = False  # type: ignore[attr-defined]
     driver.begin()
-    assert extras.events[-1] == ("start", ModeKeys.TRAIN, 3)  # type: ignore[attr-defined]
+    assert extras.events[-1] == ("start", ModeKeys.TRAIN, 4)  # type: ignore[attr-defined]

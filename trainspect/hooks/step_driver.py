@@ -64,7 +64,11 @@ class StepParts(Protocol):
 
     @property
     def idle(self) -> bool:
-        """Nothing to open, join or release at the boundaries of a step that saves nothing (the steady step)."""
+        """Nothing to do at the next step's boundaries while it saves what the last saving step saved.
+
+        Nothing to open, join or release, nor to begin while ``collector.planner.generation`` stays the same: the
+        steady step (see :meth:`StepDriver.begin`).
+        """
 
 
 class StepDriver:
@@ -89,10 +93,12 @@ class StepDriver:
         """End the open step, switch to ``mode`` (None: stay), begin the next step; return whether it saves."""
         collector, extras, parts = self.collector, self.extras, self.parts
         if not self.state.open and extras.quiet and (mode is None or mode is collector.mode) and parts.idle:
-            # the steady step: no step to end, no listener to tell, nothing of the parts' to open or join
+            # the steady step: no step to end, no listener to tell, nothing of the parts' to open or join, nor to
+            # begin while the saving collections stay the same
+            generation = collector.planner.generation
             saving = collector.begin_step()
             self.training.optimizer_stepped = False
-            if saving:
+            if saving and collector.planner.generation != generation:
                 parts.step_began(saving, collector.mode)
             return saving
         parts.step_beginning()

@@ -110,8 +110,20 @@ class TorchStepParts:
 
     @property
     def idle(self) -> bool:
-        """The run is open, nothing saved or recorded before the step waits to join it, no step hooks are attached."""
-        return self.collector.opened and not self._pending and not self._losses.held and not self._step_hooks.handles
+        """Nothing to do at the next step's boundaries (:attr:`StepParts.idle`).
+
+        The run is open, nothing saved or recorded before the step waits to join it, no step hooks are attached, and a
+        saving step stages nothing when it begins (its captures are decided for the saving collections).
+        """
+        captures = self._step.captures
+        return (
+            self.collector.opened
+            and not self._pending
+            and not self._losses.held
+            and not self._step_hooks.handles
+            and not captures.at_begin
+            and captures.generation == self.collector.planner.generation
+        )
 
     def no_step_to_end(self, final: bool) -> None:
         """Between steps: the step hooks come off; at close, the last step's copies are read."""
