@@ -286,6 +286,14 @@ TESTS: dict[str, list[str]] = {
         "tests/profiler/test_time_units_and_windows.py",
         "tests/profiler/test_profiler_hand_mutants.py",
     ],
+    # the per-step path's guard and the registered models (nesting on the call stack), added 2026-12-04
+    "hooks/_guard.py": [
+        "tests/hooks/test_step_path.py",
+        "tests/hooks/test_signal_inside_hook.py",
+        "tests/hooks/test_lifecycle_hand_mutants.py",
+        "tests/mlflow/test_logger_edges.py",
+    ],
+    "hooks/torch_models.py": _HOOK_CORE,
 }
 DEFAULT_MODULES = list(TESTS)
 
