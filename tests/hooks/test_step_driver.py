@@ -77,7 +77,8 @@ def test_begin_ends_the_open_step_first_and_each_mode_counts_its_own(driver: Ste
     driver.begin(ModeKeys.TRAIN)
     driver.begin(ModeKeys.TRAIN)
     driver.begin(ModeKeys.EVAL)  # the TRAIN step ends in TRAIN, then the mode switches
-    driver.end()
+    record = driver.end()  # the step's record (what the listeners got), as the collector made it
+    assert record is not None and (record.mode, record.mode_step, record.global_step) == (ModeKeys.EVAL, 0, 2)
     assert _steps(driver) == [
         ("start", ModeKeys.TRAIN, 0),
         ("end", ModeKeys.TRAIN, 0),

@@ -181,3 +181,90 @@ def test_a_callback_without_source_at_hand_is_wrapped_by_the_same_guard(monkeypa
     monkeypatch.setenv("TRAINSPECT_TESTING", "0")
     entry = _Entry()
     assert guarded_event(entry, 1) == -1 and entry.disabled
+
+
+def helper(value: int) -> int:
+    """A module function of the same name as a guarded method below."""
+    return value + 100
+
+
+class _Base(Guarded):
+    def event(self, value: int) -> int:
+        return value + 1
+
+
+class _Refusing(_Base):
+    """Callbacks whose guard cannot be compiled into them: the wrapper guards them, with the same behaviour."""
+
+    @guarded(-1, inline=True)
+    def event(self, value: int) -> int:
+        return super().event(value) * 2  # super() needs the class's cell
+
+    @guarded(-1, inline=True)
+    def twice(self, value: int) -> int:
+        return super().event(value) * 2  # another method of the base, through super()
+
+    @guarded(-1, inline=True)
+    def helper(self, value: int) -> int:
+        return helper(value)  # the module's function, not this method
+
+    @guarded(-1, inline=True)
+    def many(self, *values: int) -> int:
+        return sum(values)
+
+    @guarded(-1, inline=True)
+    def steps(self, n: int) -> Any:
+        yield from range(n)
+
+
+def test_callbacks_the_guard_cannot_be_compiled_into_keep_their_meaning(monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = _Refusing()
+    assert entry.event(1) == 4 and entry.twice(1) == 4
+    assert entry.helper(1) == 101
+    assert entry.many(1, 2, 3) == 6
+    assert list(entry.steps(3)) == [0, 1, 2]
+    monkeypatch.setenv("TRAINSPECT_TESTING", "0")
+    assert entry.many(1, "x") == -1 and entry.disabled  # type: ignore[arg-type]
+
+
+def test_a_containers_later_child_joins_the_step_its_first_child_began_in_evaluation(tmp_path: Path) -> None:
+    """A registered ``ModuleDict`` has no forward pass: its children drive its steps, one step per encoder call."""
+    parts = nn.ModuleDict({"encoder": nn.Linear(4, 3), "decoder": nn.Linear(3, 2)}).eval()
+    hook = _hook(tmp_path)
+    hook.register_module(parts)
+    with torch.no_grad():
+        for seed in range(3):
+            parts["decoder"](parts["encoder"](_x(seed)))
+            hook.save_scalar("call", float(seed))
+    opt = torch.optim.SGD(parts.parameters(), lr=0.1)
+    parts.train()
+    parts["decoder"](parts["encoder"](_x(5))).sum().backward()
+    opt.step()  # ends the training step: none is open now
+    parts.eval()
+    with torch.no_grad():
+        parts["decoder"](torch.zeros(2, 3))  # a later child called with no step open: it begins one
+        hook.save_scalar("call", 9.0)
+    hook.close()
+    call = ts.create_trial(tmp_path).tensor("scalar/call")
+    assert call.steps(mode=ModeKeys.EVAL) == [0, 1, 2, 3]
+    assert float(call.value(3, mode=ModeKeys.EVAL)) == 9.0
+
+
+def test_a_later_child_run_without_gradients_inside_a_training_step_stays_in_it(tmp_path: Path) -> None:
+    """A frozen child called under ``no_grad`` in an open training step (a teacher, a target network) is no EVAL."""
+    torch.manual_seed(0)
+    parts = nn.ModuleDict({"student": nn.Linear(4, 2), "teacher": nn.Linear(4, 2)})
+    opt = torch.optim.SGD(parts["student"].parameters(), lr=0.1)
+    hook = _hook(tmp_path)
+    hook.register_module(parts)
+    for seed in range(3):
+        x = _x(seed)
+        out = parts["student"](x)
+        with torch.no_grad():
+            target = parts["teacher"](x)
+        F.mse_loss(out, target).backward()
+        opt.step()
+        opt.zero_grad()
+    hook.close()
+    trial = ts.create_trial(tmp_path)
+    assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1, 2] and trial.steps(mode=ModeKeys.EVAL) == []
