@@ -37,7 +37,7 @@ from trainspect.store.background import BackgroundWriter
 from trainspect.store.layout import RunLayout
 from trainspect.store.manifest import all_workers_ended, mark_job_end, write_worker_manifest
 from trainspect.store.remote import spool_for
-from trainspect.store.run_writer import SCALAR_STEP, RunWriter
+from trainspect.store.run_writer import RunWriter
 
 __all__ = ["Collector", "StepKey", "LateTensor"]
 
@@ -357,9 +357,9 @@ class Collector(Guarded):
             if not tensors:
                 # the common step: its loss only, queued at once as Python values (a SIGKILL loses at most the
                 # writer's interval)
-                queue = self._tensor_queue
-                if queue is not None:
-                    queue.submit((SCALAR_STEP, key, scalars), 0, True)  # RunWriter.submit_scalars, one call less
+                writer = self._writer
+                if writer is not None:
+                    writer.submit_scalars(key, scalars)
                     if not known and not self._known_names.issuperset([s[0] for s in scalars]):
                         self._note_members([(name, colls) for name, _, _, colls in scalars])
                 return None

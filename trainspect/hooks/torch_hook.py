@@ -197,11 +197,7 @@ class Hook(TorchStepParts, HookAPI):
     @guarded(inline=True)
     def _on_top_forward_pre(self, module: nn.Module, args: Any) -> None:
         mode = None
-        if self._mode_explicit:
-            pass
-        elif module.training and torch.is_grad_enabled():
-            mode = ModeKeys.TRAIN  # infer_mode's first answer, without its call (at every step)
-        else:
+        if not self._mode_explicit:
             mode = infer_mode(module, self.collector.mode, self._state.open and not self._step.optimizer_stepped)
         self._driver.forward_began(mode, self._optimizer_exists, self._nested)
         if self._timer_recorder is not None and not self._nested():

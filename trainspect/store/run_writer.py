@@ -16,15 +16,12 @@ from trainspect.store.manifest import mark_job_end, write_json_atomic, write_wor
 from trainspect.store.tb_writer import TensorBoardWriter, tb_tag
 from trainspect.store.tensor_file import TensorFileWriter, reduction_key
 
-__all__ = ["RunWriter", "COLLECTIONS_FILE", "SCALAR_STEP"]
+__all__ = ["RunWriter", "COLLECTIONS_FILE"]
 
 log = logging.getLogger(__name__)
 COLLECTIONS_FILE = "collections.json"
 FLUSH_INTERVAL = 0.1
 """Seconds between the writer's batches; with :data:`_INDEX_EVERY` it bounds what a SIGKILL loses (docs/format.md)."""
-SCALAR_STEP = "scalars"
-"""The kind of a scalar-only step's queue item, ``(SCALAR_STEP, step key, scalars)`` (:meth:`RunWriter.submit_scalars`;
-the collector queues it on ``tensor_queue`` itself, one call less at every step)."""
 _INDEX_EVERY = 0.05  # within a long batch, steps are indexed at least this often
 MAX_PENDING_BYTES = 256 << 20
 """The tensor queue's byte budget: past it, steps are degraded (or training waits, ``on_backlog="block"``)."""
@@ -140,7 +137,7 @@ class RunWriter:
 
         Its record, index entry and TensorBoard event are made on the writer thread.
         """
-        return self._bg.submit((SCALAR_STEP, key, scalars), 0, True)  # forced: losses and scalars are never dropped
+        return self._bg.submit(("scalars", key, scalars), 0, True)  # forced: losses and scalars are never dropped
 
     @property
     def tensor_queue(self) -> BackgroundWriter:
@@ -179,7 +176,7 @@ class RunWriter:
                 with open(self._tensor_dir / extra, "a", encoding="utf-8") as fh:
                     fh.write(payload)
                 continue
-            if kind == SCALAR_STEP:  # most steps save only scalars (their loss): no record is built for them
+            if kind == "scalars":  # most steps save only scalars (their loss): no record is built for them
                 mode, mode_step, gs, wall = payload
                 step = ScalarStep(mode, mode_step, gs, wall, self.worker, extra)
                 files.write_scalars(step)
