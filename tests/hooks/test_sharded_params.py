@@ -225,3 +225,52 @@ def test_a_tensor_subclass_that_cannot_be_copied_loses_neither_the_step_nor_its_
     trial = ts.create_trial(tmp_path / "run")
     assert trial.tensor("loss").steps() == [0, 1] and "odd" not in trial.tensor_names()
     assert [r for r in caplog.records if "odd is not recorded" in r.getMessage()].__len__() == 1
+
+
+def _zero3_model() -> nn.Module:
+    """A model whose weight is a ZeRO-3 partition (rank 1 holds elements 5-8 of 9): a sharded view."""
+    model = nn.Linear(3, 3, bias=False)
+    param = nn.Parameter(torch.empty(0))
+    param.ds_shape, param.ds_numel, param.ds_process_group = (3, 3), 9, None
+    param.ds_tensor = torch.arange(5.0)
+    param.ds_tensor.ds_numel = 5
+    model.weight = param
+    return model
+
+
+class _Collector:
+    """What ``ModelRegistry.refresh`` reads of a collector."""
+
+    def __init__(self, opened: bool, records_tensors: bool) -> None:
+        self.opened, self.records_tensors, self.sharded = opened, records_tensors, False
+
+
+@pytest.mark.parametrize(
+    ("opened", "records_tensors", "sharded", "warnings"),
+    [
+        (False, False, True, 0),  # sharded before the run opened: every rank records (no warning needed)
+        (True, False, False, 1),  # after: only rank 0's pieces are kept, said once
+        (True, True, False, 0),  # this worker records tensors anyway (include_workers="all"): nothing to say
+    ],
+)
+def test_a_model_sharded_after_the_run_opened_is_warned_about_once_where_its_pieces_are_lost(
+    monkeypatch: pytest.MonkeyPatch, caplog, opened: bool, records_tensors: bool, sharded: bool, warnings: int
+) -> None:
+    from trainspect.hooks.torch_models import ModelRegistry
+
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 1)
+    registry = ModelRegistry(None, lambda name, why: None)
+    model = nn.Linear(3, 3, bias=False)
+    registry.add(model)
+    collector = _Collector(opened, records_tensors)
+    with caplog.at_level(logging.WARNING):
+        assert registry.refresh(collector)
+        assert not any(view.sharded for view in registry.params) and collector.sharded is False
+        sharded_model = _zero3_model()
+        model.weight = sharded_model.weight  # sharded after registration (an engine replaces the parameter)
+        assert registry.refresh(collector)
+        assert any(view.sharded for view in registry.params)
+        model.weight = _zero3_model().weight  # sharded again: still one warning
+        assert registry.refresh(collector)
+    said = [r for r in caplog.records if "sharded after recording began" in r.getMessage()]
+    assert len(said) == warnings and collector.sharded is sharded
