@@ -10,6 +10,7 @@ back with the Trial API.
 from __future__ import annotations
 
 import logging
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -268,3 +269,50 @@ def test_a_later_child_run_without_gradients_inside_a_training_step_stays_in_it(
     hook.close()
     trial = ts.create_trial(tmp_path)
     assert trial.steps(mode=ModeKeys.TRAIN) == [0, 1, 2] and trial.steps(mode=ModeKeys.EVAL) == []
+
+
+class _Recursive(nn.Module):
+    """A model that calls itself on half its input (a tree-shaped net): when its outer pass began and ended."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.outer: list[tuple[float, float]] = []
+
+    def forward(self, x: torch.Tensor, depth: int = 2) -> torch.Tensor:
+        began = time.time()
+        out = self.lin(x)
+        if depth:
+            out = out + self(x, depth - 1)  # the inner passes end before the outer one goes on
+            out = out * torch.sigmoid(self.lin(out))
+        if depth == 2:
+            self.outer.append((began, time.time()))
+        return out
+
+
+@pytest.mark.parametrize("follower", [False, True])
+def test_a_model_that_calls_itself_is_timed_as_one_forward_pass_per_step(tmp_path: Path, follower: bool) -> None:
+    """Under the profiler, the inner calls of a recursive model neither restart nor end its forward span: one span
+    per call from outside, from before its outer pass began to after it ended; also as the later child of a
+    registered ``ModuleDict`` (its children drive its steps: one span each)."""
+    from trainspect.hooks.framework_metrics import SPAN_KINDS
+    from trainspect.profiler.data import load_profiler_data
+
+    net = _Recursive()
+    parts = nn.ModuleDict({"stem": nn.Linear(4, 4), "net": net})
+    model: nn.Module = parts if follower else net
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    hook = _hook(tmp_path, profiler_config=ts.ProfilerConfig())
+    hook.register_module(model)
+    for seed in range(3):
+        opt.zero_grad()
+        out = net(parts["stem"](_x(seed))) if follower else net(_x(seed))
+        out.pow(2).mean().backward()
+        opt.step()
+    hook.close()
+    spans = load_profiler_data(tmp_path).framework["worker_0"].spans
+    mine = spans["kind"] == SPAN_KINDS["forward"]
+    starts, ends = spans["start"][mine], spans["end"][mine]
+    assert len(starts) == 3 * (2 if follower else 1) and len(net.outer) == 3
+    for began, ended in net.outer:  # seconds since the epoch, as time.time()
+        assert ((starts <= began) & (ends >= ended)).sum() == 1
