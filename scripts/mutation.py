@@ -260,7 +260,7 @@ TESTS: dict[str, list[str]] = {
     # the hook core around the step driver (added after seed 43's first sample: appended, so earlier seeds draw
     # what they drew)
     "hooks/torch_hook.py": _HOOK_CORE,
-    "hooks/torch_step_parts.py": _HOOK_CORE,
+    "hooks/torch_step_parts.py": [*_HOOK_CORE, "tests/hooks/test_sharded_params.py"],
     "hooks/hook_api.py": [*_HOOK_CORE, "tests/keras/test_keras_faults.py::test_json_config"],
     "hooks/hook_extras.py": [*_HOOK_CORE, "tests/mlflow/test_mlflow_local.py"],
     # the profiler's readers, units and samplers (added with the hook core)
@@ -293,10 +293,7 @@ TESTS: dict[str, list[str]] = {
         "tests/hooks/test_lifecycle_hand_mutants.py",
         "tests/mlflow/test_logger_edges.py",
     ],
-    "hooks/torch_models.py": [
-        *_HOOK_CORE,
-        "tests/hooks/test_sharded_params.py::test_a_model_sharded_after_the_run_opened_is_warned_about_once_where_its_pieces_are_lost",
-    ],
+    "hooks/torch_models.py": [*_HOOK_CORE, "tests/hooks/test_sharded_params.py"],
 }
 DEFAULT_MODULES = list(TESTS)
 

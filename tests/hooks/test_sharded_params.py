@@ -274,3 +274,21 @@ def test_a_model_sharded_after_the_run_opened_is_warned_about_once_where_its_pie
         assert registry.refresh(collector)
     said = [r for r in caplog.records if "sharded after recording began" in r.getMessage()]
     assert len(said) == warnings and collector.sharded is sharded
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_a_model_sharded_between_registration_and_its_first_step_is_recorded_by_every_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sharded: bool
+) -> None:
+    """The run opens at the first step: parameters an engine sharded after ``register_module`` are looked at again
+    then, so every rank records its pieces (a piece alone is no tensor), not only rank 0."""
+    monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None: 0)
+    model = nn.Linear(3, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with ts.torch.Hook(tmp_path / "run", export_tensorboard=False) as hook:
+        hook.register_module(model)
+        if sharded:  # an engine's partition of a further parameter (ZeRO-3), unused by this forward pass
+            model.extra = _zero3_model().weight
+        model(torch.ones(2, 3)).pow(2).mean().backward()
+        opt.step()
+        assert hook.collector.sharded is sharded
