@@ -137,6 +137,7 @@ _LIFECYCLE = [
 _HOOK_CORE = [
     *_LIFECYCLE,
     "tests/hooks/test_loss_modules.py",
+    "tests/hooks/test_nan_origin.py",
     "tests/hooks/test_pickle_safe.py",
     "tests/hooks/test_real_code_captures.py",
     "tests/hooks/test_json_config.py",
