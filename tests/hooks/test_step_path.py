@@ -316,3 +316,23 @@ def test_a_model_that_calls_itself_is_timed_as_one_forward_pass_per_step(tmp_pat
     assert len(starts) == 3 * (2 if follower else 1) and len(net.outer) == 3
     for began, ended in net.outer:  # seconds since the epoch, as time.time()
         assert ((starts <= began) & (ends >= ended)).sum() == 1
+
+
+def test_under_the_profiler_a_forward_pass_reads_the_call_stack_once_at_its_start_and_once_at_its_end(
+    tmp_path: Path,
+) -> None:
+    """Evaluation steps end at the next forward pass, which asks whether it runs inside the open one: the profiler's
+    own question at that start is the same one, so the stack is read once there (it is read again at the end)."""
+    model = nn.Linear(4, 2).eval()
+    hook = _hook(tmp_path, profiler_config=ts.ProfilerConfig())
+    hook.register_module(model)
+    registry = hook._registry
+    reads = []
+    inside_forward = registry.inside_forward
+    registry.inside_forward = lambda frame: reads.append(frame.f_code.co_name) or inside_forward(frame)
+    with torch.no_grad():
+        for seed in range(3):
+            model(_x(seed))
+    assert hook.collector.mode_steps[ModeKeys.EVAL] == 2  # three EVAL steps: 0, 1, 2
+    hook.close()
+    assert reads == ["_on_top_forward_pre", "_on_top_forward"] * 3

@@ -199,8 +199,12 @@ class Hook(TorchStepParts, HookAPI):
         mode = None
         if not self._mode_explicit:
             mode = infer_mode(module, self.collector.mode, self._state.open and not self._step.optimizer_stepped)
-        self._driver.forward_began(mode, self._optimizer_exists, self._nested)
-        if self._timer_recorder is not None and not self._nested():
+        if self._timer_recorder is None:
+            self._driver.forward_began(mode, self._optimizer_exists, self._nested)
+            return
+        nested = self._nested()  # the profiler asks anyway: the call stack is read once, not again by the driver
+        self._driver.forward_began(mode, self._optimizer_exists, nested.__bool__)
+        if not nested:
             self._extras.on_forward_start()
 
     def _nested(self) -> bool:
