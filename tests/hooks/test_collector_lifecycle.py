@@ -80,3 +80,18 @@ def test_switching_the_collectors_mode_ends_the_open_step(tmp_path) -> None:
     hook.end_step()
     hook.close()
     assert ts.create_trial(tmp_path).steps(mode=ModeKeys.EVAL) == [0]
+
+
+def test_a_directory_holding_another_jobs_finished_run_is_refused_at_construction(tmp_path, monkeypatch) -> None:
+    """A plain script's second hook on the same directory fails where it is made, naming the reason, before any
+    model is registered or any file is touched (not at its first step, inside training)."""
+    import pytest
+
+    for name in ("TRAINSPECT_JOB_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with ts.torch.Hook(tmp_path / "run") as hook:
+        hook.save_scalar("x", 1.0)
+    before = {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()}
+    with pytest.raises(ts.RunDirectoryInUse, match="another job"):
+        ts.torch.Hook(tmp_path / "run")
+    assert {p: p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()} == before

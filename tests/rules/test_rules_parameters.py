@@ -96,3 +96,29 @@ def test_confusions_shares_are_bounded_to_one() -> None:
     for key in ("min_diag", "max_off_diag"):
         with pytest.raises(ConfigError, match=key):
             Confusion(**{key: 1.5})
+
+
+@pytest.mark.parametrize(
+    ("rule", "key", "smallest"),
+    [
+        ("ClassImbalance", "samples", 1),  # judge after every label
+        ("ClassImbalance", "threshold_imbalance", 1.0),  # any imbalance at all
+        ("UnchangedTensor", "num_steps", 2),  # "unchanged" compares two saved steps at least
+        ("LossNotDecreasing", "num_steps", 1),
+        ("Overfit", "patience", 1),
+        ("Overtraining", "patience_train", 1),
+        ("Overtraining", "patience_validation", 1),
+        ("WeightUpdateRatio", "num_steps", 1),
+    ],
+)
+def test_a_count_parameter_accepts_its_smallest_meaningful_value_and_refuses_below_it(
+    rule: str, key: str, smallest: float
+) -> None:
+    import trainspect.rules as rules
+
+    cls = getattr(rules, rule)
+    extra = {"collection_names": ["weights"]} if rule == "UnchangedTensor" else {}
+    assert getattr(cls(**extra, **{key: smallest}), key) == smallest
+    below = smallest - 1 if isinstance(smallest, int) else smallest - 0.5
+    with pytest.raises(ConfigError, match=key):
+        cls(**extra, **{key: below})

@@ -74,6 +74,18 @@ def test_an_index_of_batches_answers_from_its_columns() -> None:
     assert series is not None and list(series.steps) == [1, 3] and list(series.values) == [1.5, 3.5]
 
 
+def test_an_index_of_one_batch_answers_from_its_columns() -> None:
+    """One batch (a short run's whole index): its columns are used as they are, not concatenated."""
+    index = TrialIndex()
+    index.add_batch(_batch("worker_0", [2, 5, 7]))
+    modes, mode_steps, walls = index.step_columns(np.array([7, 2]))
+    assert (
+        modes.tolist() == [int(ModeKeys.TRAIN)] * 2 and mode_steps.tolist() == [7, 2] and walls.tolist() == [107, 102]
+    )
+    steps, counts = index.worker_counts()
+    assert steps.tolist() == [2, 5, 7] and counts.tolist() == [1, 1, 1]
+
+
 # --- the tensor writer's recovery paths ------------------------------------------------------------------------
 def test_a_rotation_indexes_every_step_in_the_files_of_its_data(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
