@@ -240,9 +240,8 @@ class MlflowLogger:
                 self._last_finite[key] = (last[0], True)
         return out
 
-    def _step_metrics(self, rec: StepRecord, values: dict[str, float] | None = None) -> list[Metric]:
+    def _step_metrics(self, rec: StepRecord, values: dict[str, float]) -> list[Metric]:
         ts, prefix = _ms(rec), self.key_prefix
-        values = step_values(rec) if values is None else values
         return [Metric(prefix + k, v, ts, int(rec.mode_step)) for k, v in values.items() if math.isfinite(v)]
 
     def _system(self) -> list[Metric]:
