@@ -336,3 +336,42 @@ def test_under_the_profiler_a_forward_pass_reads_the_call_stack_once_at_its_star
     assert hook.collector.mode_steps[ModeKeys.EVAL] == 2  # three EVAL steps: 0, 1, 2
     hook.close()
     assert reads == ["_on_top_forward_pre", "_on_top_forward"] * 3
+
+
+def test_a_loss_only_training_step_skips_the_parts_boundaries_once_its_captures_are_decided(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The steady step: after the first steps, a step that saves only its loss begins with the collector alone (the
+    framework parts' step_beginning and step_began are not called), and every step is still recorded."""
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    calls: list[str] = []
+    for name in ("step_beginning", "step_began"):
+        method = getattr(hook, name)
+        monkeypatch.setattr(hook, name, lambda *a, _m=method, _n=name: calls.append(_n) or _m(*a))
+    for seed in range(6):
+        opt.zero_grad()
+        model(_x(seed)).pow(2).mean().backward()
+        opt.step()
+        if seed == 1:
+            calls.clear()  # the first steps open the run and decide the captures
+    hook.close()
+    assert calls == []
+    assert ts.create_trial(tmp_path).tensor("loss").steps() == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("steps", [0, 1])
+def test_nothing_recorded_is_said_only_of_a_run_without_a_step(tmp_path: Path, caplog, steps: int) -> None:
+    model = nn.Linear(4, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with caplog.at_level(logging.WARNING):
+        hook = _hook(tmp_path)
+        hook.register_module(model)
+        for seed in range(steps):
+            model(_x(seed)).pow(2).mean().backward()
+            opt.step()
+        hook.close()
+    said = [r for r in caplog.records if "nothing was recorded" in r.getMessage()]
+    assert len(said) == (1 if steps == 0 else 0)
