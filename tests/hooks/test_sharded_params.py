@@ -179,11 +179,17 @@ def test_names_look_through_wrappers() -> None:
     assert clean_path("module.weight") == "module.weight"  # a user's own submodule named "module" stays
 
 
-def test_zero3_partition_without_padding(monkeypatch: pytest.MonkeyPatch) -> None:
+def _zero3_param() -> nn.Parameter:
+    """A ZeRO-3 partitioned 3x3 parameter: partitions of 5, rank 0 holds elements 0-4, rank 1 5-8 and one padding."""
     param = nn.Parameter(torch.empty(0))
     param.ds_shape, param.ds_numel, param.ds_process_group = (3, 3), 9, None
-    param.ds_tensor = torch.arange(5.0)  # partitions of 5: rank 0 holds 0-4, rank 1 holds 5-8 and one padding
+    param.ds_tensor = torch.arange(5.0)
     param.ds_tensor.ds_numel = 5
+    return param
+
+
+def test_zero3_partition_without_padding(monkeypatch: pytest.MonkeyPatch) -> None:
+    param = _zero3_param()
     for rank, start, valid in ((0, 0, 5), (1, 5, 4)):
         monkeypatch.setattr(torch.distributed, "get_rank", lambda group=None, rank=rank: rank)
         view = torch_params._zero3_view("Net_w", param)
@@ -227,17 +233,6 @@ def test_a_tensor_subclass_that_cannot_be_copied_loses_neither_the_step_nor_its_
     assert [r for r in caplog.records if "odd is not recorded" in r.getMessage()].__len__() == 1
 
 
-def _zero3_model() -> nn.Module:
-    """A model whose weight is a ZeRO-3 partition (rank 1 holds elements 5-8 of 9): a sharded view."""
-    model = nn.Linear(3, 3, bias=False)
-    param = nn.Parameter(torch.empty(0))
-    param.ds_shape, param.ds_numel, param.ds_process_group = (3, 3), 9, None
-    param.ds_tensor = torch.arange(5.0)
-    param.ds_tensor.ds_numel = 5
-    model.weight = param
-    return model
-
-
 class _Collector:
     """What ``ModelRegistry.refresh`` reads of a collector."""
 
@@ -266,11 +261,10 @@ def test_a_model_sharded_after_the_run_opened_is_warned_about_once_where_its_pie
     with caplog.at_level(logging.WARNING):
         assert registry.refresh(collector)
         assert not any(view.sharded for view in registry.params) and collector.sharded is False
-        sharded_model = _zero3_model()
-        model.weight = sharded_model.weight  # sharded after registration (an engine replaces the parameter)
+        model.weight = _zero3_param()  # sharded after registration (an engine replaces the parameter)
         assert registry.refresh(collector)
         assert any(view.sharded for view in registry.params)
-        model.weight = _zero3_model().weight  # sharded again: still one warning
+        model.weight = _zero3_param()  # sharded again: still one warning
         assert registry.refresh(collector)
     said = [r for r in caplog.records if "sharded after recording began" in r.getMessage()]
     assert len(said) == warnings and collector.sharded is sharded
@@ -288,7 +282,7 @@ def test_a_model_sharded_between_registration_and_its_first_step_is_recorded_by_
     with ts.torch.Hook(tmp_path / "run", export_tensorboard=False) as hook:
         hook.register_module(model)
         if sharded:  # an engine's partition of a further parameter (ZeRO-3), unused by this forward pass
-            model.extra = _zero3_model().weight
+            model.extra = _zero3_param()
         model(torch.ones(2, 3)).pow(2).mean().backward()
         opt.step()
         assert hook.collector.sharded is sharded
