@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 
@@ -20,7 +21,12 @@ import pytest
 from trainspect.profiler import FrameworkMetricsReader, SystemMetricsReader, load_profiler_data
 from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.ending import newest_data_time, run_over
-from trainspect.profiler.sagemaker import SageMakerSystemStore, read_system_file, select_records
+from trainspect.profiler.sagemaker import (
+    SageMakerFrameworkStore,
+    SageMakerSystemStore,
+    read_system_file,
+    select_records,
+)
 from trainspect.profiler.traces import in_window, read_trace_file, to_us
 from trainspect.rules.engine import evaluate
 from trainspect.rules.profiler import CPUBottleneck, OverallSystemUsage
@@ -94,6 +100,23 @@ def test_single_trace_files(res: Path) -> None:
     assert len(in_window(events, 1593673051473000, 1593673051473228)) == 12
     assert min(e.start_time for e in events) == 1592860696000713
     assert max(e.end_time for e in events) == 1593673051473228
+
+
+def test_live_refresh_parses_only_new_or_grown_framework_files(res: Path, tmp_path: Path) -> None:
+    shutil.copytree(res / "model_timeline_traces", tmp_path / "job")
+    store = SageMakerFrameworkStore(tmp_path / "job")
+    store.refresh()
+    tables = store.tables()
+    parsed = len(store.events_us())
+    assert parsed > 0 and list(tables) == ["0001"]
+    store.refresh()  # nothing changed on disk: the parsed files and the tables built from them are kept
+    assert store.tables() is tables
+    trace = min((tmp_path / "job").rglob("*_model_timeline.json"))
+    events = json.loads(trace.read_text())
+    events.append({**events[-1], "ts": events[-1]["ts"] + 1})  # the file grew (a running job's timeline)
+    trace.write_text(json.dumps(events))
+    store.refresh()
+    assert store.tables() is not tables and len(store.events_us()) == parsed + 1
 
 
 def test_tf_detailed_profiler_trace_read_into_framework_events(res: Path) -> None:
