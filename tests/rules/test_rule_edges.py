@@ -43,6 +43,7 @@ from trainspect.rules import (
     tensor_pass,
 )
 from trainspect.rules.counts import RuleCounts, step_counts
+from trainspect.rules.loss_not_decreasing import MAX_TREND_POINTS
 from trainspect.rules.verdict import Verdict
 
 # LossNotDecreasing (loss_not_decreasing.py, ``room > 0`` -> ``room >= 0`` in ``_extend_open``) has no test here:
@@ -54,9 +55,6 @@ from trainspect.rules.verdict import Verdict
 #   is never described.
 # - weight_update_ratio.py ``fresh: bool = False`` -> ``True``: every training step sets ``fresh`` before the only
 #   place that reads it, so the default is never seen.
-# - loss_not_decreasing.py ``not track.progressed and len(track.seen) < MAX_TREND_POINTS`` -> ``or``: the trend
-#   points of a loss that has not gone down are capped at 5,000 (bounded memory); the mutant lifts the cap, which a
-#   verdict shows only on a loss flat for over 5,000 steps and falling after, a limit not worth pinning as behaviour.
 
 
 # --- AllZero: the share of zeros is a percentage ------------------------------------------------------------
@@ -145,6 +143,16 @@ def test_a_loss_dropping_less_than_two_standard_errors_of_both_windows_stalls() 
     verdict = run(LossNotDecreasing(num_steps=10), losses(vals))
     assert verdict.status is Status.ISSUES_FOUND and verdict.first_trigger_step == 50
     assert "not below the first window (1 at steps 0-9) by 0.1% and 2 standard errors" in verdict.message
+
+
+def test_a_loss_flat_for_longer_than_the_trend_cap_keeps_bounded_memory() -> None:
+    # a live rule watches a run of any length: the trend points of a loss that never went down are capped
+    rule = LossNotDecreasing(num_steps=10)
+    state = rule.init_state()
+    for s in losses([1.0 + (0.01 if i % 2 else -0.01) for i in range(MAX_TREND_POINTS + 200)]):
+        rule.check(state, s)
+    track = state.tracks[("loss", int(ModeKeys.TRAIN))]
+    assert not track.progressed and len(track.seen) == MAX_TREND_POINTS
 
 
 # --- the threshold drawn in a verdict's chart ---------------------------------------------------------------
