@@ -111,7 +111,8 @@ class LoadBalancing(ProfilerRule):
             details["across_nodes"] = {k: round(d, 4) for k, d in cross.items()}
             pairs_seen += len(cross)
             worst = max([worst] + [(d, k) for k, d in cross.items()])
-            triggers += [float(data.end_time() or 0.0)] * sum(d > self.threshold for d in cross.values())
+            last = max(float(arr.timestamps[-1]) for arr in data.system.values() if len(arr))  # the last compared
+            triggers += [last] * sum(d > self.threshold for d in cross.values())
         if most <= self.patience:
             return self.no_data(
                 f"too little data: {most} GPU samples; the rule needs more than patience={self.patience}", most
