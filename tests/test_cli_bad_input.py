@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "store"))
 
+from _support.package import PACKAGE_ROOT
 from storetrain import write_run  # noqa: E402
 
 import trainspect as ts  # noqa: E402
@@ -92,7 +93,7 @@ def test_report_on_a_full_disk_is_one_line_and_leaves_no_temporary_file(run_dir:
     out.mkdir()
     proc = subprocess.run(
         [sys.executable, "-m", "trainspect.cli", "report", str(run_dir), "-o", str(out)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
         capture_output=True,
         text=True,
         timeout=120,

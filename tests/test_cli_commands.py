@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from _support.jobs import record_two_rank_job
+from _support.package import PACKAGE_ROOT
 
 from trainspect import __version__
 from trainspect._progress import Progress
@@ -93,7 +94,7 @@ def test_info_counts_the_ranks_of_a_job_whose_rank_0_alone_records_tensors(
 def _run(tmp_path: Path, *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
     script = tmp_path / "train.py"
     script.write_text(NAN_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "OMP_NUM_THREADS": "1"}
     return subprocess.run(
         [
             sys.executable,

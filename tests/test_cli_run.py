@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from _support.package import PACKAGE_ROOT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,7 +55,7 @@ def _alive(pid: int) -> bool:
 
 
 def _wrapper(tmp_path: Path, *args: str, disable: bool = True) -> subprocess.Popen[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     if disable:
         env["TRAINSPECT_DISABLE"] = "1"  # the wrapper is under test here, not the in-process hook
 
@@ -184,7 +185,7 @@ def test_a_missing_command_or_unusable_out_dir_is_one_line_and_exit_2(tmp_path: 
 
     blocker = tmp_path / "file"
     blocker.write_text("")
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     for out in (blocker, blocker / "run"):
         proc2 = subprocess.run(
             [sys.executable, "-m", "trainspect.cli", "run", "--out", str(out), "--", "true"],
@@ -221,7 +222,7 @@ def test_in_a_terminal_the_training_owns_it_and_gets_ctrl_c(tmp_path: Path) -> N
         "-c",
         code,
     ]
-    environ = {**os.environ, "PYTHONPATH": str(ROOT), "TRAINSPECT_DISABLE": "1"}
+    environ = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT), "TRAINSPECT_DISABLE": "1"}
     pid, fd = pty.fork()
     if pid == 0:  # the wrapper, on a new terminal as from an interactive shell
         signal.signal(signal.SIGINT, signal.SIG_DFL)

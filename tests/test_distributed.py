@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _support.package import PACKAGE_ROOT
 
 import trainspect as ts
 from trainspect.exceptions import RunDirectoryInUse
@@ -21,7 +22,12 @@ BIN = Path(sys.executable).parent
 def _torchrun(
     args: list[str], env: dict[str, str] | None = None, timeout: int = 300
 ) -> subprocess.CompletedProcess[str]:
-    base = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1", "PYTHONPATH": str(ROOT)}
+    base = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+        "TRAINSPECT_TESTING": "1",
+        "PYTHONPATH": str(PACKAGE_ROOT),
+    }
     return subprocess.run(
         [str(BIN / "torchrun"), *args],
         cwd=ROOT,
@@ -110,7 +116,12 @@ def test_two_simulated_nodes_share_one_directory(tmp_path: Path) -> None:
         "twonodes",
     ]
     script = ["examples/ddp_train.py", "--out", str(out), "--steps", "8", "--profile"]
-    base = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1", "PYTHONPATH": str(ROOT)}
+    base = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+        "TRAINSPECT_TESTING": "1",
+        "PYTHONPATH": str(PACKAGE_ROOT),
+    }
     procs = [
         subprocess.Popen(
             [str(BIN / "torchrun"), *common, "--node_rank", str(i), *script],
@@ -158,7 +169,7 @@ def test_a_killed_rank_leaves_a_readable_run_that_names_the_missing_worker(tmp_p
         "WORLD_SIZE": "2",
         "TRAINSPECT_JOB_ID": "killed-job",
         "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(PACKAGE_ROOT),
     }
     procs = [
         subprocess.Popen(

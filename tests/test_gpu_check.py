@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
 sys.path.insert(0, str(ROOT / "tests" / "profiler"))
 
+from _support.package import PACKAGE_ROOT  # noqa: E402
 from fake_nvml import GIB, FakeNvml, a100  # noqa: E402
 
 from trainspect.hooks.system_monitor import SystemMonitor  # noqa: E402
@@ -32,7 +33,7 @@ def _script() -> ModuleType:
 
 
 def test_without_cuda_every_check_is_skipped_and_exit_is_0() -> None:
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(PACKAGE_ROOT)}
     done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.strip().splitlines()

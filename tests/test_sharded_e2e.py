@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _support.package import PACKAGE_ROOT
 
 import trainspect as ts
 
@@ -28,7 +29,7 @@ def _run(job: str, out: Path, option: str = "", ranks: int = 2, timeout: int = 2
         "PATH": f"{BIN}:/usr/bin:/bin",
         "OMP_NUM_THREADS": "1",
         "TRAINSPECT_TESTING": "1",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(PACKAGE_ROOT),
         "DS_ACCELERATOR": "cpu",
     }
     proc = subprocess.run(

@@ -7,6 +7,7 @@ from ``conftest`` instead depends on which of the suite's conftest modules was i
 
 - :mod:`_support.fakes`: a Trial holding one loss, and an MLflow sink that records what it is sent (no server).
 - :mod:`_support.jobs`: a job of several ranks written in this process, as each rank's hook writes it.
+- :mod:`_support.package`: where the trainspect under test lives, for the child processes a test starts.
 - :mod:`_support.polling`: ``wait_for``, polling a condition up to a deadline.
 - :mod:`_support.s3`: an S3-compatible server (moto) in a subprocess, and an s3fs client of it.
 - :mod:`_support.tensorboard`: the TensorBoard plugin under a werkzeug client, or in a real TensorBoard process.

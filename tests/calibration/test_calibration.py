@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _support.package import PACKAGE_ROOT
 from corpus import SCENARIOS
 
 import trainspect as ts
@@ -24,7 +25,7 @@ JUDGED_ON_HEALTHY = {"VanishingGradient", "ExplodingTensor", "LossNotDecreasing"
 
 
 def cli(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(ts.__file__).parents[1]), *sys.path])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), *sys.path])}
     return subprocess.run(
         [sys.executable, "-m", "trainspect.cli", "rules", str(run), "--json", *args],
         capture_output=True,
@@ -36,7 +37,7 @@ def cli(run: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def _judge_all(runs: dict[str, Path]) -> dict[str, tuple[int, list[dict]]]:
     """Run the CLI over every run, two at a time."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(ts.__file__).parents[1]), *sys.path])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), *sys.path])}
     results: dict[str, tuple[int, list[dict]]] = {}
     names = list(runs)
     for i in range(0, len(names), 2):

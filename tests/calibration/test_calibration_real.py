@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _support.package import PACKAGE_ROOT
 from real_code import EVALUATES, LOADED, SCENARIOS
 from test_calibration import JUDGED_ON_HEALTHY, issues
 
@@ -37,7 +38,7 @@ def judged_on(name: str) -> set[str]:
 
 def judge_all(runs: dict[str, Path]) -> dict[str, tuple[int, list[dict]]]:
     """Run the CLI over every run, two at a time; a run the CLI cannot judge gets one ``cli`` Error verdict."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(ts.__file__).parents[1]), *sys.path])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE_ROOT), *sys.path])}
     results: dict[str, tuple[int, list[dict]]] = {}
     names = list(runs)
     for i in range(0, len(names), 2):

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from _support.package import PACKAGE_ROOT
 
 import trainspect as ts
 
@@ -47,7 +48,7 @@ def _run(
         "PATH": f"{BIN}:/usr/bin:/bin",
         "OMP_NUM_THREADS": "1",
         "TRAINSPECT_TESTING": "1",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(PACKAGE_ROOT),
         "PWD": str(cwd),
         **(extra or {}),
     }

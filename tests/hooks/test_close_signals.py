@@ -10,6 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
+from _support.package import PACKAGE_ROOT
+
 import trainspect as ts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,7 +48,7 @@ def _start(tmp_path: Path, wrapped: bool) -> tuple[subprocess.Popen[str], Path]:
     command = [sys.executable, str(script), str(out)]
     if wrapped:
         command = [sys.executable, "-m", "trainspect.cli", "run", "--out", str(out), "--", *command]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     env.pop("TRAINSPECT_TESTING", None)  # a run as users start it: a close's warnings are lines, not errors
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     return proc, out
@@ -150,7 +152,7 @@ STUCK = textwrap.dedent(
 def test_a_flush_past_its_bound_is_named_and_the_users_handler_still_runs(tmp_path):
     script = tmp_path / "stuck.py"
     script.write_text(STUCK)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     env.pop("TRAINSPECT_TESTING", None)
     done = subprocess.run(
         [sys.executable, str(script), str(tmp_path / "run")], capture_output=True, text=True, env=env, timeout=120

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from _support.package import PACKAGE_ROOT
 from torch import nn
 from torch.distributed.tensor import Partial, Replicate, Shard
 from torch.distributed.tensor._utils import _compute_local_shape_and_global_offset
@@ -33,7 +34,12 @@ from trainspect.reductions import partials_of
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 JOBS = ROOT / "tests" / "sharded_jobs"
-ENV = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1", "PYTHONPATH": str(ROOT)}
+ENV = {
+    "PATH": f"{BIN}:/usr/bin:/bin",
+    "OMP_NUM_THREADS": "1",
+    "TRAINSPECT_TESTING": "1",
+    "PYTHONPATH": str(PACKAGE_ROOT),
+}
 
 
 def _chunked(full: torch.Tensor, mesh: tuple[int, ...], coord: tuple[int, ...], placements: list) -> torch.Tensor:

@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _support.package import PACKAGE_ROOT
 
 import trainspect as ts
 
@@ -88,7 +89,7 @@ SCRIPT = textwrap.dedent(
 def _run(tmp_path: Path, name: str, how: str, nth: int = 0) -> subprocess.Popen[str]:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     env.pop("TRAINSPECT_TESTING", None)  # a run as users start it
     command = [sys.executable, str(script), str(tmp_path / name), how, str(nth)]
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

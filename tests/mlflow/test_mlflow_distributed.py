@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _support.package import PACKAGE_ROOT
 from mlflow.tracking import MlflowClient
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +22,7 @@ def test_two_ranks_share_one_mlflow_run(mlflow_server: str, tmp_path: Path) -> N
         "TRAINSPECT_TESTING": "1",
         "MLFLOW_TRACKING_URI": mlflow_server,
         "TRAINSPECT_MLFLOW": "1",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": str(PACKAGE_ROOT),
     }
     proc = subprocess.run(
         [

@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+from _support.package import PACKAGE_ROOT
 from mlflow.tracking import MlflowClient
 
 HERE = Path(__file__).resolve().parent
@@ -36,7 +37,7 @@ def test_a_hook_with_mlflow_prints_no_import_warning(tmp_path: Path, _migrated_d
         capture_output=True,
         text=True,
         timeout=300,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)},
         check=False,
     )
     assert proc.returncode == 0, proc.stderr

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _support.package import PACKAGE_ROOT
 from _support.polling import wait_for
 from _support.s3 import BUCKET, S3Server, make_fs
 from _train import Job
@@ -166,7 +167,7 @@ def test_two_nodes_write_one_run_under_trainspect_run(s3: S3Server, tmp_path: Pa
     for rank, node in ((0, "node-a"), (1, "node-b")):
         env = {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": str(PACKAGE_ROOT),
             "RANK": str(rank),
             "WORLD_SIZE": "2",
             "LOCAL_RANK": "0",
@@ -217,7 +218,7 @@ def test_live_reading_and_rules_watch(s3: S3Server, tmp_path: Path) -> None:
     job.train(5)
     trial = wait_for(lambda: _trial_with_steps(5))
     assert trial is not None and not trial.job_ended
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     watch = subprocess.Popen(
         [
             sys.executable,

@@ -16,6 +16,8 @@ import pytest
 
 pytest.importorskip("torch")
 
+from _support.package import PACKAGE_ROOT
+
 from trainspect.profiler import load_profiler_data  # noqa: E402
 from trainspect.rules.profiler import WorkerStraggler  # noqa: E402
 from trainspect.rules.verdict import Status, Verdict  # noqa: E402
@@ -29,7 +31,12 @@ pytestmark = pytest.mark.slow
 
 
 def _job(out: Path, ranks: int, *args: str) -> Verdict:
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "OMP_NUM_THREADS": "1", "TRAINSPECT_TESTING": "1", "PYTHONPATH": str(ROOT)}
+    env = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "OMP_NUM_THREADS": "1",
+        "TRAINSPECT_TESTING": "1",
+        "PYTHONPATH": str(PACKAGE_ROOT),
+    }
     proc = subprocess.run(
         [
             str(BIN / "torchrun"),

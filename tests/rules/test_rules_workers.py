@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import synthetic_run
+from _support.package import PACKAGE_ROOT
 from rules_synth import record, tensor, write_run, write_workers_run
 
 import trainspect as ts
@@ -307,7 +308,7 @@ def test_torchrun_four_ranks_names_the_rank_that_fed_a_nan(tmp_path, capsys):
         "PATH": f"{bin_dir}:/usr/bin:/bin",
         "OMP_NUM_THREADS": "1",
         "TRAINSPECT_TESTING": "1",
-        "PYTHONPATH": str(root),
+        "PYTHONPATH": str(PACKAGE_ROOT),
     }
     proc = subprocess.run(
         [str(bin_dir / "torchrun"), "--standalone", "--nproc_per_node", "4", str(script), str(out), "16"],

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _support.package import PACKAGE_ROOT
 from storetrain import write_run
 
 from trainspect.report.render import write_report
@@ -76,7 +77,7 @@ def test_a_failing_write_leaves_no_temporary_file(tmp_path: Path) -> None:
             else:
                 print(name, "written")
     """)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     proc = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=False
     )

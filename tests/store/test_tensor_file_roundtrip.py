@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _support.package import PACKAGE_ROOT
 
 import trainspect as ts
 from trainspect.modes import ModeKeys
@@ -20,7 +21,6 @@ from trainspect.step import StepRecord, TensorRecord
 from trainspect.store import framing
 from trainspect.store.tensor_file import KIND_INDEX, KIND_TENSOR, TensorFileWriter, reduction_key
 
-PACKAGE_ROOT = Path(ts.__file__).resolve().parents[1]  # the child imports the trainspect this test imported
 RNG = np.random.default_rng(7)
 BIG = RNG.standard_normal(300_000).astype(np.float32)  # 1.2 MB: written past the 1 MB gathering buffer
 ARRAYS = {
