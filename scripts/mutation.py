@@ -263,7 +263,11 @@ TESTS: dict[str, list[str]] = {
     "hooks/torch_hook.py": _HOOK_CORE,
     "hooks/torch_step_parts.py": [*_HOOK_CORE, "tests/hooks/test_sharded_params.py"],
     "hooks/hook_api.py": [*_HOOK_CORE, "tests/keras/test_keras_faults.py::test_json_config"],
-    "hooks/hook_extras.py": [*_HOOK_CORE, "tests/mlflow/test_mlflow_local.py", "tests/mlflow/test_mlflow_distributed.py"],
+    "hooks/hook_extras.py": [
+        *_HOOK_CORE,
+        "tests/mlflow/test_mlflow_local.py",
+        "tests/mlflow/test_mlflow_distributed.py",
+    ],
     # the profiler's readers, units and samplers (added with the hook core)
     "profiler/readers.py": _READERS,
     "profiler/_sm_framework.py": _READERS,
