@@ -146,6 +146,7 @@ _HOOK_CORE = [
     "tests/test_config_validation.py",
     "tests/rules/test_rules_live.py",
     "tests/profiler/test_profiler_torch.py",
+    "tests/profiler/test_input_bottleneck.py",
     "tests/frameworks/test_hf_trainer.py",
 ]
 TESTS: dict[str, list[str]] = {

@@ -788,6 +788,13 @@ def test_a_heatmap_of_one_nodes_arrays_has_no_step_boundaries() -> None:
     assert out["step_boundaries"] == [] and out["node"] == "n0" and len(out["times"]) == 2
 
 
+def test_a_heatmap_cell_averages_only_the_samples_a_gpu_reported() -> None:
+    # gpu0 misses every other sample (NaN): a cell of two samples is the one it reported, not pulled toward 1 or 0
+    util = np.array([40.0, np.nan, 60.0, np.nan, 80.0, np.nan, 20.0, np.nan])
+    out = heatmap(system(4.0, cores=1, gpu0_utilization_percent=util), max_columns=4)
+    assert out["rows"] == ["cpu0", "gpu0"] and out["values"][1] == [40.0, 60.0, 80.0, 20.0]
+
+
 def test_a_trace_event_without_a_thread_id_is_on_thread_0() -> None:
     (event,) = parse_trace([{"ph": "X", "name": "a", "pid": 3, "ts": 1, "dur": 2}], "n", base_us=0.0)
     assert (event.pid, event.tid) == (3, 0)
