@@ -199,6 +199,32 @@ def test_a_killed_rank_leaves_a_readable_run_that_names_the_missing_worker(tmp_p
     assert verdict.datapoints == 10
 
 
+_GROUP_END_SCRIPT = textwrap.dedent("""
+    import os, sys, torch, torch.distributed as dist, trainspect as ts
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    model = torch.nn.Linear(4, 2); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = ts.torch.Hook(sys.argv[1], include_workers="all")
+    hook.register_module(model); hook.register_loss(loss := torch.nn.MSELoss())
+    for step in range(8):
+        opt.zero_grad(); loss(model(torch.randn(8, 4)), torch.zeros(8, 2)).backward(); opt.step()
+    dist.destroy_process_group()
+    os._exit(0)  # as Ray Train kills its workers once training returns: no exit handler runs, no hook.close()
+""")
+
+
+def test_ranks_killed_right_after_destroying_their_process_group_end_the_run(tmp_path: Path) -> None:
+    script = tmp_path / "group_end.py"
+    script.write_text(_GROUP_END_SCRIPT)
+    out = tmp_path / "group-end"
+    proc = _torchrun(["--standalone", "--nproc_per_node", "2", str(script), str(out)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trial = ts.create_trial(out)
+    assert trial.job_ended  # each rank's hook closed with its group: end marker and both manifests
+    assert trial.workers() == ["worker_0", "worker_1"]
+    assert trial.steps() == list(range(8)) and trial.incomplete_steps() == {}
+
+
 def test_a_second_job_on_the_same_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "shared"
     monkeypatch.setenv("TRAINSPECT_JOB_ID", "job-a")
