@@ -20,6 +20,7 @@ assertion states the documented behaviour (the rules' and analyses' docstrings, 
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import numpy as np
@@ -793,6 +794,20 @@ def test_a_heatmap_cell_averages_only_the_samples_a_gpu_reported() -> None:
     util = np.array([40.0, np.nan, 60.0, np.nan, 80.0, np.nan, 20.0, np.nan])
     out = heatmap(system(4.0, cores=1, gpu0_utilization_percent=util), max_columns=4)
     assert out["rows"] == ["cpu0", "gpu0"] and out["values"][1] == [40.0, 60.0, 80.0, 20.0]
+
+
+def test_a_node_is_named_by_trainspect_node_id_else_by_its_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainspect.hooks.framework_metrics import FrameworkRecorder
+    from trainspect.hooks.system_monitor import default_node_id
+
+    monkeypatch.delenv("TRAINSPECT_NODE_ID", raising=False)
+    host = socket.gethostname()
+    assert default_node_id() == host and FrameworkRecorder(tmp_path, "worker_0").node == host
+    monkeypatch.setenv("TRAINSPECT_NODE_ID", "rack3-gpu7")  # several "nodes" on one host (a simulated job)
+    assert default_node_id() == "rack3-gpu7" and FrameworkRecorder(tmp_path, "worker_0").node == "rack3-gpu7"
+    assert FrameworkRecorder(tmp_path, "worker_0", node="n9").node == "n9"
 
 
 def test_a_trace_event_without_a_thread_id_is_on_thread_0() -> None:
