@@ -19,6 +19,7 @@ from trainspect.profiler import (
     step_statistics,
     utilization_statistics,
 )
+from trainspect.profiler.detailed import write_table
 from trainspect.profiler.writers import SystemChunkWriter
 from trainspect.rules.profiler import LowGPUUtilization, StepOutlier
 from trainspect.rules.verdict import Status
@@ -154,6 +155,18 @@ def test_units_dataframes_and_analyses_on_a_written_run(tmp_path: Path) -> None:
     assert hm["values"][1] == [50.0] * 4 and hm["values"][0][0] == pytest.approx(2.0)  # mean of 0..4
     assert all(v is None or 0 <= v <= 100 for row_ in hm["values"] for v in row_)
     assert StepOutlier().evaluate(data).status is Status.NO_DATA  # 5 steps: too few
+    detailed = tmp_path / "profiler" / "detailed" / "worker_0"  # a profiled window's operator table
+    write_table(
+        detailed,
+        "operators",
+        "worker_0",
+        2,
+        4,
+        [{"name": "aten::mm", "calls": 3, "self_time_us": 9.0, "total_time_us": 12.0, "device": "cpu"}],
+    )
+    ops = fw.dataframe("operators")
+    assert ops["name"].tolist() == ["aten::mm"] and ops["calls"].tolist() == [3]
+    assert fw.dataframe("python").empty  # no Python table was written
 
 
 def test_rules_and_report_commands_on_a_sagemaker_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
