@@ -272,6 +272,7 @@ TESTS: dict[str, list[str]] = {
         *_HOOK_CORE,
         "tests/mlflow/test_mlflow_local.py",
         "tests/mlflow/test_mlflow_distributed.py",
+        "tests/test_distributed.py::test_the_chief_reports_on_the_whole_job_once_the_other_ranks_ended",
     ],
     # the profiler's readers, units and samplers (added with the hook core)
     "profiler/readers.py": _READERS,

@@ -225,6 +225,50 @@ def test_ranks_killed_right_after_destroying_their_process_group_end_the_run(tmp
     assert trial.steps() == list(range(8)) and trial.incomplete_steps() == {}
 
 
+_LATE_RANK_SCRIPT = textwrap.dedent("""
+    import os, sys, time, torch, trainspect as ts
+    rank = int(os.environ["RANK"])
+    model = torch.nn.Linear(4, 2); opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    profiler = ts.ProfilerConfig(system_monitor_interval_millis=100)
+    hook = ts.torch.Hook(sys.argv[1], rules=[ts.rules.LossNotDecreasing()], profiler_config=profiler)
+    hook.register_module(model); hook.register_loss(loss := torch.nn.MSELoss())
+    for step in range(6):
+        opt.zero_grad(); loss(model(torch.randn(8, 4)), torch.zeros(8, 2)).backward(); opt.step()
+    if rank == 1:
+        time.sleep(3.0)  # the other rank finishes later (its evaluation, its checkpoint)
+    hook.close()
+""")
+
+
+def test_the_chief_reports_on_the_whole_job_once_the_other_ranks_ended(tmp_path: Path) -> None:
+    script = tmp_path / "late_rank.py"
+    script.write_text(_LATE_RANK_SCRIPT)
+    out = tmp_path / "late"
+    env = {
+        "PATH": f"{BIN}:/usr/bin:/bin",
+        "WORLD_SIZE": "2",
+        "TRAINSPECT_JOB_ID": "late-rank-job",
+        "OMP_NUM_THREADS": "1",
+        "TRAINSPECT_TESTING": "1",
+        "PYTHONPATH": str(PACKAGE_ROOT),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), str(out)],
+            env={**env, "RANK": str(r)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for r in range(2)
+    ]
+    results = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results[0][1][-2000:] + results[1][1][-2000:]
+    assert (out / "training_job_end.ts").exists()
+    html = (out / "report.html").read_text()  # the chief's, written when it closed
+    assert "worker_1" in html and "The job has not ended" not in html  # it waited for rank 1 to end
+
+
 def test_a_second_job_on_the_same_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "shared"
     monkeypatch.setenv("TRAINSPECT_JOB_ID", "job-a")
