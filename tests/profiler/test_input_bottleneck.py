@@ -73,7 +73,9 @@ def test_input_bound_training_is_caught_on_a_cpu_only_machine(tmp_path: Path, ca
     assert code == 1
     assert v["status"] == "IssuesFound", v["message"]
     share = v["details"]["worker_0"]["input_wait_percent"]
-    assert share > 80.0
+    # ~97 % on an idle machine; a loaded one stretches the compute between the waits too, so the bound is the
+    # rule's threshold (what makes it an issue), not a share that depends on this machine's speed
+    assert share > InputBottleneck().params["threshold"]
     assert f"{share:.1f}% of the step cycle waited for input" in v["message"]
     assert "num_workers=0" in v["message"]
     assert "num_workers" in v["recommendation"] and "pin_memory" in v["recommendation"]
