@@ -160,27 +160,25 @@ _RANK_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_a_killed_rank_leaves_a_readable_run_that_names_the_missing_worker(tmp_path: Path) -> None:
-    script = tmp_path / "rank.py"
-    script.write_text(_RANK_SCRIPT)
-    out = tmp_path / "killed"
-    env = {
-        "PATH": f"{BIN}:/usr/bin:/bin",
-        "WORLD_SIZE": "2",
-        "TRAINSPECT_JOB_ID": "killed-job",
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": str(PACKAGE_ROOT),
-    }
-    procs = [
+def _two_ranks(script: Path, source: str, args: list[str], env: dict[str, str]) -> list[subprocess.Popen[str]]:
+    """Ranks 0 and 1 of a two-rank job running ``source`` (``RANK``/``WORLD_SIZE`` set, as a launcher sets them)."""
+    script.write_text(source)
+    base = {"PATH": f"{BIN}:/usr/bin:/bin", "WORLD_SIZE": "2", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(PACKAGE_ROOT)}
+    return [
         subprocess.Popen(
-            [sys.executable, str(script), str(out), "30"],
-            env={**env, "RANK": str(r)},
+            [sys.executable, str(script), *args],
+            env={**base, **env, "RANK": str(r)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for r in range(2)
     ]
+
+
+def test_a_killed_rank_leaves_a_readable_run_that_names_the_missing_worker(tmp_path: Path) -> None:
+    out = tmp_path / "killed"
+    procs = _two_ranks(tmp_path / "rank.py", _RANK_SCRIPT, [str(out), "30"], {"TRAINSPECT_JOB_ID": "killed-job"})
     codes = [p.wait(timeout=240) for p in procs]
     assert codes[0] == 0 and codes[1] == -9
     trial = ts.create_trial(out)
@@ -241,27 +239,9 @@ _LATE_RANK_SCRIPT = textwrap.dedent("""
 
 
 def test_the_chief_reports_on_the_whole_job_once_the_other_ranks_ended(tmp_path: Path) -> None:
-    script = tmp_path / "late_rank.py"
-    script.write_text(_LATE_RANK_SCRIPT)
     out = tmp_path / "late"
-    env = {
-        "PATH": f"{BIN}:/usr/bin:/bin",
-        "WORLD_SIZE": "2",
-        "TRAINSPECT_JOB_ID": "late-rank-job",
-        "OMP_NUM_THREADS": "1",
-        "TRAINSPECT_TESTING": "1",
-        "PYTHONPATH": str(PACKAGE_ROOT),
-    }
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(script), str(out)],
-            env={**env, "RANK": str(r)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for r in range(2)
-    ]
+    env = {"TRAINSPECT_JOB_ID": "late-rank-job", "TRAINSPECT_TESTING": "1"}
+    procs = _two_ranks(tmp_path / "late_rank.py", _LATE_RANK_SCRIPT, [str(out)], env)
     results = [p.communicate(timeout=240) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], results[0][1][-2000:] + results[1][1][-2000:]
     assert (out / "training_job_end.ts").exists()
