@@ -478,9 +478,12 @@ def _run_tests(copy_root: Path, tests: list[str], timeout: float, show: bool = F
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return "timeout"
-    if show and proc.returncode != 0:
+    if show and proc.returncode != 0:  # the failure itself, not the warnings summary after it
         out, err = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
-        print(out[-3000:], err[-2000:], file=sys.stderr)
+        failures = out.find("= FAILURES =")
+        print(
+            out[max(failures - 80, 0) : failures + 6000] if failures >= 0 else out[-3000:], err[-2000:], file=sys.stderr
+        )
     return "survived" if proc.returncode == 0 else ("killed" if proc.returncode == 1 else f"error{proc.returncode}")
 
 
