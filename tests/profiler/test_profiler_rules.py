@@ -135,7 +135,7 @@ def test_load_balancing_across_nodes() -> None:
     v = LoadBalancing().evaluate(data([busy, idle]))
     assert v.status is Status.ISSUES_FOUND
     assert v.details["across_nodes"]["a:gpu0 vs b:gpu0"] > 0.5
-    # one GPU per node: only the nodes are compared, over the whole run, so it triggers at the last sample
+    # one GPU per node: only the nodes are compared, over the whole run, so it triggers at the run's end
     assert v.triggers == 1 and v.first_trigger_time == float(busy.timestamps[-1])
     twin = system(MIN15, node="b", **gpus(1, 90.0))
     assert LoadBalancing().evaluate(data([busy, twin])).status is Status.NO_ISSUES_FOUND

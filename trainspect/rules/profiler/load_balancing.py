@@ -111,8 +111,9 @@ class LoadBalancing(ProfilerRule):
             details["across_nodes"] = {k: round(d, 4) for k, d in cross.items()}
             pairs_seen += len(cross)
             worst = max([worst] + [(d, k) for k, d in cross.items()])
-            last = max(float(arr.timestamps[-1]) for arr in data.system.values() if len(arr))  # the last compared
-            triggers += [last] * sum(d > self.threshold for d in cross.values())
+            end = data.end_time()
+            assert end is not None  # the nodes compared have samples
+            triggers += [end] * sum(d > self.threshold for d in cross.values())
         if most <= self.patience:
             return self.no_data(
                 f"too little data: {most} GPU samples; the rule needs more than patience={self.patience}", most
