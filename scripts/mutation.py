@@ -5,7 +5,8 @@ A small self-contained AST mutator (no mutmut configuration needed). Each mutant
 ``*``→``/``, a number constant tweaked (``n`` → ``n + 1``, ``0.5`` → ``1.5``), ``True``↔``False``,
 ``return x`` → ``return None``, a call statement removed, a ``not`` dropped. The mutant is written into a private copy
 of the package (``PYTHONPATH`` points the test run at it; the working tree is never touched), then the test files that
-the ``TESTS`` table maps to that module run with ``-x`` under a per-mutant timeout. A mutant is *killed* when the
+the ``TESTS`` table maps to that module run with ``-x`` under a per-mutant timeout, from a folder that holds the copy
+and links to the rest of the repository (the processes a test starts run the mutant too). A mutant is *killed* when the
 tests fail (or time out), *survived* when they pass. ``--sample N`` draws N mutants per module (seeded), so a run fits
 in the time there is.
 
@@ -475,7 +476,7 @@ def _run_tests(copy_root: Path, tests: list[str], timeout: float, show: bool = F
     }
     cmd = [sys.executable, "-P", "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *tests]
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, timeout=timeout, check=False)
+        proc = subprocess.run(cmd, cwd=copy_root, env=env, capture_output=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return "timeout"
     if show and proc.returncode != 0:  # the failure itself, not the warnings summary after it
@@ -518,6 +519,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="trainspect-mut-") as tmp:
         copy_root = Path(tmp)
         shutil.copytree(PACKAGE, copy_root / "trainspect", ignore=shutil.ignore_patterns("__pycache__"))
+        _link_the_rest(copy_root)
         _check_imports_the_copy(copy_root)
         passed: set[tuple[str, ...]] = set()  # modules sharing a test list: their baseline runs once
         for module in args.modules:  # the unmutated copy must pass, or every mutant would count as killed
@@ -550,18 +552,30 @@ def survivors_of(output: str) -> set[str]:
     return found
 
 
+def _link_the_rest(copy_root: Path) -> None:
+    """Beside the package copy, a link to every other entry of the repository: the tests run from ``copy_root``.
+
+    A child process a test starts inherits that working directory, so ``python -m trainspect.cli`` or ``python -c``
+    (whose ``sys.path`` begins with the working directory) runs the mutant too, not the repository's trainspect.
+    """
+    for entry in ROOT.iterdir():
+        if entry.name != "trainspect":
+            (copy_root / entry.name).symlink_to(entry, target_is_directory=entry.is_dir())
+
+
 def _check_imports_the_copy(copy_root: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(copy_root), "PYTHONDONTWRITEBYTECODE": "1"}
-    where = subprocess.run(
-        [sys.executable, "-P", "-c", "import trainspect; print(trainspect.__file__)"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    if not where.startswith(str(copy_root)):
-        raise SystemExit(f"the tests would import {where}, not the mutated copy under {copy_root}")
+    for flags in (["-P"], []):  # pytest's own process, and a child that a test starts with ``-c`` or ``-m``
+        where = subprocess.run(
+            [sys.executable, *flags, "-c", "import trainspect; print(trainspect.__file__)"],
+            cwd=copy_root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        if not where.startswith(str(copy_root)):
+            raise SystemExit(f"the tests would import {where}, not the mutated copy under {copy_root}")
 
 
 def _run_all(chosen: list[Mutant], copy_root: Path, timeout: float) -> list[tuple[Mutant, str]]:
