@@ -5,10 +5,10 @@ A small self-contained AST mutator (no mutmut configuration needed). Each mutant
 ``*``→``/``, a number constant tweaked (``n`` → ``n + 1``, ``0.5`` → ``1.5``), ``True``↔``False``,
 ``return x`` → ``return None``, a call statement removed, a ``not`` dropped. The mutant is written into a private copy
 of the package (``PYTHONPATH`` points the test run at it; the working tree is never touched), then the test files that
-the ``TESTS`` table maps to that module run with ``-x`` under a per-mutant timeout, from a folder that holds the copy
-and links to the rest of the repository (the processes a test starts run the mutant too). A mutant is *killed* when the
-tests fail (or time out), *survived* when they pass. ``--sample N`` draws N mutants per module (seeded), so a run fits
-in the time there is.
+the ``TESTS`` table maps to that module, and the examples in its docstrings, run with ``-x`` under a per-mutant
+timeout, from a folder that holds the copy and links to the rest of the repository (the processes a test starts run
+the mutant too). A mutant is *killed* when the tests fail (or time out), *survived* when they pass. ``--sample N``
+draws N mutants per module (seeded), so a run fits in the time there is.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/mutation.py --sample 12 --seed 1
     .venv/bin/python scripts/mutation.py --modules store/framing.py --list     # the mutants, without running them
@@ -465,6 +465,11 @@ def mutated_source(m: Mutant) -> str:
     return ast.unparse(ast.fix_missing_locations(mutated))
 
 
+def _doctests(*modules: str) -> list[str]:
+    """The pytest arguments that run the examples in ``modules``' docstrings too, as the suite does (in the copy)."""
+    return ["--doctest-modules", *(f"trainspect/{module}" for module in modules)]
+
+
 def _run_tests(copy_root: Path, tests: list[str], timeout: float, show: bool = False) -> str:
     tests = [t for t in tests if t.startswith("-") or (ROOT / t.split("::")[0]).exists()]  # an older checkout
     env = {
@@ -529,6 +534,9 @@ def main() -> int:
                 print(f"baseline: the tests of {module} fail without any mutant; fix them first", file=sys.stderr)
                 return 2
             passed.add(tuple(TESTS[module]))
+        if _run_tests(copy_root, _doctests(*args.modules), args.timeout * 2, show=True) != "survived":
+            print("baseline: the modules' doctests fail without any mutant; fix them first", file=sys.stderr)
+            return 2
         results = _run_all(chosen, copy_root, args.timeout)
     return _summary(results)
 
@@ -586,7 +594,7 @@ def _run_all(chosen: list[Mutant], copy_root: Path, timeout: float) -> list[tupl
         target.write_text(mutated_source(m))
         start = time.monotonic()
         try:
-            outcome = _run_tests(copy_root, TESTS[m.module], timeout)
+            outcome = _run_tests(copy_root, [*TESTS[m.module], *_doctests(m.module)], timeout)
         finally:
             target.write_text(original)
         results.append((m, outcome))
