@@ -123,7 +123,7 @@ def test_tailing_a_growing_file(tmp_path: Path) -> None:
     writer.flush()
     arrays = reader.read_arrays()["n0"]
     assert arrays.values[:, 0].tolist() == [10.0, 11.0, 12.0, 13.0]
-    assert reader.get_timestamp_of_latest_available_file() == pytest.approx(1.7e9 + 1.5)
+    assert reader.get_timestamp_of_latest_available_file() == pytest.approx(1.7e9 + 1.5, abs=1e-6)
     writer.append(1.7e9 + 2, {"cpu0_utilization_percent": 1.0, "gpu0_utilization_percent": 50.0})  # new keys: new file
     writer.close()
     arrays = reader.read_arrays()["n0"]

@@ -119,6 +119,18 @@ def test_live_refresh_parses_only_new_or_grown_framework_files(res: Path, tmp_pa
     assert store.tables() is not tables and len(store.events_us()) == parsed + 1
 
 
+def test_timeline_file_names_in_microseconds_or_nanoseconds_date_the_files(res: Path, tmp_path: Path) -> None:
+    """A timeline file's name begins with the epoch time of its last event: in µs, or in ns past 1e17."""
+    reader = FrameworkMetricsReader(res / "model_timeline_traces")
+    assert reader.get_timestamp_of_first_available_file("us") == pytest.approx(1590461127873222, abs=1)
+    first = next((res / "model_timeline_traces").rglob("1590461127873222_0001_model_timeline.json"))
+    folder = tmp_path / "framework" / "pevents" / "2020052602"
+    folder.mkdir(parents=True)
+    shutil.copy(first, folder / "1590461127873222000_0001_model_timeline.json")
+    in_ns = FrameworkMetricsReader(tmp_path)
+    assert in_ns.get_timestamp_of_first_available_file("us") == pytest.approx(1590461127873222, abs=1)
+
+
 def test_tf_detailed_profiler_trace_read_into_framework_events(res: Path) -> None:
     root = res / "tfprofiler_timeline_traces"
     reader = FrameworkMetricsReader(root)
@@ -130,8 +142,9 @@ def test_tf_detailed_profiler_trace_read_into_framework_events(res: Path) -> Non
     assert {e.event_phase for e in events} == {"/host:CPU"}
     assert {e.node_id for e in events} == {"80807-8c859046be41.ant.amazon.com"}
     assert any(e.event_name.startswith("Iterator::") for e in events)
-    assert reader.get_timestamp_of_first_available_file("us") == pytest.approx(1596659864854168)
-    assert newest_data_time(root) == pytest.approx(1596659864.854168)
+    # to the microsecond (pytest.approx's default 1e-6 relative tolerance is ~27 minutes of an epoch time)
+    assert reader.get_timestamp_of_first_available_file("us") == pytest.approx(1596659864854168, abs=1)
+    assert newest_data_time(root) == pytest.approx(1596659864.854168, abs=1e-6)
 
 
 def test_tf_trace_without_metadata_or_damaged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

@@ -108,7 +108,9 @@ def test_the_issues_demo_noise_is_quiet_but_smdebugs_literal_rule_fires(tmp_path
     literal = StepOutlier(literal=True).evaluate(data)
     assert literal.status is Status.ISSUES_FOUND  # 11 > n_outliers 10: red or green by machine noise
     start, end = _steps(data)
-    assert literal.first_trigger_time == pytest.approx(start[10 + 27 * 10])  # the 11th outlier, not a window end
+    assert literal.first_trigger_time == pytest.approx(
+        start[10 + 27 * 10], abs=1e-6
+    )  # the 11th outlier, not a window end
     assert literal.last_trigger_time is not None and literal.last_trigger_time <= end[-1]
 
 
@@ -120,8 +122,8 @@ def test_periodic_200ms_stalls_trigger_at_the_first_stall(tmp_path: Path) -> Non
     v = StepOutlier().evaluate(data)
     assert v.status is Status.ISSUES_FOUND, v.message
     start, end = _steps(data)
-    assert v.first_trigger_time == pytest.approx(start[49])  # the stall's own time, not after the job ended
-    assert v.last_trigger_time == pytest.approx(start[299]) and v.last_trigger_time < end[-1]
+    assert v.first_trigger_time == pytest.approx(start[49], abs=1e-6)  # the stall's own time, not after the job ended
+    assert v.last_trigger_time == pytest.approx(start[299], abs=1e-6) and v.last_trigger_time < end[-1]
     assert v.triggers == 6 and v.details["worker_0/TRAIN"]["stall_step_numbers"] == [49, 99, 149, 199, 249, 299]
     assert v.details["worker_0/TRAIN"]["lost_percent"] > 20
     (series,) = v.series
