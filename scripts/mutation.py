@@ -176,6 +176,7 @@ TESTS: dict[str, list[str]] = {
         "tests/hooks/test_save_plan_rules.py",
         "tests/hooks/test_save_config.py",
         "tests/hooks/test_lifecycle_edges.py",
+        "tests/hooks/test_lifecycle_hand_mutants.py",
     ],
     # the step lifecycle: which call ends which mode's step, accumulation, driven vs inferred, a stop, close
     "hooks/step_driver.py": _LIFECYCLE,
@@ -268,6 +269,7 @@ TESTS: dict[str, list[str]] = {
         *_HOOK_CORE,
         "tests/keras/test_keras_faults.py::test_json_config",
         "tests/test_distributed.py::test_ranks_killed_right_after_destroying_their_process_group_end_the_run",
+        "tests/distributed/test_launchers.py::test_lightning_ddp_records_every_rank[ddp_fork-before-trainer]",
     ],
     "hooks/hook_extras.py": [
         *_HOOK_CORE,

@@ -390,6 +390,7 @@ def test_scalars_added_to_a_step_are_written_at_that_step_only(tmp_path: Path) -
     assert trial.tensor("acc").steps() == [0]
     assert trial.tensor("loss").steps() == [1]
     assert "between" not in trial.tensor_names()
+    assert trial.tensor_names(collection="losses") == ["acc", "loss"]  # a deferred scalar joins its collections too
 
 
 def test_steps_that_alternate_optimizers_give_one_loss_series_per_optimizer(tmp_path: Path) -> None:
@@ -701,3 +702,36 @@ def test_rank_0_keeps_a_copy_of_horovods_timeline(tmp_path: Path, monkeypatch: p
     _train_step(model, opt, 0)
     hook.close()
     assert RunLayout(tmp_path / "run").horovod_timeline.read_text() == '[{"name": "allreduce"}]'
+
+
+class _SharedLayer(nn.Module):
+    """One layer applied twice in each forward pass (weight sharing)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.fc(x)))
+
+
+def test_a_layer_called_twice_in_a_step_records_each_steps_outputs(tmp_path: Path) -> None:
+    """The second call of a shared layer reuses the collections decided at the first (one decision per step)."""
+    model = _SharedLayer()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    hook = _hook(tmp_path, "outputs", include_regex=["fc_output_0"])
+    hook.register_module(model)
+    outputs = []
+    for seed in range(2):
+        x, _ = _batch(seed)
+        out = model(x)
+        outputs.append(out.detach().numpy().copy())
+        out.pow(2).mean().backward()
+        opt.step()
+        opt.zero_grad()
+    hook.close()
+    saved = _trial(tmp_path).tensor("fc_output_0")
+    assert saved.steps() == [0, 1]
+    for step, out in enumerate(outputs):  # the later call's output: the model's
+        np.testing.assert_allclose(saved.value(step), out, rtol=1e-6)

@@ -58,6 +58,7 @@ from trainspect.rules.profiler import (
     InputBottleneck,
     LoadBalancing,
     LowGPUUtilization,
+    OverallFrameworkMetrics,
     OverallSystemUsage,
     StepOutlier,
     WorkerStraggler,
@@ -205,6 +206,10 @@ def test_heatmap_keeps_up_to_four_step_boundaries_per_column() -> None:
         tab = _tab([0.25 * k for k in range(n)], [0.25 * k + 0.125 for k in range(n)])
         out = heatmap(data([system(4.0, cores=1)], [tab]), max_columns=2)
         assert out["step_boundaries"] == [T0 + 0.25 * k for k in range(n)]
+    for n in (9, 20):  # more: 4 x max_columns of them, evenly spread from the first to the last
+        tab = _tab([0.125 * k for k in range(n)], [0.125 * k + 0.0625 for k in range(n)])
+        kept = heatmap(data([system(4.0, cores=1)], [tab]), max_columns=2)["step_boundaries"]
+        assert len(kept) == 8 and kept[0] == T0 and kept[-1] == T0 + 0.125 * (n - 1)
 
 
 # --- ranks -------------------------------------------------------------------------------------------------------
@@ -406,10 +411,35 @@ def test_step_outlier_loop_ends_with_the_latest_step_and_its_stats_are_exact() -
     assert "worker_0/EVAL" not in v.details  # one step
 
 
+def test_literal_step_outlier_reports_mean_plus_stddev_std_and_a_hundred_bin_histogram() -> None:
+    durations = np.array([1.0, 1.5] * 60 + [4.0])  # mean 1.2727, std 0.3521: threshold 2.329 s (mean - 3 std < 0.3)
+    v = StepOutlier(literal=True).evaluate(data([], [_outlier_data(durations)]))
+    got = v.details["worker_0/TRAIN"]
+    assert got["threshold_s"] == pytest.approx(durations.mean() + 3 * durations.std())
+    assert got["number_of_outliers"] == 1 and got["step_numbers"] == [120]
+    assert len(got["probs"]) == 100 and len(got["binedges"]) == 101  # the steps below the threshold, 100 bins
+    assert sum(got["probs"]) == 120 and got["binedges"][0] == 1.0 and got["binedges"][-1] == 1.5
+
+
 def test_step_outlier_judges_only_groups_of_more_than_a_hundred_steps() -> None:
     many, hundred = _outlier_data(np.ones(110)), _outlier_data(np.ones(100), worker="worker_1")
     v = StepOutlier().evaluate(data([], [many, hundred]))
     assert set(v.details) == {"worker_0/TRAIN"}
+
+
+# --- OverallFrameworkMetrics ----------------------------------------------------------------------------------------
+def test_the_forward_backward_split_needs_both_timed() -> None:
+    both = _with_spans(_tab([0.0], [4.0]), [1, 2], [0.0, 1.0], [1.0, 3.0])  # 1 s forward, 2 s backward
+    tiny = _with_spans(_tab([0.0], [4.0]), [1, 2], [0.0, 1.0], [0.015625, 1.015625])  # each under 1 % of the step
+    split = OverallFrameworkMetrics().evaluate(data([], [both])).details["forward_backward"]
+    assert split == pytest.approx({"forward": 100 / 3, "backward": 200 / 3})
+    assert OverallFrameworkMetrics().evaluate(data([], [tiny])).details["forward_backward"] == {
+        "forward": 50.0,
+        "backward": 50.0,
+    }
+    for kind in (1, 2):  # only one of them timed
+        alone = _with_spans(_tab([0.0], [4.0]), [kind], [1.0], [3.0])
+        assert "forward_backward" not in OverallFrameworkMetrics().evaluate(data([], [alone])).details
 
 
 # --- BatchSize ---------------------------------------------------------------------------------------------------
@@ -421,6 +451,25 @@ def test_batch_size_needs_more_than_window_samples_in_a_scan_window() -> None:
     v = BatchSize(window=10, patience=1, scan_interval_us=4_500_000).evaluate(data([arrays]))
     assert v.status is Status.ISSUES_FOUND and v.triggers == 1 and v.first_trigger_time == T0 + 9.0
     assert v.series[0].x == (T0 + 9.0,)
+
+
+def test_batch_size_judges_the_gpus_95th_percentiles() -> None:
+    """Utilisation and memory 0-99 % over the window: their p95 is 94.05 %, below 95 (p96 would be 95.04)."""
+    ramp = np.concatenate([[0.0], np.arange(100.0)])  # 101 samples; the window holds the last 100
+    for low in ("gpu0_utilization_percent", "gpu0_memory_used_percent"):
+        cols = {"gpu0_utilization_percent": 10.0, "gpu0_memory_used_percent": 10.0, low: ramp}
+        arrays = system(50.5, cores=1, **cols)
+        judged = {
+            limit: BatchSize(window=100, patience=1, gpu_threshold_p95=limit, gpu_memory_threshold_p95=limit)
+            .evaluate(data([arrays]))
+            .triggers
+            for limit in (95.0, 94.0)
+        }
+        assert judged == {95.0: 1, 94.0: 0}, low
+    flat = data([system(50.5, cores=1, gpu0_utilization_percent=10.0, gpu0_memory_used_percent=10.0)])
+    for util, mem, triggers in ((10.0, 50.0, 0), (50.0, 10.0, 0), (10.5, 10.5, 1)):  # exactly at a threshold: not below
+        rule = BatchSize(window=100, patience=1, gpu_threshold_p95=util, gpu_memory_threshold_p95=mem)
+        assert rule.evaluate(flat).triggers == triggers
 
 
 # --- Dataloader --------------------------------------------------------------------------------------------------
@@ -480,6 +529,18 @@ def test_load_balancing_compares_a_pair_of_which_either_gpu_passed_patience() ->
     both_few = system(5.0, cores=1, gpu0_utilization_percent=few, gpu1_utilization_percent=few)
     v = LoadBalancing(threshold=0.5, patience=5).evaluate(data([both_few]))
     assert v.status is Status.NO_DATA  # neither passed patience
+
+
+def test_load_balancing_compares_a_gpu_past_patience_with_one_of_a_single_sample_not_two_at_patience() -> None:
+    """A pair is compared when one GPU has more than ``patience`` samples and the other at least one."""
+    samples = {0: (10.0, 5), 1: (90.0, 5), 2: (90.0, 10), 3: (10.0, 1)}  # GPU: (utilisation, samples of 10)
+    gpus = {f"gpu{g}_utilization_percent": np.array([u] * n + [np.nan] * (10 - n)) for g, (u, n) in samples.items()}
+    node = system(5.0, cores=1, **gpus)
+    v = LoadBalancing(threshold=0.5, patience=5).evaluate(data([node]))
+    distances = v.details["n0"]["distances"]
+    assert "gpu1" not in distances.get("gpu0", {})  # neither passed patience
+    assert set(distances["gpu0"]) == {"gpu2"} and set(distances["gpu2"]) == {"gpu3"}
+    assert distances["gpu2"]["gpu3"] > 0.5 and v.status is Status.ISSUES_FOUND  # one sample is enough beside it
 
 
 def test_load_balancing_says_when_a_second_gpu_reported_nothing() -> None:
@@ -869,7 +930,6 @@ def test_step_outlier_charts_at_most_500_outliers_and_states_its_stddev_to_two_p
 # --- sixth round (seed-43 survivors) -----------------------------------------------------------------------------
 def test_a_loop_just_over_a_quarter_outside_steps_is_pointed_out() -> None:
     """25.5 % of the loop between steps is over the 25 % advice cut-off (25.0 % exactly is not: see thresholds)."""
-    from trainspect.rules.profiler import OverallFrameworkMetrics
 
     tab = steps(np.array([1.46, 1.46]), gap=1.0, start=T0)  # 1 of 3.92 s between steps
     v = OverallFrameworkMetrics().evaluate(data([], [tab]))

@@ -35,7 +35,7 @@ from trainspect.profiler.config import FrameworkProfile, ProfilerConfig
 from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.histograms import UtilisationHistogram
 from trainspect.report._compare_rows import fairness, metric_rows, saving_row
-from trainspect.report._framework_sections import DataloaderSection
+from trainspect.report._framework_sections import DataloaderSection, PhaseRatioSection
 from trainspect.report._histogram_section import _node, histogram_findings
 from trainspect.report._rule_sections import RulesSummarySection, TensorSection, TriggeredRulesSection
 from trainspect.report._system_sections import CostSection, SystemUsageSection
@@ -327,6 +327,31 @@ def test_a_data_wait_of_exactly_ten_percent_is_no_warning(tmp_path: Path) -> Non
     assert [(b["kind"], b["text"]) for b in notes] == [
         ("note", "worker_0 waited for data 10% of its training loop: data loading is not a bottleneck.")
     ]
+
+
+def _spans(tab: FrameworkTables, kinds: list[int], starts: list[float], ends: list[float]) -> FrameworkTables:
+    n = len(kinds)
+    tab.spans = {
+        "kind": np.array(kinds, np.uint8),
+        "start": T0 + np.array(starts),
+        "end": T0 + np.array(ends),
+        "global_step": np.full(n, -1, np.int64),
+        "workers": np.full(n, -1, np.int16),
+        "pid": np.zeros(n, np.int64),
+    }
+    return tab
+
+
+def test_the_forward_to_backward_ratio_is_given_only_when_both_were_timed(tmp_path: Path) -> None:
+    both = _spans(_tab([4.0]), [1, 2], [10.0, 11.0], [11.0, 13.0])  # 1 s forward, 2 s backward
+    only_backward = _spans(_tab([4.0]), [2], [11.0], [13.0])
+    texts = []
+    for tab in (both, only_backward):
+        page = Page()
+        PhaseRatioSection().build(_ctx(tmp_path, framework=(tab,)), page)
+        texts.append([b["text"] for b in page.blocks if b["kind"] == "p" and "Forward to backward" in b["text"]])
+    assert texts[0] and texts[0][0].startswith("Forward to backward ratio: 0.50 ")
+    assert texts[1] == []
 
 
 # --- the system sections -----------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import trainspect as ts
 from trainspect.exceptions import ConfigError
 from trainspect.modes import ModeKeys
 from trainspect.rules import (
+    AllZero,
     CheckInputImages,
     ClassImbalance,
     Confusion,
@@ -513,3 +514,54 @@ def test_exploding_tensor_asks_the_hook_for_the_min_and_max_of_the_tensors_it_is
     assert main.include_regex == ("fc.*",) and main.reductions == ("min", "max") and not main.raw
     assert [r.collection for r in ExplodingTensor(collection_names=["weights"]).requirements()][-1] == "weights"
     assert [r.collection for r in ExplodingTensor().requirements()] == ["losses", "gradients"]
+
+
+# --- seventh pass (boundaries and constants, fifth session) ------------------------------------------------------
+def test_literal_loss_not_decreasing_compares_with_the_loss_exactly_num_steps_before() -> None:
+    """At step 4 with ``num_steps=2`` the loss compared with is step 2's, not step 1's (the history keeps no older)."""
+    two = checks(LossNotDecreasing(num_steps=2, diff_percent=10.0, literal=True), losses([16.0, 12.0, 9.0, 9.5, 10.0]))
+    assert two[2] is not None and two[2].detail.startswith("TRAIN loss went from 16 (step 0) to 9 (step 2)")
+    assert two[4] is not None and two[4].detail.startswith("TRAIN loss went from 9 (step 2) to 10 (step 4)")
+
+
+def test_literal_loss_not_decreasing_counts_a_rise_from_exactly_zero_as_minus_100_percent() -> None:
+    """From a loss of exactly 0: a rise is a decrease of -100 %, staying at 0 one of 0 % (below the threshold)."""
+    (_, res) = checks(LossNotDecreasing(num_steps=1, literal=True), losses([0.0, 0.5]))
+    assert res is not None and res.triggered and res.value == -100.0
+    assert "decrease -100% (threshold 0.1%)" in res.detail
+    (_, flat) = checks(LossNotDecreasing(num_steps=1, literal=True), losses([0.0, 0.0]))
+    assert flat is not None and flat.triggered and flat.value == 0.0
+
+
+def test_exploding_tensor_only_nan_finds_a_nan_in_a_tensor_recorded_as_reductions_only() -> None:
+    """A tensor saved as reductions (no raw value): ``only_nan`` flags a NaN mean, not an infinite max."""
+    nan = [step(0, [tensor("w", None, ["weights"], mean=float("nan"))])]
+    inf = [step(0, [tensor("w", None, ["weights"], max=float("inf"))])]
+    (found,) = checks(ExplodingTensor(only_nan=True, collection_names=["weights"]), nan)
+    (not_nan,) = checks(ExplodingTensor(only_nan=True, collection_names=["weights"]), inf)
+    assert found is not None and found.triggered and found.tensors == ("w",)
+    assert not_nan is not None and not not_nan.triggered
+
+
+def test_poor_weight_initialization_reads_the_activation_inputs_its_regex_names(tmp_path: Path) -> None:
+    """Inputs recorded outside the ``relu_input`` collection (another tool's run) are read through the regex."""
+    recs = [
+        record(
+            n,
+            [tensor(f"{layer}_input", None, ["default"], variance=v) for layer, v in (("enc1", 1.0), ("enc2", 100.0))],
+        )
+        for n in range(3)
+    ]
+    trial = ts.create_trial(write_run(tmp_path / "run", recs))
+    (named,) = evaluate(trial, [PoorWeightInitialization(activation_inputs_regex=["enc.*_input"])], write=False)
+    assert named.status is Status.ISSUES_FOUND and "input variances (2 layers) differ by a factor" in named.message
+    (default,) = evaluate(trial, [PoorWeightInitialization()], write=False)
+    assert default.status is Status.NO_DATA
+
+
+@pytest.mark.parametrize("rule", [UnchangedTensor, TensorVariance, AllZero])
+def test_rules_of_any_tensor_require_a_selection_at_construction(rule: type) -> None:
+    extra = {"max_threshold": 1.0} if rule is TensorVariance else {}
+    with pytest.raises(ConfigError, match="give collection_names or tensor_regex"):
+        rule(**extra)
+    assert rule(tensor_regex=["w"], **extra).params["tensor_regex"] == ["w"]
