@@ -21,6 +21,7 @@ assertion states the documented behaviour (the rules' and analyses' docstrings, 
 from __future__ import annotations
 
 import socket
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from profiler_synth import T0, data, steps, system
 from synthetic_run import write_steps, write_system
 
 from trainspect.exceptions import TrainspectError
+from trainspect.hooks.framework_metrics import FrameworkRecorder
 from trainspect.profiler import window
 from trainspect.profiler.analysis import (
     cuda_memory_statistics,
@@ -198,6 +200,19 @@ def test_cuda_memory_first_allocation_and_peak_over_the_steps() -> None:
     }
     row = cuda_memory_statistics(data([], [tab])).iloc[0]
     assert row["allocated_first_bytes"] == 200.0 and row["growth_bytes"] == 100.0 and row["peak_bytes"] == 500.0
+
+
+# --- the framework recorder -----------------------------------------------------------------------------------
+def test_the_framework_recorder_closes_once_started_or_not_and_leaves_no_writer_thread(tmp_path: Path) -> None:
+    """A hook closed before its first step closes a recorder never started; a started one's thread is joined."""
+    idle = FrameworkRecorder(tmp_path / "idle", "worker_0", node="n0")
+    idle.close()
+    idle.close()
+    started = FrameworkRecorder(tmp_path / "run", "worker_0", node="n0")
+    started.start()
+    started.close()
+    started.close()  # idempotent
+    assert not [t for t in threading.enumerate() if t.name == "trainspect-framework-writer"]
 
 
 # --- heatmap -----------------------------------------------------------------------------------------------------
@@ -440,6 +455,17 @@ def test_the_forward_backward_split_needs_both_timed() -> None:
     for kind in (1, 2):  # only one of them timed
         alone = _with_spans(_tab([0.0], [4.0]), [kind], [1.0], [3.0])
         assert "forward_backward" not in OverallFrameworkMetrics().evaluate(data([], [alone])).details
+
+
+def test_the_operator_breakdown_keeps_operators_over_two_percent_of_the_device_time() -> None:
+    from trainspect.profiler.detailed import OPERATOR_COLUMNS
+
+    d = data([], [_with_spans(_tab([0.0], [4.0]), [1], [0.0], [1.0])])
+    rows = [("aten::addmm", 95.0), ("aten::mm", 2.5), ("aten::relu", 2.0), ("aten::add", 0.5)]  # µs: % of 100
+    d.operators = pd.DataFrame([["worker_0", 0, 5, "cpu", name, 1, t, t] for name, t in rows], columns=OPERATOR_COLUMNS)
+    details = OverallFrameworkMetrics().evaluate(d).details
+    assert details["CPU"] == pytest.approx({"aten::addmm": 9500 / 97.5, "aten::mm": 250 / 97.5})  # 2 %: not over
+    assert "GPU" not in details and "GPU_total" not in details  # no GPU operator: no GPU breakdown
 
 
 # --- BatchSize ---------------------------------------------------------------------------------------------------
@@ -860,7 +886,6 @@ def test_a_heatmap_cell_averages_only_the_samples_a_gpu_reported() -> None:
 def test_a_node_is_named_by_trainspect_node_id_else_by_its_host(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from trainspect.hooks.framework_metrics import FrameworkRecorder
     from trainspect.hooks.system_monitor import default_node_id
 
     monkeypatch.delenv("TRAINSPECT_NODE_ID", raising=False)
@@ -1081,7 +1106,6 @@ def test_the_framework_recorder_writes_every_flush_interval_not_only_the_first(t
     """Steps reach disk while the run goes on (a live reader, a crash): after the first flush, the next ones too."""
     import time
 
-    from trainspect.hooks.framework_metrics import FrameworkRecorder
     from trainspect.modes import ModeKeys
     from trainspect.profiler.readers import FrameworkMetricsReader
 
@@ -1156,7 +1180,6 @@ def test_merging_no_system_parts_gives_no_rows_and_no_keys() -> None:
 
 
 def test_a_loaders_worker_count_and_batch_size_are_recorded_as_set(tmp_path: Path) -> None:
-    from trainspect.hooks.framework_metrics import FrameworkRecorder
     from trainspect.profiler.data import load_profiler_data
 
     rec = FrameworkRecorder(tmp_path, "worker_0", node="n0")

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from trainspect.modes import ModeKeys
 from trainspect.profiler import FrameworkMetricsReader, SystemMetricsReader, load_profiler_data
 from trainspect.profiler.data import ProfilerData
 from trainspect.profiler.ending import newest_data_time, run_over
@@ -129,6 +130,26 @@ def test_timeline_file_names_in_microseconds_or_nanoseconds_date_the_files(res: 
     shutil.copy(first, folder / "1590461127873222000_0001_model_timeline.json")
     in_ns = FrameworkMetricsReader(tmp_path)
     assert in_ns.get_timestamp_of_first_available_file("us") == pytest.approx(1590461127873222, abs=1)
+
+
+def test_a_step_event_named_by_its_mode_is_that_modes_step_whatever_its_process_is_named(tmp_path: Path) -> None:
+    """The mode of a step comes from the event's own ``Step:ModeKeys.*`` name before its process's name."""
+    folder = tmp_path / "framework" / "pevents" / "2020052602"
+    folder.mkdir(parents=True)
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
+        {
+            "ph": "X",
+            "name": "Step:ModeKeys.EVAL",
+            "pid": 1,
+            "ts": 1590461127000000,
+            "dur": 500,
+            "args": {"step_num": "3"},
+        },
+    ]
+    (folder / "1590461127000500_algo-1_pythontimeline.json").write_text(json.dumps(events))
+    (tab,) = FrameworkMetricsReader(tmp_path).read_tables().values()
+    assert tab.steps["mode"].tolist() == [int(ModeKeys.EVAL)] and tab.steps["mode_step"].tolist() == [3]
 
 
 def test_tf_detailed_profiler_trace_read_into_framework_events(res: Path) -> None:
