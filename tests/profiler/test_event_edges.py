@@ -77,6 +77,9 @@ def test_a_gzipd_trace_that_inflates_past_the_cap_is_refused_not_read(
         load_trace(two)
     events, problem = read_trace_file(two)
     assert events == [] and problem is not None and "decompresses to over" in problem
+    monkeypatch.setattr(traces, "TRACE_CAP", half)  # a first member exactly at the cap: the next one is too much
+    with pytest.raises(UnsafeFile, match="decompresses to over"):
+        load_trace(two)
 
 
 def test_a_gzipd_trace_of_several_members_within_the_cap_reads_whole(
