@@ -565,3 +565,10 @@ def test_rules_of_any_tensor_require_a_selection_at_construction(rule: type) -> 
     with pytest.raises(ConfigError, match="give collection_names or tensor_regex"):
         rule(**extra)
     assert rule(tensor_regex=["w"], **extra).params["tensor_regex"] == ["w"]
+
+
+def test_losses_flat_at_exactly_zero_are_no_overfit_nor_overtraining() -> None:
+    """A solved task: training and validation losses of exactly 0 neither rise nor fall (no division, no alarm)."""
+    rounds = train_eval_rounds([0.0] * 40, [0.0] * 40)
+    assert not any(c is not None and c.triggered for c in checks(Overfit(), rounds))
+    assert not any(c is not None and c.triggered for c in checks(Overtraining(), rounds))

@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from trainspect.store.index import TrialIndex
 from trainspect.store.inventory import tensor_problems
 from trainspect.store.jsonfile import Obj, check
 from trainspect.store.layout import RunLayout
-from trainspect.store.manifest import rank_count
+from trainspect.store.manifest import rank_count, read_worker_manifests
 from trainspect.store.nan_origins import first_origins
 from trainspect.store.run_writer import RunWriter
 from trainspect.store.source import TrainspectSource
@@ -54,6 +55,16 @@ def _weight(name: str, value: np.ndarray, reductions: bool = True) -> TensorReco
 
 def _writer(root: Path, **kw: Any) -> RunWriter:
     return RunWriter(RunLayout(root), "worker_0", tensorboard=False, **kw)
+
+
+def test_a_started_writer_records_when_its_worker_started(tmp_path: Path) -> None:
+    """A writer used on its own (as ``trainspect.store.frames`` shows) still dates its worker in the manifest."""
+    before = time.time()
+    writer = _writer(tmp_path)
+    writer.start()
+    writer.close()
+    manifest = read_worker_manifests(RunLayout(tmp_path))["worker_0"]
+    assert before <= manifest["start_time"] <= time.time() and manifest["pid"] == os.getpid()
 
 
 # --- the writer's memory bound -------------------------------------------------------------------------------
