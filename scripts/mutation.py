@@ -50,6 +50,7 @@ _STORE = [
     "tests/store/test_crash_and_corruption.py",
     "tests/store/test_trial_api.py",
     "tests/store/test_store_hand_mutants.py",
+    "tests/store/test_smdebug_fixtures.py",  # runs the real smdebug wrote: the index's direct entries
     "-knot sigkill",
 ]
 _WRITER = [

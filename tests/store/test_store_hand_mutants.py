@@ -20,6 +20,7 @@ import pytest
 from _support.fakes import RecordingSink
 
 import trainspect as ts
+from trainspect.collections import Collection
 from trainspect.exceptions import DamagedFile, TensorUnavailableForStep
 from trainspect.modes import ModeKeys
 from trainspect.step import StepRecord, TensorRecord
@@ -485,6 +486,22 @@ def test_five_missing_index_files_are_named_one_by_one_and_six_in_one_line(tmp_p
     (folder / "data-000005.bin").touch()
     six = [p for p in tensor_problems(layout, over=True) if "index-" in p]
     assert len(six) == 1 and six[0].startswith("6 index-*.idx files are missing (first: ")
+
+
+def test_the_built_in_collection_patterns_stand_in_only_for_a_missing_collections_file(tmp_path: Path) -> None:
+    """A run's own collections are all it has; the built-in ones are matched by pattern only when a file is lost."""
+    mine = Collection("mine")
+    mine.add_tensor_name("x")
+    layout = RunLayout(tmp_path)
+    layout.tensor_dir("worker_0").mkdir(parents=True)
+    (layout.tensor_dir("worker_0") / "collections.json").write_text(
+        json.dumps({"collections": {"mine": mine.to_dict()}})
+    )
+    assert set(TrainspectSource(tmp_path).collections()) == {"mine"}
+    layout.tensor_dir("worker_1").mkdir()
+    (layout.tensor_dir("worker_1") / "collections.json").write_text("{")  # damaged
+    with_builtins = TrainspectSource(tmp_path).collections()
+    assert {"mine", "weights", "gradients", "losses"} <= set(with_builtins)
 
 
 def test_a_boolean_is_not_an_integer_in_a_checked_json_file() -> None:
