@@ -45,7 +45,7 @@ from trainspect.profiler.analysis import (
     utilization_statistics,
 )
 from trainspect.profiler.arrays import FrameworkTables
-from trainspect.profiler.detailed import PYTHON_COLUMNS
+from trainspect.profiler.detailed import OPERATOR_COLUMNS, PYTHON_COLUMNS
 from trainspect.profiler.heatmap import heatmap
 from trainspect.profiler.metrics import CATALOGUE
 from trainspect.profiler.ranks import step_cycles
@@ -458,8 +458,6 @@ def test_the_forward_backward_split_needs_both_timed() -> None:
 
 
 def test_the_operator_breakdown_keeps_operators_over_two_percent_of_the_device_time() -> None:
-    from trainspect.profiler.detailed import OPERATOR_COLUMNS
-
     d = data([], [_with_spans(_tab([0.0], [4.0]), [1], [0.0], [1.0])])
     rows = [("aten::addmm", 95.0), ("aten::mm", 2.5), ("aten::relu", 2.0), ("aten::add", 0.5)]  # µs: % of 100
     d.operators = pd.DataFrame([["worker_0", 0, 5, "cpu", name, 1, t, t] for name, t in rows], columns=OPERATOR_COLUMNS)
@@ -696,7 +694,6 @@ def test_a_step_time_exactly_at_the_limit_does_not_straggle() -> None:
 # --- second round: operators, data-loading times, datapoints over GPUs and nodes ---------------------------------
 def test_top_operators_rank_by_self_time() -> None:
     from trainspect.profiler.analysis import top_operators
-    from trainspect.profiler.detailed import OPERATOR_COLUMNS
 
     d = data()
     d.operators = pd.DataFrame(
