@@ -8,8 +8,8 @@ counted exactly: this script runs itself under ``valgrind --tool=callgrind`` and
 parameter tensors, as bench_hook's per-step line) ``--steps`` steps with each of, in turn:
 
 * plain: no instrumentation;
-* PyTorch's hooking alone (bench_hook's: a no-op forward pre-hook and optimizer hooks, pass-through backward and loss
-  wrappers): what any recorder built on PyTorch's hooks pays before doing anything;
+* PyTorch's hooking alone (bench_hook's: a no-op forward of the model's own and optimizer hooks, pass-through
+  backward and loss wrappers): what any recorder built on PyTorch's hooks pays before doing anything;
 * a minimal recorder (:func:`_minimal_recorder`, benchmark-only): the same events doing the same work as the default
   capture's steady step (the step's count and time, the loss read once under two names, one queue item per step),
   and nothing else (no modes, no accumulation, no writer, no guard): a floor, not a design;
@@ -55,6 +55,7 @@ def _minimal_recorder(model: Any, loss_fn: Any, queue: collections.deque[Any] | 
 
     Each step queues ``(step, time, {"MSELoss_output_0": loss, "loss": loss})`` on ``queue`` (a new deque if None).
     """
+    import bench_hook as bh
     import torch
     import torch.nn.functional as F  # noqa: N812
     from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
@@ -92,7 +93,7 @@ def _minimal_recorder(model: Any, loss_fn: Any, queue: collections.deque[Any] | 
             state.update(open=False, last=None)
 
     handles = [
-        model.register_forward_pre_hook(forward_pre),
+        bh.OwnForward(model, forward_pre),
         register_optimizer_step_pre_hook(lambda optimizer, args, kwargs: None),
         register_optimizer_step_post_hook(optimizer_post),
     ]

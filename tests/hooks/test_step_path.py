@@ -23,6 +23,7 @@ from torch import nn
 import trainspect as ts
 from trainspect.exceptions import TrainingStopped
 from trainspect.hooks._guard import Guarded, guarded
+from trainspect.hooks.torch_callbacks import ForwardTap
 from trainspect.modes import ModeKeys
 
 torch.set_num_threads(1)
@@ -69,13 +70,17 @@ def test_by_default_only_the_start_of_a_forward_pass_is_hooked_and_the_profiler_
     hook.register_module(plain)
     profiled = _hook(tmp_path / "timed", profiler_config=ts.ProfilerConfig(system_monitor_interval_millis=500))
     profiled.register_module(timed)
-    assert len(plain._forward_pre_hooks) == 1 and len(plain._forward_hooks) == 0
-    assert len(timed._forward_pre_hooks) == 1 and len(timed._forward_hooks) == 1
+    # the start is the model's own forward (a ForwardTap): no module hook, PyTorch's fast call path kept
+    assert len(plain._forward_pre_hooks) == 0 and len(plain._forward_hooks) == 0
+    assert len(timed._forward_pre_hooks) == 0 and len(timed._forward_hooks) == 1
+    assert all(isinstance(vars(model)["forward"], ForwardTap) for model in (plain, timed))
     for model in (plain, timed):
         model(_x(0))
+    assert hook.collector.global_step == 0 and profiled.collector.global_step == 0  # each pass began a step
     hook.close()
     profiled.close()
-    assert len(plain._forward_pre_hooks) == 0 and len(timed._forward_hooks) == 0  # removed at close
+    assert len(timed._forward_hooks) == 0  # removed at close, and the class's forward is the models' again
+    assert all("forward" not in vars(model) and model.forward.__func__ is nn.Linear.forward for model in (plain, timed))
 
 
 def test_a_forward_pass_that_raised_leaves_the_next_calls_their_own_steps(tmp_path: Path) -> None:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import functools
 import importlib
 import multiprocessing.context
+import types
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Callback", "HookDict", "own_hook_dicts"]
+__all__ = ["Callback", "ForwardTap", "HookDict", "own_hook_dicts", "tap_forward", "tappable"]
 
 _DICTS = ("_forward_hooks", "_forward_pre_hooks")
 _TOP = ("_on_top_forward_pre", "_on_top_forward")  # the callbacks of a registered model: they register it first
@@ -72,6 +73,110 @@ def own_hook_dicts(module: Any) -> None:
         hooks = state.get(name)
         if isinstance(hooks, OrderedDict) and not isinstance(hooks, HookDict) and not hooks:
             state[name] = HookDict()
+
+
+class ForwardTap:
+    """A registered model's own ``forward``: ``callback(model, args)``, then the forward it stands in for.
+
+    Set in the model's ``__dict__``. A forward pre-hook would do the same, but any hook sends every call of the
+    module through the slow path of ``Module.__call__`` (its closure, hook-dict walks and compiler checks): ~11 k
+    instructions per forward pass on the training thread, against ~2 k for this tap (docs/architecture.md, "where
+    the step's cost goes"). Like a hook it never travels with the model: a pickled or copied model gets its class's
+    ``forward`` back (a spawned process gets the tap with its hook's ticket, see the module), and a ``DataParallel``
+    replica gets a tap of its own (``_replicate_for_data_parallel`` copies a module's ``__dict__``). It keeps the
+    name, documentation and signature of the forward it stands in for (``inspect.signature``: Hugging Face's
+    ``Trainer`` reads a model's input columns from it), and the libraries that swap a model's ``forward`` for a
+    while (Lightning's strategies, accelerate's mixed precision) put it back as they found it.
+    """
+
+    def __init__(self, module: Any, callback: Any, inner: Any = None, own: bool | None = None) -> None:
+        self.module, self.callback = module, callback
+        self.own = "forward" in module.__dict__ if own is None else own  # the module had a forward of its own
+        self.inner = module.forward if inner is None else inner
+        functools.update_wrapper(self, self.inner, updated=())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The model's forward pass: the callback first (unless removed), then the forward this tap stands in for."""
+        if self.callback is not None:
+            self.callback(self.module, args)
+        return self.inner(*args, **kwargs)
+
+    def remove(self) -> None:
+        """Stop calling the callback; give the model back the forward it had where this tap is still its own."""
+        self.callback = None
+        state = self.module.__dict__
+        if isinstance(state.get("_replicate_for_data_parallel"), _Replicator):
+            del state["_replicate_for_data_parallel"]
+        if state.get("forward") is not self:
+            return  # wrapped since (accelerate's mixed precision): it stays, as a pass-through
+        target: Any = self
+        while isinstance(target, ForwardTap) and target.callback is None:
+            target = target.inner if target.own else None
+        if target is None:
+            del state["forward"]
+        else:
+            state["forward"] = target
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        if self.callback is not None and _spawning():
+            return (ForwardTap, (self.module, self.callback, self.inner, self.own))
+        if self.own:
+            return (_same, (self.inner,))
+        return (getattr, (self.module, "forward"))  # the class's forward, bound to the copy
+
+
+def _same(obj: Any) -> Any:
+    return obj
+
+
+def _replicate(module: Any) -> Any:
+    """``DataParallel``'s copy of a tapped module for another device, with a tap of its own (see ForwardTap)."""
+    replica = type(module)._replicate_for_data_parallel(module)
+    state = replica.__dict__
+    del state["_replicate_for_data_parallel"]
+    tap = state.get("forward")
+    if isinstance(tap, ForwardTap) and tap.module is module and not tap.own:
+        state["forward"] = ForwardTap(replica, tap.callback, types.MethodType(type(replica).forward, replica), False)
+    return replica
+
+
+class _Replicator:
+    """A tapped module's ``_replicate_for_data_parallel`` (see :func:`_replicate`); copied, the class's own."""
+
+    __slots__ = ("module",)
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+
+    def __call__(self) -> Any:
+        return _replicate(self.module)
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return (getattr, (self.module, "_replicate_for_data_parallel"))
+
+
+def tappable(module: Any) -> bool:
+    """Whether a :class:`ForwardTap` can stand in for a forward pre-hook of ``module``.
+
+    That is where its calls reach its ``forward`` through ``Module.__call__``: not a compiled model's own call, nor
+    TorchScript's methods.
+    """
+    import torch
+
+    cls = type(module)
+    return (
+        cls.__call__ is torch.nn.Module.__call__
+        and cls._call_impl is torch.nn.Module._call_impl
+        and not isinstance(module, torch.jit.ScriptModule)
+    )
+
+
+def tap_forward(module: Any, callback: Any) -> ForwardTap:
+    """Set a :class:`ForwardTap` of ``callback`` as ``module``'s forward; return it (its ``remove`` undoes it)."""
+    tap = ForwardTap(module, callback)
+    module.__dict__["forward"] = tap
+    module.__dict__["_replicate_for_data_parallel"] = _Replicator(module)
+    return tap
 
 
 _REJOINED: dict[str, Any] = {}

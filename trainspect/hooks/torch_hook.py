@@ -25,7 +25,7 @@ from trainspect.hooks.step_driver import TRAINING_MODES, StepDriver
 from trainspect.hooks.step_state import NO_CAPTURES
 from trainspect.hooks.torch_amp import record_amp_skip
 from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds, watch_loss_module
-from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts
+from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts, tap_forward, tappable
 from trainspect.hooks.torch_captures import StepHooks, stage_optimizer_variables
 from trainspect.hooks.torch_loss_series import OptimizerLosses
 from trainspect.hooks.torch_models import ModelRegistry, infer_mode, warn_unregistered
@@ -158,9 +158,12 @@ class Hook(TorchStepParts, HookAPI):
         drivers = self._registry.add(module)  # the module, or a container's children (see torch_models)
         timed = self._extras.profiler_config is not None  # the profiler times each forward pass: its end is hooked
         for i, driver in enumerate(drivers if module_hooks and drivers else ()):
-            pre = self._on_top_forward_pre if i == 0 else self._on_follower_forward_pre
+            pre = Callback(self._on_top_forward_pre if i == 0 else self._on_follower_forward_pre)
             own_hook_dicts(driver)
-            self._handles.append(driver.register_forward_pre_hook(Callback(pre)))
+            if tappable(driver):  # PyTorch's fast path of Module.__call__ kept (see ForwardTap)
+                self._handles.append(tap_forward(driver, pre))
+            else:
+                self._handles.append(driver.register_forward_pre_hook(pre))
             if timed:
                 self._handles.append(driver.register_forward_hook(Callback(self._on_top_forward), always_call=True))
         if drivers is not None:
