@@ -309,6 +309,14 @@ TESTS: dict[str, list[str]] = {
         "tests/mlflow/test_logger_edges.py",
     ],
     "hooks/torch_models.py": [*_HOOK_CORE, "tests/hooks/test_sharded_params.py"],
+    # the registered model's forward tap (added 2026-12-04, fifth session's follow-up)
+    "hooks/torch_callbacks.py": [
+        "tests/hooks/test_forward_tap.py",
+        "tests/hooks/test_pickle_safe.py",
+        "tests/hooks/test_step_path.py",
+        "tests/distributed/test_launchers.py::test_mp_spawn_records_every_rank[parent]",
+        "tests/distributed/test_launchers.py::test_lightning_ddp_records_every_rank[ddp_spawn-before-trainer]",
+    ],
 }
 DEFAULT_MODULES = list(TESTS)
 

@@ -147,7 +147,23 @@ def test_two_hooks_tap_one_model_and_closing_them_in_either_order_gives_the_forw
         assert vars(model)["forward"] is own
 
 
-def test_a_compiled_or_scripted_model_keeps_a_forward_pre_hook() -> None:
+def test_a_compiled_scripted_or_lightning_model_keeps_a_forward_pre_hook(tmp_path: Path) -> None:
+    """A LightningModule's training step reaches it through its call with ``forward`` swapped out (Lightning's
+    strategies): only a module hook sees it (tests/distributed: ``ddp_spawn`` with the model registered first)."""
+    import lightning as L
+
+    class Lit(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
     assert tappable(nn.Linear(2, 2))
     assert not tappable(torch.compile(nn.Linear(2, 2)))
     assert not tappable(torch.jit.script(nn.Linear(2, 2)))
+    lit = Lit()
+    assert not tappable(lit)
+    hook = _hook(tmp_path)
+    hook.register_module(lit)
+    assert len(lit._forward_pre_hooks) == 1 and "forward" not in vars(lit)
+    hook.close()
+    assert len(lit._forward_pre_hooks) == 0

@@ -158,8 +158,10 @@ class _Replicator:
 def tappable(module: Any) -> bool:
     """Whether a :class:`ForwardTap` can stand in for a forward pre-hook of ``module``.
 
-    That is where its calls reach its ``forward`` through ``Module.__call__``: not a compiled model's own call, nor
-    TorchScript's methods.
+    That is where its calls reach its ``forward`` through ``Module.__call__`` and its forward is the only way in: not
+    a compiled model's own call, nor TorchScript's methods, nor a ``LightningModule`` (Lightning's strategies call
+    its ``training_step`` through the module's call with ``forward`` swapped out, ``_forward_redirection``: only a
+    module hook sees that call, the one a spawned process registers the model at).
     """
     import torch
 
@@ -168,6 +170,7 @@ def tappable(module: Any) -> bool:
         cls.__call__ is torch.nn.Module.__call__
         and cls._call_impl is torch.nn.Module._call_impl
         and not isinstance(module, torch.jit.ScriptModule)
+        and not any(c.__name__ == "LightningModule" for c in cls.__mro__)
     )
 
 
