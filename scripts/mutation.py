@@ -314,7 +314,6 @@ TESTS: dict[str, list[str]] = {
         "tests/hooks/test_forward_tap.py",
         "tests/hooks/test_pickle_safe.py",
         "tests/hooks/test_step_path.py",
-        "tests/distributed/test_launchers.py::test_mp_spawn_records_every_rank[parent]",
         "tests/distributed/test_launchers.py::test_lightning_ddp_records_every_rank[ddp_spawn-before-trainer]",
     ],
 }
@@ -545,7 +544,8 @@ def main() -> int:
                 print(f"baseline: the tests of {module} fail without any mutant; fix them first", file=sys.stderr)
                 return 2
             passed.add(tuple(TESTS[module]))
-        if _run_tests(copy_root, _doctests(*args.modules), args.timeout * 2, show=True) != "survived":
+        # pytest's exit code 5 ("error5": no tests ran) is a module set without docstring examples
+        if _run_tests(copy_root, _doctests(*args.modules), args.timeout * 2, show=True) not in ("survived", "error5"):
             print("baseline: the modules' doctests fail without any mutant; fix them first", file=sys.stderr)
             return 2
         results = _run_all(chosen, copy_root, args.timeout)

@@ -167,3 +167,48 @@ def test_a_compiled_scripted_or_lightning_model_keeps_a_forward_pre_hook(tmp_pat
     assert len(lit._forward_pre_hooks) == 1 and "forward" not in vars(lit)
     hook.close()
     assert len(lit._forward_pre_hooks) == 0
+
+
+_SPAWNED = """
+import sys
+import torch
+import torch.multiprocessing as mp
+import trainspect as ts
+
+
+def train(rank, model):
+    torch.set_num_threads(1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for i in range(3):
+        x = torch.randn(8, 4, generator=torch.Generator().manual_seed(i))
+        loss = model(x).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print(type(vars(model)["forward"]).__name__)
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    model = torch.nn.Linear(4, 2)
+    hook = ts.torch.Hook(sys.argv[1], include_collections=["losses"])
+    hook.register_module(model)
+    mp.spawn(train, args=(model,), nprocs=1)
+"""
+
+
+def test_a_model_registered_before_mp_spawn_is_recorded_by_the_spawned_process(tmp_path: Path) -> None:
+    """The tap travels to a spawned process as its hook's ticket (``torch.multiprocessing.spawn`` pickles the model):
+    the child's hook registers the model at its first forward pass and records its steps."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "spawned.py"
+    script.write_text(_SPAWNED)
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(out)], capture_output=True, text=True, cwd=tmp_path, timeout=180
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["ForwardTap"]
+    assert _steps(out) == [0, 1, 2]

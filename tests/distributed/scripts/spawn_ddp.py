@@ -1,10 +1,9 @@
 """``torch.multiprocessing.spawn`` DDP on CPU/gloo, shaped like pytorch/examples' ddp-tutorial-series multigpu.py.
 
-    python spawn_ddp.py OUT EXPECTED --world 2 --steps 8 --hook {after-init,before-init,parent,none} --port P
+    python spawn_ddp.py OUT EXPECTED --world 2 --steps 8 --hook {after-init,before-init,none} --port P
 
 Each rank writes the losses it computed to ``EXPECTED/rank<r>.json``. ``--hook none``: no trainspect call (run it
-under ``trainspect run``). ``--hook parent``: the parent process builds the hook and registers the model, which
-``mp.spawn`` pickles to each rank (the hook travels as its ticket). Like the tutorial, ``destroy_process_group`` is imported by name and the hook is never
+under ``trainspect run``). Like the tutorial, ``destroy_process_group`` is imported by name and the hook is never
 closed by the script. ``--end killed``: as Ray Train ends its workers, ``torch.distributed.destroy_process_group()``
 then ``os._exit(0)`` (no exit handler runs).
 """
@@ -29,7 +28,7 @@ def _hook(args: argparse.Namespace) -> object:
     return ts.torch.Hook(args.out, include_workers="all", include_collections=["losses"])
 
 
-def main(rank: int, world: int, args: argparse.Namespace, parents: torch.nn.Module | None = None) -> None:
+def main(rank: int, world: int, args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(args.port)
@@ -38,7 +37,7 @@ def main(rank: int, world: int, args: argparse.Namespace, parents: torch.nn.Modu
     if args.hook == "after-init":
         hook = _hook(args)
     torch.manual_seed(0)
-    model = DDP(torch.nn.Linear(20, 1) if parents is None else parents)
+    model = DDP(torch.nn.Linear(20, 1))
     if hook is not None:
         hook.register_module(model)  # type: ignore[attr-defined]
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
@@ -64,13 +63,8 @@ if __name__ == "__main__":
     parser.add_argument("expected")
     parser.add_argument("--world", type=int, default=2)
     parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--hook", default="after-init", choices=["after-init", "before-init", "parent", "none"])
+    parser.add_argument("--hook", default="after-init", choices=["after-init", "before-init", "none"])
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--end", default="exit", choices=["exit", "killed"])
     args = parser.parse_args()
-    registered = None
-    if args.hook == "parent":
-        torch.manual_seed(0)
-        registered = torch.nn.Linear(20, 1)
-        _hook(args).register_module(registered)  # type: ignore[attr-defined]
-    mp.spawn(main, args=(args.world, args, registered), nprocs=args.world)
+    mp.spawn(main, args=(args.world, args), nprocs=args.world)
