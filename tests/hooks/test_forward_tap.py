@@ -105,6 +105,22 @@ def test_a_data_parallel_replica_runs_its_own_parameters_and_its_passes_reach_th
     assert "forward" not in vars(model) and "_replicate_for_data_parallel" not in vars(model)
 
 
+def test_a_model_with_a_forward_of_its_own_keeps_it_in_copies_and_replicas(tmp_path: Path) -> None:
+    """A forward the instance had before the hook (a wrapper of the user's, accelerate's) is what copies and
+    ``DataParallel`` replicas call, not the class's."""
+    model = nn.Linear(4, 2)
+    own = model.forward = lambda x: torch.full((x.shape[0], 2), 5.0)
+    hook = _hook(tmp_path)
+    hook.register_module(model)
+    x = torch.ones(3, 4)
+    clone = copy.deepcopy(model)
+    assert vars(clone)["forward"] is own and torch.equal(clone(x), torch.full((3, 2), 5.0))
+    replica = model._replicate_for_data_parallel()
+    assert torch.equal(replica(x), torch.full((3, 2), 5.0))
+    hook.close()
+    assert vars(model)["forward"] is own
+
+
 def test_a_library_that_wraps_the_forward_after_the_hook_keeps_it_and_steps_are_still_recorded(tmp_path: Path) -> None:
     """accelerate's mixed precision wraps ``model.forward`` for good; Lightning's strategies swap it for a call and
     put it back. Either way the tap stays in the chain: the steps are recorded, and after ``close`` it passes
