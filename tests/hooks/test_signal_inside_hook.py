@@ -87,7 +87,7 @@ SCRIPT = textwrap.dedent(
 
 
 def _run(tmp_path: Path, name: str, how: str, nth: int = 0) -> subprocess.Popen[str]:
-    script = tmp_path / "train.py"
+    script = tmp_path / f"train_{name}.py"  # one each: children start while the next is written (an empty read)
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(PACKAGE_ROOT)}
     env.pop("TRAINSPECT_TESTING", None)  # a run as users start it

@@ -97,8 +97,9 @@ class ForwardTap:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The model's forward pass: the callback first (unless removed), then the forward this tap stands in for."""
-        if self.callback is not None:
-            self.callback(self.module, args)
+        callback = self.callback  # read once: a signal handler may close the hook (and remove this tap) in between
+        if callback is not None:
+            callback(self.module, args)
         return self.inner(*args, **kwargs)
 
     def remove(self) -> None:
