@@ -158,9 +158,10 @@ def test_two_hooks_tap_one_model_and_closing_them_in_either_order_gives_the_forw
         with torch.no_grad():
             assert torch.equal(model(x), torch.full((2, 1), 4.0))
         assert all(hook.collector.mode_steps[ModeKeys.EVAL] == 0 for hook in hooks)  # both saw the pass
-        for i in order:
-            hooks[i].close()
-        assert vars(model)["forward"] is own
+        hooks[order[0]].close()
+        assert "_replicate_for_data_parallel" in vars(model)  # the other hook's tap still needs its replicas
+        hooks[order[1]].close()
+        assert vars(model)["forward"] is own and "_replicate_for_data_parallel" not in vars(model)
 
 
 def test_a_compiled_scripted_or_lightning_model_keeps_a_forward_pre_hook(tmp_path: Path) -> None:

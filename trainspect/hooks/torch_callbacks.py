@@ -106,10 +106,8 @@ class ForwardTap:
         """Stop calling the callback; give the model back the forward it had where this tap is still its own."""
         self.callback = None
         state = self.module.__dict__
-        if isinstance(state.get("_replicate_for_data_parallel"), _Replicator):
-            del state["_replicate_for_data_parallel"]
         if state.get("forward") is not self:
-            return  # wrapped since (accelerate's mixed precision): it stays, as a pass-through
+            return  # wrapped since (accelerate's mixed precision), or another hook's tap on top: it stays
         target: Any = self
         while isinstance(target, ForwardTap) and target.callback is None:
             target = target.inner if target.own else None
@@ -117,6 +115,8 @@ class ForwardTap:
             del state["forward"]
         else:
             state["forward"] = target
+        if not isinstance(target, ForwardTap) and isinstance(state.get("_replicate_for_data_parallel"), _Replicator):
+            del state["_replicate_for_data_parallel"]  # no tap left for a replica to rebind
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         if self.callback is not None and _spawning():
