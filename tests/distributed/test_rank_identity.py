@@ -216,3 +216,33 @@ def test_a_run_trained_in_a_thread_ends_when_the_thread_ends(tmp_path: Path) -> 
     assert proc.returncode == 0, proc.stderr[-3000:]
     trial = ts.create_trial(out)
     assert trial.job_ended and trial.steps() == list(range(5))
+
+
+def test_destroy_process_group_imported_by_name_is_wrapped_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module's own name for it, and the training function's globals (``mp.spawn`` runs ``main`` with globals that
+    are not its module's), are pointed at the wrapper that closes the hooks first; another name is left alone."""
+    import types
+
+    from trainspect.hooks import distributed as d
+
+    c10d = sys.modules["torch.distributed.distributed_c10d"]
+    real = getattr(dist.destroy_process_group, "original", dist.destroy_process_group)
+    monkeypatch.setattr(dist, "destroy_process_group", real)
+    monkeypatch.setattr(c10d, "destroy_process_group", real)
+    module = types.ModuleType("user_teardown")
+    module.destroy_process_group = real  # type: ignore[attr-defined]  # as `from torch.distributed import ...` does
+    module.end_group = real  # type: ignore[attr-defined]  # another name: not found
+    monkeypatch.setitem(sys.modules, "user_teardown", module)
+    calls: list[str] = []
+    space: dict[str, object] = {"destroy_process_group": real, "d": d, "calls": calls}
+    exec("def train():\n    d.close_with_process_group(lambda: calls.append('closed'))\n", space)  # noqa: S102
+    space["train"]()  # type: ignore[operator]
+    wrapper = dist.destroy_process_group
+    assert isinstance(wrapper, d._GroupEnd) and wrapper.original is real
+    assert c10d.destroy_process_group is wrapper
+    assert module.destroy_process_group is wrapper and space["destroy_process_group"] is wrapper
+    assert module.end_group is real
+    # no group here: the original's own error, after the callbacks
+    with pytest.raises((AssertionError, ValueError, RuntimeError)):
+        module.destroy_process_group()
+    assert calls == ["closed"]

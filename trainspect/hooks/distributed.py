@@ -220,7 +220,8 @@ def close_with_process_group(callback: Callable[[], None]) -> None:
     """Call ``callback`` when the default ``torch.distributed`` group is destroyed (``destroy_process_group()``).
 
     Ray Train, Lightning and most scripts destroy it when training ends; Ray then kills its workers, so no exit
-    handler would close their hooks. The public ``destroy_process_group`` is wrapped once per process.
+    handler would close their hooks. The public ``destroy_process_group`` is wrapped once per process, and so is the
+    name in every module that imported it before (:func:`_rebind_imported`).
     """
     dist = sys.modules.get("torch.distributed")
     if dist is None:
@@ -234,5 +235,27 @@ def close_with_process_group(callback: Callable[[], None]) -> None:
         c10d = sys.modules.get("torch.distributed.distributed_c10d")
         if c10d is not None and getattr(c10d, "destroy_process_group", None) is wrapper.original:
             setattr(c10d, "destroy_process_group", wrapper)  # noqa: B010
+        _rebind_imported(wrapper.original, wrapper)
     if callback not in wrapper.callbacks:
         wrapper.callbacks.append(callback)
+
+
+def _rebind_imported(original: Callable[..., Any], wrapper: _GroupEnd) -> None:
+    """Point ``destroy_process_group`` at ``wrapper`` in each module that imported ``original`` by that name.
+
+    A script that imported it before its hook was made (``from torch.distributed import destroy_process_group`` at
+    its top: the PyTorch DDP tutorial's style) would otherwise destroy the group without closing its hooks first:
+    Ray's killed workers lose their last steps, and a gloo DDP rank can hang in PyTorch's teardown (the main thread
+    frees the group holding the GIL while a gloo thread waits for the GIL to free a finished allreduce; closing the
+    hooks first lets that thread finish). The modules' namespaces are searched, and those of the code on the call
+    stack (the training function: ``mp.spawn`` runs the script's ``main`` with globals that are not its module's).
+    A name bound under another name or kept elsewhere is not found.
+    """
+    spaces = [getattr(module, "__dict__", None) for module in list(sys.modules.values())]
+    frame: Any = sys._getframe(1)
+    while frame is not None:
+        spaces.append(frame.f_globals)
+        frame = frame.f_back
+    for state in spaces:
+        if isinstance(state, dict) and state.get("destroy_process_group") is original:
+            state["destroy_process_group"] = wrapper
