@@ -145,6 +145,23 @@ def test_a_loss_dropping_less_than_two_standard_errors_of_both_windows_stalls() 
     assert "not below the first window (1 at steps 0-9) by 0.1% and 2 standard errors" in verdict.message
 
 
+@pytest.mark.parametrize("level", [0.0, 1e-12])
+def test_a_training_loss_of_exactly_zero_throughout_is_at_its_floor_not_stalled(level: float) -> None:
+    # a solved task or a switched-off auxiliary loss cannot go down; a flat loss just above 0 still stalls
+    verdict = run(LossNotDecreasing(num_steps=10), losses([level] * 60))
+    assert (verdict.status is Status.ISSUES_FOUND) is (level != 0.0), verdict.message
+
+
+def test_a_recorded_loss_of_exactly_zero_is_no_stall_and_one_that_is_not_always_zero_is(tmp_path: Path) -> None:
+    # offline, a chunk's values between window boundaries are added in bulk: a nonzero one there counts too
+    for name, value in (("zero", lambda i: 0.0), ("ones", lambda i: 0.0 if i % 10 == 0 else 1.0)):
+        out = write_run(
+            tmp_path / name, [record(i, [tensor("loss", np.float32(value(i)), ["losses"])]) for i in range(60)]
+        )
+        (verdict,) = evaluate(ts.create_trial(out), [LossNotDecreasing(num_steps=10)], write=False)
+        assert (verdict.status is Status.ISSUES_FOUND) is (name == "ones"), (name, verdict.message)
+
+
 def test_a_loss_flat_for_longer_than_the_trend_cap_keeps_bounded_memory() -> None:
     # a live rule watches a run of any length: the trend points of a loss that never went down are capped
     rule = LossNotDecreasing(num_steps=10)

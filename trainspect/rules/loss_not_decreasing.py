@@ -58,6 +58,7 @@ class _Track:
     seen: list[tuple[int, float]] = field(default_factory=list)  # (step, loss) until the loss went down
     last_step: int | None = None
     returns: int = 0  # values that came after other losses were recorded without this one (see INTERLEAVED_AFTER)
+    nonzero: bool = False  # a loss other than exactly 0 was seen (one of exactly 0 throughout is at its floor)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class LossNotDecreasing(TensorRule):
     windows' drift); and when, after 5 windows of a training loss, no window has gone below the first by
     ``diff_percent`` % and 2 standard errors, nor does a line through the losses fall by 2 standard errors
     (the loss never decreased; evaluation losses are not judged so, since evaluation usually starts after some
-    training). A loss that went down and stays at its floor is converged, not stalled. NaN or infinite losses
+    training). A loss that went down and stays at its floor is converged, not stalled; so is one of exactly 0
+    throughout (a solved task, an auxiliary loss switched off: it cannot go down). NaN or infinite losses
     always trigger. A loss series that alternates with others (its steps take turns with another optimizer's, as
     the hook records a GAN's ``loss/Discriminator`` and ``loss/Generator``) is a game's, not a minimisation: its
     rises and stalls are not judged unless ``judge_interleaved=True``.
@@ -220,6 +222,8 @@ class LossNotDecreasing(TensorRule):
         room = MAX_TREND_POINTS - len(track.seen)
         if not track.progressed and room > 0:
             track.seen.extend(zip(steps[:room], values[:room], strict=False))
+        if not track.nonzero and any(values):
+            track.nonzero = True
         track.series.extend_open(steps, values)
         track.last_step = steps[-1]
         return end
@@ -268,6 +272,8 @@ class LossNotDecreasing(TensorRule):
             track.series = WindowedSeries(self.num_steps)
         if not track.progressed and len(track.seen) < MAX_TREND_POINTS:
             track.seen.append((step, loss))
+        if loss != 0.0:
+            track.nonzero = True
         win = track.series.add(mode_step, step, loss)
         return self._judge_window(track, name, mode, win) if win is not None else None
 
@@ -294,7 +300,7 @@ class LossNotDecreasing(TensorRule):
         why = ""
         if series.rose(win, rise, Z_RISE, FLOOR_FRACTION * abs(first.mean)):
             why = "rose"
-        elif not track.progressed and series.closed + 1 >= MIN_WINDOWS and is_training(mode):
+        elif not track.progressed and track.nonzero and series.closed + 1 >= MIN_WINDOWS and is_training(mode):
             why = "stalled"
         detail = partial(
             _window_detail, what, (win, prev, best, first), why, (rise, diff, series.closed + 1, self.num_steps)
