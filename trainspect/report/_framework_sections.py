@@ -49,10 +49,10 @@ class PhaseRatioSection(Section):
     def build(self, ctx: ReportContext, page: Page) -> None:
         """Add the two ratio pies and their advice."""
         ratios = phase_ratios(ctx.profiler)
-        modes, spans = ratios.get("modes", {}), ratios.get("spans", {})
+        modes, spans = ratios["modes"], ratios["spans"]  # both always there (empty: no steps timed)
         if modes:
             page.chart(charts.pie_chart(modes, "Training loop: TRAIN / EVAL / between steps (%)"), height=280)
-            if modes.get("other", 0.0) > 25.0:
+            if modes["other"] > 25.0:  # "other" is in every non-empty ``modes``
                 page.note(
                     f"{modes['other']:.0f}% of the training loop was spent between steps (data loading, "
                     "logging, checkpoints, evaluation outside the hook): increase dataloader workers or "
@@ -61,7 +61,7 @@ class PhaseRatioSection(Section):
                 )
         if spans:
             page.chart(charts.pie_chart(spans, "Step time: forward / backward / optimizer / dataloader (%)"), 280)
-            fwd, bwd = spans.get("forward", 0.0), spans.get("backward", 0.0)
+            fwd, bwd = spans["forward"], spans["backward"]
             if fwd and bwd:
                 page.p(
                     f"Forward to backward ratio: {fwd / bwd:.2f} (backward passes usually take about twice as "
