@@ -246,3 +246,22 @@ def test_destroy_process_group_imported_by_name_is_wrapped_too(monkeypatch: pyte
     with pytest.raises((AssertionError, ValueError, RuntimeError)):
         module.destroy_process_group()
     assert calls == ["closed"]
+
+
+def test_a_later_run_rebinds_a_name_imported_after_the_wrapper_was_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second hook's run finds the original in its own training code, bound before (a runpy namespace)."""
+    import types
+
+    from trainspect.hooks import distributed as d
+
+    c10d = sys.modules["torch.distributed.distributed_c10d"]
+    real = getattr(dist.destroy_process_group, "original", dist.destroy_process_group)
+    monkeypatch.setattr(dist, "destroy_process_group", real)
+    monkeypatch.setattr(c10d, "destroy_process_group", real)
+    d.close_with_process_group(lambda: None)  # the first run: the wrapper is made
+    wrapper = dist.destroy_process_group
+    late = types.ModuleType("late_teardown")
+    late.destroy_process_group = real  # type: ignore[attr-defined]  # kept from before (not imported from dist now)
+    monkeypatch.setitem(sys.modules, "late_teardown", late)
+    d.close_with_process_group(lambda: None)
+    assert dist.destroy_process_group is wrapper and late.destroy_process_group is wrapper

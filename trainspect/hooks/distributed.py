@@ -220,8 +220,8 @@ def close_with_process_group(callback: Callable[[], None]) -> None:
     """Call ``callback`` when the default ``torch.distributed`` group is destroyed (``destroy_process_group()``).
 
     Ray Train, Lightning and most scripts destroy it when training ends; Ray then kills its workers, so no exit
-    handler would close their hooks. The public ``destroy_process_group`` is wrapped once per process, and so is the
-    name in every module that imported it before (:func:`_rebind_imported`).
+    handler would close their hooks. The public ``destroy_process_group`` is wrapped once per process; the name in
+    the modules and the training code that imported it before is pointed at the wrapper (:func:`_rebind_imported`).
     """
     dist = sys.modules.get("torch.distributed")
     if dist is None:
@@ -235,7 +235,7 @@ def close_with_process_group(callback: Callable[[], None]) -> None:
         c10d = sys.modules.get("torch.distributed.distributed_c10d")
         if c10d is not None and getattr(c10d, "destroy_process_group", None) is wrapper.original:
             setattr(c10d, "destroy_process_group", wrapper)  # noqa: B010
-        _rebind_imported(wrapper.original, wrapper)
+    _rebind_imported(wrapper.original, wrapper)  # each run: code imported since, another training function
     if callback not in wrapper.callbacks:
         wrapper.callbacks.append(callback)
 
