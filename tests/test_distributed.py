@@ -250,7 +250,7 @@ def test_the_chief_reports_on_the_whole_job_once_the_other_ranks_ended(tmp_path:
 
 
 def test_a_second_job_on_the_same_directory_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    out = tmp_path / "shared"
+    out = tmp_path / "one_dir"
     monkeypatch.setenv("TRAINSPECT_JOB_ID", "job-a")
     with ts.torch.Hook(out) as hook:
         hook.save_scalar("x", 1.0)

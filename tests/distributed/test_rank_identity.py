@@ -218,17 +218,26 @@ def test_a_run_trained_in_a_thread_ends_when_the_thread_ends(tmp_path: Path) -> 
     assert trial.job_ended and trial.steps() == list(range(5))
 
 
-def test_destroy_process_group_imported_by_name_is_wrapped_too(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def unwrapped_destroy(monkeypatch: pytest.MonkeyPatch) -> object:
+    """``torch.distributed``'s own ``destroy_process_group``, set back as if no hook had wrapped it (restored after)."""
+    c10d = sys.modules["torch.distributed.distributed_c10d"]
+    real = getattr(dist.destroy_process_group, "original", dist.destroy_process_group)
+    monkeypatch.setattr(dist, "destroy_process_group", real)
+    monkeypatch.setattr(c10d, "destroy_process_group", real)
+    return real
+
+
+def test_destroy_process_group_imported_by_name_is_wrapped_too(
+    monkeypatch: pytest.MonkeyPatch, unwrapped_destroy: object
+) -> None:
     """A module's own name for it, and the training function's globals (``mp.spawn`` runs ``main`` with globals that
     are not its module's), are pointed at the wrapper that closes the hooks first; another name is left alone."""
     import types
 
     from trainspect.hooks import distributed as d
 
-    c10d = sys.modules["torch.distributed.distributed_c10d"]
-    real = getattr(dist.destroy_process_group, "original", dist.destroy_process_group)
-    monkeypatch.setattr(dist, "destroy_process_group", real)
-    monkeypatch.setattr(c10d, "destroy_process_group", real)
+    real = unwrapped_destroy
     module = types.ModuleType("user_teardown")
     module.destroy_process_group = real  # type: ignore[attr-defined]  # as `from torch.distributed import ...` does
     module.end_group = real  # type: ignore[attr-defined]  # another name: not found
@@ -239,7 +248,7 @@ def test_destroy_process_group_imported_by_name_is_wrapped_too(monkeypatch: pyte
     space["train"]()  # type: ignore[operator]
     wrapper = dist.destroy_process_group
     assert isinstance(wrapper, d._GroupEnd) and wrapper.original is real
-    assert c10d.destroy_process_group is wrapper
+    assert sys.modules["torch.distributed.distributed_c10d"].destroy_process_group is wrapper
     assert module.destroy_process_group is wrapper and space["destroy_process_group"] is wrapper
     assert module.end_group is real
     # no group here: the original's own error, after the callbacks
@@ -248,20 +257,18 @@ def test_destroy_process_group_imported_by_name_is_wrapped_too(monkeypatch: pyte
     assert calls == ["closed"]
 
 
-def test_a_later_run_rebinds_a_name_imported_after_the_wrapper_was_made(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_later_run_rebinds_a_name_imported_after_the_wrapper_was_made(
+    monkeypatch: pytest.MonkeyPatch, unwrapped_destroy: object
+) -> None:
     """The second hook's run finds the original in its own training code, bound before (a runpy namespace)."""
     import types
 
     from trainspect.hooks import distributed as d
 
-    c10d = sys.modules["torch.distributed.distributed_c10d"]
-    real = getattr(dist.destroy_process_group, "original", dist.destroy_process_group)
-    monkeypatch.setattr(dist, "destroy_process_group", real)
-    monkeypatch.setattr(c10d, "destroy_process_group", real)
     d.close_with_process_group(lambda: None)  # the first run: the wrapper is made
     wrapper = dist.destroy_process_group
     late = types.ModuleType("late_teardown")
-    late.destroy_process_group = real  # type: ignore[attr-defined]  # kept from before (not imported from dist now)
+    late.destroy_process_group = unwrapped_destroy  # type: ignore[attr-defined]  # kept from before (not imported from dist now)
     monkeypatch.setitem(sys.modules, "late_teardown", late)
     d.close_with_process_group(lambda: None)
     assert dist.destroy_process_group is wrapper and late.destroy_process_group is wrapper

@@ -54,7 +54,7 @@ def test_json_config(tmp_path):
     with pytest.raises(ts.ConfigError, match="save_intervall"):
         ts.keras.Hook.create_from_json_file(cfg)
     # a PyTorch-only setting in a config shared with a PyTorch job: ignored by the Keras hook, with one line
-    cfg.write_text(json.dumps({"LocalPath": str(tmp_path / "shared"), "HookParameters": {"local_gradients": "true"}}))
+    cfg.write_text(json.dumps({"LocalPath": str(tmp_path / "both"), "HookParameters": {"local_gradients": "true"}}))
     with caplog_at_warning() as lines:
         ts.keras.Hook.create_from_json_file(cfg).close()
     assert [line for line in lines if "local_gradients is a PyTorch hook setting" in line]

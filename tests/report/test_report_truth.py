@@ -188,7 +188,7 @@ def test_a_long_run_without_system_samples_is_still_reported_damaged(tmp_path: P
 @pytest.fixture(scope="module")
 def shared_host_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A node whose host is ~100 % busy while the job's processes use ~10 % of it (a shared machine)."""
-    run = tmp_path_factory.mktemp("shared") / "logdir" / "shared"
+    run = tmp_path_factory.mktemp("busy_host") / "logdir" / "busy_host"
     synthetic_run.start_run(run, "shared-host", {"framework": "synthetic"})
     keys = ["cpu0_utilization_percent", "cpu1_utilization_percent", "process_cpu_utilization_percent"]
     times = T0 + np.arange(40) * 0.5
@@ -209,8 +209,8 @@ def test_the_heatmap_and_the_cpu_chart_show_the_jobs_cpu_beside_the_hosts(shared
     usage = next(c for c in charts if c["title"]["text"].startswith("Utilisation over time"))
     names = [s["name"] for s in usage["series"]]
     assert "CPU (training job)" in names and "CPU (host)" in names
-    tb = _route(shared_host_run.parent, "/heatmap", run="shared")
+    tb = _route(shared_host_run.parent, "/heatmap", run="busy_host")
     assert tb["rows"][:2] == ["job CPU", "host CPU"] and tb["values"][0][0] == 10 and tb["values"][1][0] == 99
-    series = _route(shared_host_run.parent, "/timeseries", run="shared")
+    series = _route(shared_host_run.parent, "/timeseries", run="busy_host")
     cpu = next(g for g in series["groups"] if g["id"] == "cpu")
     assert [s["key"] for s in cpu["series"]][:2] == ["process_cpu_utilization_percent", "cpu_utilization_percent"]
