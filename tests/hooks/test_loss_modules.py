@@ -1,4 +1,5 @@
-"""Registered loss modules: PyTorch's own loss classes are recorded through the loss tap, any other through a hook."""
+"""Registered loss modules: PyTorch's own loss classes are recorded through a forward of their own, any other through a
+hook."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from torch import nn
 
 import trainspect as ts
-from trainspect.hooks.torch_backward import LOSS_CALLBACKS
+from trainspect.hooks.torch_backward import LossOutputTap
 
 torch.set_num_threads(1)
 
@@ -47,8 +48,8 @@ def test_a_torch_loss_module_is_recorded_every_step_without_a_module_hook(tmp_pa
     with ts.torch.Hook(tmp_path) as hook:
         expected = _train(hook, loss_fn, 4, other=nn.MSELoss())
         assert not loss_fn._forward_hooks and not loss_fn._forward_pre_hooks  # PyTorch's faster call path
-        assert len(loss_fn.__dict__[LOSS_CALLBACKS]) == 1
-    assert LOSS_CALLBACKS not in loss_fn.__dict__  # taken off at close
+        assert isinstance(loss_fn.__dict__["forward"], LossOutputTap)
+    assert "forward" not in loss_fn.__dict__  # taken off at close
     tensor = ts.create_trial(tmp_path).tensor("MSELoss_output_0")
     assert tensor.steps() == [0, 1, 2, 3]
     np.testing.assert_allclose([tensor.value(s) for s in range(4)], expected, rtol=1e-6)  # not the other module's
@@ -58,7 +59,7 @@ def test_a_loss_subclass_with_its_own_forward_is_recorded_through_a_hook(tmp_pat
     loss_fn = ScaledMSE()
     with ts.torch.Hook(tmp_path) as hook:
         expected = _train(hook, loss_fn, 3)
-        assert len(loss_fn._forward_hooks) == 1 and LOSS_CALLBACKS not in loss_fn.__dict__
+        assert len(loss_fn._forward_hooks) == 1 and "forward" not in loss_fn.__dict__
     tensor = ts.create_trial(tmp_path).tensor("ScaledMSE_output_0")
     np.testing.assert_allclose([tensor.value(s) for s in range(3)], expected, rtol=1e-6)
 
@@ -69,6 +70,46 @@ def test_a_copy_of_a_registered_loss_module_records_nothing_and_works(tmp_path) 
         hook.register_loss(loss_fn)
         twin = copy.deepcopy(loss_fn)
         logits, labels = torch.randn(4, 3), torch.tensor([0, 1, 2, 1])
+        assert not isinstance(twin.__dict__.get("forward"), LossOutputTap)  # the copy has its class's forward
         assert torch.isclose(twin(logits, labels), loss_fn(logits, labels))
-        twin.__dict__[LOSS_CALLBACKS][0](torch.ones(()))  # the copy's callback is a no-op
     assert "CrossEntropyLoss_output_0" in ts.create_trial(tmp_path).tensor_names()
+
+
+def test_two_hooks_record_one_loss_module_and_its_functional_loss_is_not_recorded_again(tmp_path) -> None:
+    loss_fn = nn.MSELoss()
+    with ts.torch.Hook(tmp_path / "a") as first, ts.torch.Hook(tmp_path / "b") as second:
+        torch.manual_seed(0)
+        model = nn.Linear(3, 1)
+        for hook in (first, second):
+            hook.register_module(model)
+            hook.register_loss(loss_fn)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        expected = []
+        for _ in range(3):
+            x, y = torch.randn(8, 3), torch.randn(8, 1)
+            opt.zero_grad()
+            loss = loss_fn(model(x), y)
+            loss.backward()
+            opt.step()
+            expected.append(loss.item())
+    for name in ("a", "b"):
+        trial = ts.create_trial(tmp_path / name)
+        tensor = trial.tensor("MSELoss_output_0")
+        assert tensor.steps() == [0, 1, 2]  # one value per step: F.mse_loss inside was not recorded a second time
+        np.testing.assert_allclose([tensor.value(s) for s in range(3)], expected, rtol=1e-6)
+    assert "forward" not in loss_fn.__dict__
+
+
+def test_a_functional_loss_in_an_unregistered_loss_module_is_not_recorded_as_its_own(tmp_path) -> None:
+    loss_fn = nn.MSELoss()  # not registered: its output is no loss of the hook's
+    with ts.torch.Hook(tmp_path) as hook:
+        model = nn.Linear(3, 1)
+        hook.register_module(model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for _ in range(2):
+            opt.zero_grad()
+            loss = loss_fn(model(torch.randn(4, 3)), torch.randn(4, 1))
+            loss.backward()
+            opt.step()
+    names = ts.create_trial(tmp_path).tensor_names()
+    assert "MSELoss_output_0" not in names and "loss" in names

@@ -39,11 +39,12 @@ from trainspect import env
 from trainspect.exceptions import TrainingStopped
 from trainspect.hooks.import_watch import ImportWatcher
 from trainspect.hooks.integrations import PATCHED_ON_IMPORT
+from trainspect.hooks.torch_callbacks import ForwardTap, tap_forward, tappable
 
 __all__ = [
     "BackwardTap",
     "FUNCTIONAL_LOSSES",
-    "LOSS_CALLBACKS",
+    "LossOutputTap",
     "LossTap",
     "hold",
     "micro_batches_name",
@@ -76,9 +77,6 @@ FUNCTIONAL_LOSSES = {
     "ctc_loss": "CTCLoss",
 }
 """Functional losses recorded as the loss module of the same name (``F.mse_loss`` → ``MSELoss_output_0``)."""
-
-LOSS_CALLBACKS = "_trainspect_loss_callbacks"
-"""The attribute of a registered loss module holding its hooks' callbacks (see :func:`watch_loss_module`)."""
 
 Target = tuple[Any, str, Callable[[Any], Any]]
 """(owner, attribute, wrapper factory) of one patch."""
@@ -204,8 +202,8 @@ class LossTap:
     def functional_loss(self, name: str, out: Any, frame: Any) -> None:
         """A functional loss returned ``out`` to ``frame``: recorded as that loss module's output, or as ``name``.
 
-        In a loss module's ``forward`` it is that module's output: recorded there only for a registered module
-        (:func:`watch_loss_module`), or for any while ``autolog``'s global hooks are suspended.
+        In a loss module's ``forward`` it is that module's output: recorded here only while ``autolog``'s global hooks
+        are suspended (a registered module's :class:`LossOutputTap` records it, and lets its functional loss pass).
         """
         code = frame.f_code
         in_loss = self.loss_forwards.get(code)
@@ -219,9 +217,6 @@ class LossTap:
         elif self.suspended:  # no global hook sees the loss module: record its output from here
             for listener in self.listeners:
                 listener.record_loss(f"{type(frame.f_locals['self']).__name__}_output_0", out)
-        else:  # a registered loss module (see watch_loss_module): its output is this
-            for callback in frame.f_locals["self"].__dict__.get(LOSS_CALLBACKS, ()):
-                callback(out)
 
     def notify(self, tensors: Any) -> None:
         """A backward pass begins on ``tensors``: a one-element tensor goes to the listeners as the step's loss."""
@@ -342,45 +337,48 @@ class BackwardTap:
         tap._release_if_unused()
 
 
-class _LossWatch:
-    """A registered loss module's callback, taken off it by :meth:`remove`."""
+class LossOutputTap(ForwardTap):
+    """A registered loss module's own ``forward``: the forward it stands in for, then ``callback(output)``.
 
-    def __init__(self, module: torch.nn.Module, callback: Any) -> None:
-        self.module, self.callback = module, callback
-        state = module.__dict__
-        state[LOSS_CALLBACKS] = (*state.get(LOSS_CALLBACKS, ()), callback)
-
-    def remove(self) -> None:
-        state = self.module.__dict__
-        kept = tuple(c for c in state.get(LOSS_CALLBACKS, ()) if c is not self.callback)
-        if kept:
-            state[LOSS_CALLBACKS] = kept
-        else:
-            state.pop(LOSS_CALLBACKS, None)
-
-
-def watch_loss_module(module: torch.nn.Module, callback: Any) -> _LossWatch | None:
-    """Call ``callback(output)`` with each output of ``module``, taken from the functional loss its ``forward`` returns.
-
-    Only for PyTorch's own loss classes whose ``forward`` returns one of :data:`FUNCTIONAL_LOSSES` (``nn.MSELoss``
-    returns ``F.mse_loss(...)``), while the tap is installed: the tap already runs inside them, so no module hook is
-    needed (PyTorch's call path for a module with a hook costs more than the rest of the loss's recording). The
-    callback is stored on the module (``callback`` is a :class:`~trainspect.hooks.torch_callbacks.Callback`: a copy
-    of the module carries a no-op, a spawned process its own hook's). Returns its handle, or None (use a forward
-    hook).
+    Set in the module's ``__dict__`` like a model's :class:`~trainspect.hooks.torch_callbacks.ForwardTap` (and, like
+    it, never carried by a copy, a pickle or a ``DataParallel`` replica). While it runs, the functional loss inside
+    (``nn.MSELoss`` calls ``F.mse_loss``) passes straight through its wrapper: its value is this output, recorded
+    here.
     """
-    cls = type(module)
-    tap = LossTap.current()
-    fname = next((f for f, name in FUNCTIONAL_LOSSES.items() if name == cls.__name__), None)
-    if (
-        tap is None
-        or fname is None
-        or cls.__module__ != "torch.nn.modules.loss"
-        or fname not in cls.forward.__code__.co_names
-        or (F, fname) not in tap.originals
-    ):
+
+    def __init__(self, module: Any, callback: Any, inner: Any = None, own: bool | None = None) -> None:
+        super().__init__(module, callback, inner, own)
+        self.tap = LossTap.current()  # None in a spawned process's copy until a hook starts: no shortcut there
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The loss module's forward pass, then the callback with its output (unless removed)."""
+        callback, tap = self.callback, self.tap  # read once: a signal handler may close the hook in between
+        if callback is None or tap is None:
+            return self.inner(*args, **kwargs)
+        depth = tap.functional_depth
+        tap.functional_depth = 1
+        try:
+            out = self.inner(*args, **kwargs)
+        finally:
+            tap.functional_depth = depth
+        callback(out)
+        return out
+
+
+def watch_loss_module(module: torch.nn.Module, callback: Any) -> LossOutputTap | None:
+    """Call ``callback(output)`` with each output of ``module`` through a :class:`LossOutputTap` of its own.
+
+    Only for PyTorch's own loss classes (``torch.nn.modules.loss``) called through ``Module.__call__``, while the tap
+    is installed: no module hook is needed (any hook sends every call through the slow path of ``Module.__call__``,
+    which costs more than the loss's recording). ``callback`` is a
+    :class:`~trainspect.hooks.torch_callbacks.Callback` (a spawned process gets its own hook's). Returns the tap (its
+    ``remove`` undoes it), or None (use a forward hook).
+    """
+    if LossTap.current() is None or type(module).__module__ != "torch.nn.modules.loss" or not tappable(module):
         return None
-    return _LossWatch(module, callback)
+    tap = tap_forward(module, callback, LossOutputTap)
+    assert isinstance(tap, LossOutputTap)
+    return tap
 
 
 def hold() -> tuple[LossTap, Callable[[], None]]:

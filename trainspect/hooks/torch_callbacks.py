@@ -120,7 +120,7 @@ class ForwardTap:
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         if self.callback is not None and _spawning():
-            return (ForwardTap, (self.module, self.callback, self.inner, self.own))
+            return (type(self), (self.module, self.callback, self.inner, self.own))
         if self.own:
             return (_same, (self.inner,))
         return (getattr, (self.module, "forward"))  # the class's forward, bound to the copy
@@ -137,7 +137,7 @@ def _replicate(module: Any) -> Any:
     del state["_replicate_for_data_parallel"]
     tap = state.get("forward")
     if isinstance(tap, ForwardTap) and tap.module is module and not tap.own:
-        state["forward"] = ForwardTap(replica, tap.callback, types.MethodType(type(replica).forward, replica), False)
+        state["forward"] = type(tap)(replica, tap.callback, types.MethodType(type(replica).forward, replica), False)
     return replica
 
 
@@ -175,9 +175,12 @@ def tappable(module: Any) -> bool:
     )
 
 
-def tap_forward(module: Any, callback: Any) -> ForwardTap:
-    """Set a :class:`ForwardTap` of ``callback`` as ``module``'s forward; return it (its ``remove`` undoes it)."""
-    tap = ForwardTap(module, callback)
+def tap_forward(module: Any, callback: Any, kind: type[ForwardTap] = ForwardTap) -> ForwardTap:
+    """Set a ``kind`` tap (a :class:`ForwardTap`) of ``callback`` as ``module``'s forward; return it.
+
+    Its ``remove`` undoes it.
+    """
+    tap = kind(module, callback)
     module.__dict__["forward"] = tap
     module.__dict__["_replicate_for_data_parallel"] = _Replicator(module)
     return tap
