@@ -113,3 +113,24 @@ def test_a_functional_loss_in_an_unregistered_loss_module_is_not_recorded_as_its
             opt.step()
     names = ts.create_trial(tmp_path).tensor_names()
     assert "MSELoss_output_0" not in names and "loss" in names
+
+
+def test_a_data_parallel_replica_of_a_registered_loss_module_records_through_a_tap_of_its_own(tmp_path) -> None:
+    loss_fn = nn.MSELoss()
+    with ts.torch.Hook(tmp_path) as hook:
+        model = nn.Linear(3, 1)
+        hook.register_module(model)
+        hook.register_loss(loss_fn)
+        replica = loss_fn._replicate_for_data_parallel()  # what DataParallel calls for another device
+        tap = replica.__dict__["forward"]
+        assert isinstance(tap, LossOutputTap) and tap.module is replica  # not a model's tap: no callback before
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        values = []
+        for _ in range(2):
+            opt.zero_grad()
+            loss = replica(model(torch.randn(4, 3)), torch.randn(4, 1))
+            loss.backward()
+            opt.step()
+            values.append(loss.item())
+    tensor = ts.create_trial(tmp_path).tensor("MSELoss_output_0")
+    np.testing.assert_allclose([tensor.value(s) for s in tensor.steps()], values, rtol=1e-6)
