@@ -314,7 +314,17 @@ TESTS: dict[str, list[str]] = {
         "tests/hooks/test_forward_tap.py",
         "tests/hooks/test_pickle_safe.py",
         "tests/hooks/test_step_path.py",
+        "tests/hooks/test_loss_modules.py",
         "tests/distributed/test_launchers.py::test_lightning_ddp_records_every_rank[ddp_spawn-before-trainer]",
+    ],
+    # the loss tap: backward passes, functional losses, registered loss modules' forwards (2026-12-05)
+    "hooks/torch_backward.py": [
+        "tests/hooks/test_loss_modules.py",
+        "tests/hooks/test_backward_loss_steps.py",
+        "tests/hooks/test_step_path.py",
+        "tests/hooks/test_real_code_captures.py",
+        "tests/hooks/test_pickle_safe.py",
+        "tests/test_zcc.py",
     ],
 }
 DEFAULT_MODULES = list(TESTS)

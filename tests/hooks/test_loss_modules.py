@@ -134,3 +134,21 @@ def test_a_data_parallel_replica_of_a_registered_loss_module_records_through_a_t
             values.append(loss.item())
     tensor = ts.create_trial(tmp_path).tensor("MSELoss_output_0")
     np.testing.assert_allclose([tensor.value(s) for s in tensor.steps()], values, rtol=1e-6)
+
+
+def test_a_loss_output_tap_without_a_listening_tap_or_after_removal_passes_the_output_through(tmp_path) -> None:
+    from trainspect.hooks.torch_backward import LossTap
+
+    assert LossTap.current() is None  # no hook listens: the tap has no loss tap to tell (a spawned process's copy)
+    loss_fn, seen = nn.L1Loss(), []
+    tap = LossOutputTap(loss_fn, seen.append)
+    a, b = torch.ones(3), torch.zeros(3)
+    out = tap(a, b)
+    assert float(out) == 1.0 and len(seen) == 1 and seen[0] is out  # recorded, without the functional shortcut
+    with ts.torch.Hook(tmp_path) as hook:  # a hook starts (in a spawned process: at the first callback)
+        hook.register_module(nn.Linear(3, 1))
+        tap(a, b)
+        assert tap.tap is LossTap.current() is not None  # found now: its functional loss passes straight through
+    assert len(seen) == 2
+    tap.remove()  # taken off (a stale reference may still call it)
+    assert float(tap(a, b)) == 1.0 and len(seen) == 2

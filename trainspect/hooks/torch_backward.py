@@ -348,19 +348,25 @@ class LossOutputTap(ForwardTap):
 
     def __init__(self, module: Any, callback: Any, inner: Any = None, own: bool | None = None) -> None:
         super().__init__(module, callback, inner, own)
-        self.tap = LossTap.current()  # None in a spawned process's copy until a hook starts: no shortcut there
+        self.tap = LossTap.current()  # None in a spawned process's copy: found at a call once its hook started
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The loss module's forward pass, then the callback with its output (unless removed)."""
-        callback, tap = self.callback, self.tap  # read once: a signal handler may close the hook in between
-        if callback is None or tap is None:
+        callback = self.callback  # read once: a signal handler may close the hook in between
+        if callback is None:
             return self.inner(*args, **kwargs)
-        depth = tap.functional_depth
-        tap.functional_depth = 1
-        try:
+        tap = self.tap
+        if tap is None:
+            tap = self.tap = LossTap.current()
+        if tap is None:  # no wrapper to pass through
             out = self.inner(*args, **kwargs)
-        finally:
-            tap.functional_depth = depth
+        else:
+            depth = tap.functional_depth
+            tap.functional_depth = 1
+            try:
+                out = self.inner(*args, **kwargs)
+            finally:
+                tap.functional_depth = depth
         callback(out)
         return out
 
