@@ -382,9 +382,7 @@ def watch_loss_module(module: torch.nn.Module, callback: Any) -> LossOutputTap |
     """
     if LossTap.current() is None or type(module).__module__ != "torch.nn.modules.loss" or not tappable(module):
         return None
-    tap = tap_forward(module, callback, LossOutputTap)
-    assert isinstance(tap, LossOutputTap)
-    return tap
+    return tap_forward(module, callback, LossOutputTap)
 
 
 def hold() -> tuple[LossTap, Callable[[], None]]:

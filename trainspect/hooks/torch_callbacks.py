@@ -21,7 +21,7 @@ import multiprocessing.context
 import types
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["Callback", "ForwardTap", "HookDict", "own_hook_dicts", "tap_forward", "tappable"]
 
@@ -175,7 +175,10 @@ def tappable(module: Any) -> bool:
     )
 
 
-def tap_forward(module: Any, callback: Any, kind: type[ForwardTap] = ForwardTap) -> ForwardTap:
+_Tap = TypeVar("_Tap", bound=ForwardTap)
+
+
+def tap_forward(module: Any, callback: Any, kind: type[_Tap]) -> _Tap:
     """Set a ``kind`` tap (a :class:`ForwardTap`) of ``callback`` as ``module``'s forward; return it.
 
     Its ``remove`` undoes it.

@@ -25,7 +25,7 @@ from trainspect.hooks.step_driver import TRAINING_MODES, StepDriver
 from trainspect.hooks.step_state import NO_CAPTURES
 from trainspect.hooks.torch_amp import record_amp_skip
 from trainspect.hooks.torch_backward import BackwardTap, optimizer_holds, watch_loss_module
-from trainspect.hooks.torch_callbacks import Callback, own_hook_dicts, tap_forward, tappable
+from trainspect.hooks.torch_callbacks import Callback, ForwardTap, own_hook_dicts, tap_forward, tappable
 from trainspect.hooks.torch_captures import StepHooks, stage_optimizer_variables
 from trainspect.hooks.torch_loss_series import OptimizerLosses
 from trainspect.hooks.torch_models import ModelRegistry, infer_mode, warn_unregistered
@@ -161,7 +161,7 @@ class Hook(TorchStepParts, HookAPI):
             pre = Callback(self._on_top_forward_pre if i == 0 else self._on_follower_forward_pre)
             own_hook_dicts(driver)
             if tappable(driver):  # PyTorch's fast path of Module.__call__ kept (see ForwardTap)
-                self._handles.append(tap_forward(driver, pre))
+                self._handles.append(tap_forward(driver, pre, ForwardTap))
             else:
                 self._handles.append(driver.register_forward_pre_hook(pre))
             if timed:
