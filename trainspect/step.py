@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -10,7 +12,16 @@ import numpy as np
 from trainspect.modes import ModeKeys
 from trainspect.shard import Shard
 
-__all__ = ["ReductionKey", "StepKey", "TensorRecord", "StepRecord", "Scalar", "ScalarStep", "scalar_record"]
+__all__ = [
+    "ReductionKey",
+    "StepKey",
+    "TensorRecord",
+    "StepRecord",
+    "Scalar",
+    "ScalarStep",
+    "collection_atoms",
+    "scalar_record",
+]
 
 ReductionKey = tuple[str, bool]
 """A reduction: a :class:`~trainspect.reductions.Reduction`, or the equal ``(name, absolute)`` tuple."""
@@ -47,14 +58,24 @@ class StepRecord:
     tensors: dict[str, TensorRecord] = field(default_factory=dict)
 
 
-Scalar = tuple[str, "float | int | bool | complex", np.dtype, frozenset[str]]
-"""A scalar tensor not yet made a ``TensorRecord``: (name, Python value, NumPy dtype, collections)."""
+Scalar = tuple[str, "float | int | bool | complex", np.dtype, "frozenset[str] | tuple[str, ...]"]
+"""A scalar tensor not yet made a ``TensorRecord``: (name, Python value, NumPy dtype, collections).
+
+Where one is made at every step (a loss), its collections are :func:`collection_atoms`: a tuple of atoms is what
+Python's garbage collector stops tracking (see ``RunWriter.submit_scalars``).
+"""
+
+
+@functools.lru_cache(maxsize=256)
+def collection_atoms(collections: frozenset[str]) -> tuple[str, ...]:
+    """``collections`` as a sorted tuple, the same object at every call (a :data:`Scalar`'s, made at every step)."""
+    return tuple(sorted(collections))
 
 
 def scalar_record(scalar: Scalar) -> TensorRecord:
     """Return a scalar's ``TensorRecord`` (a 0-d array of its dtype)."""
     name, value, dtype, collections = scalar
-    return TensorRecord(name, np.array(value, dtype), {}, collections, ())
+    return TensorRecord(name, np.array(value, dtype), {}, frozenset(collections), ())
 
 
 class ScalarStep(NamedTuple):
@@ -70,7 +91,7 @@ class ScalarStep(NamedTuple):
     global_step: int
     wall_time: float
     worker: str
-    scalars: list[Scalar]
+    scalars: Sequence[Scalar]
 
     def record(self) -> StepRecord:
         """Return the equivalent ``StepRecord`` (0-d arrays of the scalars' dtypes)."""

@@ -33,7 +33,7 @@ def test_wait_idle_writes_an_item_queued_as_the_writer_went_idle() -> None:
     assert writer.wait_idle(10) and handled == ["first"]
     # what submit's lock-free path leaves when the writer finds its queue empty just before the append: the item
     # queued, the writer idle
-    writer._items.append(("late", 0))
+    writer._items.append("late")
     assert writer.wait_idle(10)
     assert handled == ["first", "late"]
     assert writer.close()

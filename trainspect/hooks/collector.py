@@ -384,7 +384,7 @@ class Collector(Guarded):
         if not self._known_names.issuperset(tensors):
             self._note_members([(t.name, t.collections) for t in tensors.values()])
 
-    def _note_members(self, tensors: list[tuple[str, frozenset[str]]]) -> None:
+    def _note_members(self, tensors: list[tuple[str, Iterable[str]]]) -> None:
         """Record new tensor names as members of their collections and queue a rewrite of the collections file."""
         assert self._writer is not None
         for name, colls in tensors:

@@ -12,6 +12,7 @@ from trainspect.hooks.collector import Collector
 from trainspect.hooks.keras_taps import Taps
 from trainspect.hooks.keras_tensors import layer_path, read, to_host, type_names, variable_name
 from trainspect.modes import ModeKeys
+from trainspect.step import collection_atoms
 
 __all__ = ["ModelView", "LOSS"]
 
@@ -141,7 +142,7 @@ class ModelView:
         if loss is not None and mode is not ModeKeys.PREDICT:
             plan = self.collector.plan(LOSS)
             if defer and plan.raw and not plan.reductions:
-                self.collector.add_scalars([(LOSS, float(loss), _FLOAT32, plan.collections)])
+                self.collector.add_scalars([(LOSS, float(loss), _FLOAT32, collection_atoms(plan.collections))])
             else:
                 self._add(LOSS, np.asarray(loss))
         if metrics:

@@ -38,7 +38,7 @@ from trainspect.hooks.torch_tensors import (
     stage_batch,
 )
 from trainspect.shard import Shard
-from trainspect.step import Scalar
+from trainspect.step import Scalar, collection_atoms
 
 __all__ = ["StepStaging", "StepLosses", "SkipLog", "first_closure_losses"]
 
@@ -215,7 +215,7 @@ class StepLosses:
         self._last: tuple[torch.Tensor, HostScalar | torch.Tensor] | None = None
         self._last_names: set[str] = set()  # the names the last tensor was recorded under
         self._plans: dict[str, TensorPlan] = {}  # the planner's plans of the losses, for one planner generation
-        self._scalars: dict[str, frozenset[str]] = {}  # losses saved raw only: their collections (same generation)
+        self._scalars: dict[str, tuple[str, ...]] = {}  # losses saved raw only: their collections (same generation)
         self._generation = -1
         self.frozen = False
         """The open step takes no more losses (an optimizer's closure called again: LBFGS's line search)."""
@@ -329,13 +329,13 @@ class StepLosses:
         if plan is None:
             plan = self._plans[name] = staging.collector.planner.plan(name, _LOSSES)
             if plan.raw and not plan.reductions:
-                self._scalars[name] = plan.collections
+                self._scalars[name] = collection_atoms(plan.collections)
         value, micro = (values[0], None) if len(values) == 1 else combine(values)
         if micro is not None and (plan.raw or plan.reductions):
             staging.stage(micro_batches_name(name), micro, _MICRO_BATCHES)
         if isinstance(value, tuple):
             if plan.raw and not plan.reductions and quiet:
-                scalars.append((name, value[0], value[1], plan.collections))  # no NumPy on this thread
+                scalars.append((name, value[0], value[1], self._scalars[name]))  # no NumPy on this thread
                 return
             value = torch.from_numpy(np.array(value[0], dtype=value[1]))
         staging.stage(name, value, plan)

@@ -15,10 +15,21 @@ __all__ = ["BackgroundWriter"]
 log = logging.getLogger(__name__)
 
 
+class _Sized:
+    """A queued item that counts against the memory bound (an item of no bytes is queued as it is)."""
+
+    __slots__ = ("item", "nbytes")
+
+    def __init__(self, item: Any, nbytes: int) -> None:
+        self.item, self.nbytes = item, nbytes
+
+
 class BackgroundWriter:
     """A daemon thread that hands queued items to ``handle`` in batches and calls ``flush`` at least every interval.
 
-    The training thread only appends to a deque: the writer thread is not woken per item but every
+    The training thread only appends to a deque (an item of no bytes as it is: a tuple of atoms stays one, which
+    the garbage collector stops tracking, see ``RunWriter.submit_scalars``): the writer thread is not woken per item
+    but every
     ``flush_interval`` seconds (or once ``wake_bytes`` are pending, or when asked to drain), so a step costs the
     training thread no thread switch. If the pending bytes exceed ``max_pending_bytes`` (the disk is slower than
     training), :meth:`room` says so: the caller degrades the item (the run writer keeps losses and scalars and drops
@@ -59,7 +70,7 @@ class BackgroundWriter:
         self._wake_bytes = wake_bytes
         self._on_failure = on_failure
         self._failures = [] if failures is None else failures
-        self._items: deque[tuple[Any, int]] = deque()
+        self._items: deque[Any] = deque()  # items, those with bytes as _Sized
         self._pending = 0
         self._lock = threading.Lock()
         self._drained = threading.Condition(self._lock)
@@ -104,7 +115,7 @@ class BackgroundWriter:
         if self.failed is not None:
             return False
         if self._busy and not nbytes:  # the common item (a loss-only step): no accounting, no state to change
-            self._items.append((item, 0))  # deque.append: thread-safe without the lock
+            self._items.append(item)  # deque.append: thread-safe without the lock
             return True
         with self._lock:
             if not force and self._pending + nbytes > self._max_pending and self._pending > 0:
@@ -115,7 +126,7 @@ class BackgroundWriter:
                     )
                 return False
             self._pending += nbytes
-            self._items.append((item, nbytes))
+            self._items.append(_Sized(item, nbytes) if nbytes else item)
             if not self._busy:
                 self._busy = True
                 self._idle.clear()
@@ -182,7 +193,14 @@ class BackgroundWriter:
         items = self._items
         with self._lock:
             entries = [items.popleft() for _ in range(len(items))]  # popleft: items appended meanwhile stay
-        return [item for item, _ in entries], sum(n for _, n in entries)
+        batch, nbytes = [], 0
+        for entry in entries:
+            if type(entry) is _Sized:
+                batch.append(entry.item)
+                nbytes += entry.nbytes
+            else:
+                batch.append(entry)
+        return batch, nbytes
 
     def _safe(self, fn: Callable[[], None]) -> None:
         if self.failed is not None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
 from trainspect.exceptions import ConfigError
+from trainspect.modes import ModeKeys
 from trainspect.step import Scalar, ScalarStep, StepKey, StepRecord, TensorRecord
 from trainspect.store.background import BackgroundWriter
 from trainspect.store.gaps import GAPS_FILE, degrade, gap_line
@@ -26,6 +29,11 @@ _INDEX_EVERY = 0.05  # within a long batch, steps are indexed at least this ofte
 MAX_PENDING_BYTES = 256 << 20
 """The tensor queue's byte budget: past it, steps are degraded (or training waits, ``on_backlog="block"``)."""
 BACKLOG_POLICIES = ("degrade", "block")
+_MODES = {int(mode): mode for mode in ModeKeys}
+
+ScalarItem = tuple[Any, ...]
+"""A scalar-only step as it waits for the writers, one flat tuple: ``("scalars", mode number, mode step, global step,
+wall time)`` then each scalar's name, value, dtype and collections (see :meth:`RunWriter.submit_scalars`)."""
 
 
 def _histogram_of(t: TensorRecord) -> bool:
@@ -132,12 +140,19 @@ class RunWriter:
         """Queue one line for a small side file of this worker's tensor directory (gaps, NaN origins)."""
         self._bg.submit(("line", line, filename), 0, force=True)
 
-    def submit_scalars(self, key: StepKey, scalars: list[Scalar]) -> bool:
+    def submit_scalars(self, key: StepKey, scalars: Sequence[Scalar]) -> bool:
         """Queue a step that saved only scalars (most steps save only their loss) as Python values.
 
-        Its record, index entry and TensorBoard event are made on the writer thread.
+        Its index entry and TensorBoard event are made on the writer threads. Until then it waits as one flat tuple
+        of atoms (:data:`ScalarItem`: the mode as its number, a loss's collections a tuple of its own), which Python's
+        garbage collector stops tracking at its first collection. A list, a frozenset, an enum member or a tuple
+        made with it would keep the steps the writer has not reached yet tracked: each collection would move them to
+        an older generation, and the full collections that follow walk the whole heap on the training thread
+        (docs/architecture.md, "What the garbage collector sees").
         """
-        return self._bg.submit(("scalars", key, scalars), 0, True)  # forced: losses and scalars are never dropped
+        mode, mode_step, global_step, wall = key
+        fields = ("scalars", int(mode), mode_step, global_step, wall, *chain.from_iterable(scalars))
+        return self._bg.submit(fields, 0, True)  # forced: losses and scalars are never dropped
 
     @property
     def tensor_queue(self) -> BackgroundWriter:
@@ -165,9 +180,10 @@ class RunWriter:
         files = self._files
         assert files is not None
         index_at = time.monotonic() + _INDEX_EVERY
-        written: list[ScalarStep | tuple[StepRecord, frozenset[str]]] = []
+        written: list[ScalarItem | tuple[StepRecord, frozenset[str]]] = []
         nbytes = 0
-        for kind, payload, extra in batch:
+        for item in batch:
+            kind, payload, extra = item[0], item[1], item[2]
             if kind == "collections":
                 doc = {"schema_version": 1, "collections": payload}
                 write_json_atomic(self._tensor_dir / COLLECTIONS_FILE, doc)
@@ -177,10 +193,10 @@ class RunWriter:
                     fh.write(payload)
                 continue
             if kind == "scalars":  # most steps save only scalars (their loss): no record is built for them
-                mode, mode_step, gs, wall = payload
-                step = ScalarStep(mode, mode_step, gs, wall, self.worker, extra)
-                files.write_scalars(step)
-                written.append(step)
+                _, number, mode_step, gs, wall = item[:5]
+                scalars = [item[i : i + 4] for i in range(5, len(item), 4)]
+                files.write_scalars(ScalarStep(_MODES[number], mode_step, gs, wall, self.worker, scalars))
+                written.append(item)  # as it came (see submit_scalars)
             else:
                 files.write(payload)
                 written.append((payload, extra))
@@ -192,21 +208,24 @@ class RunWriter:
         if self._tb is not None and written:
             self._tb_bg.submit(written, nbytes)
 
-    def _handle_tb(self, batches: list[list[ScalarStep | tuple[StepRecord, frozenset[str]]]]) -> None:
+    def _handle_tb(self, batches: list[list[ScalarItem | tuple[StepRecord, frozenset[str]]]]) -> None:
         assert self._tb is not None
         for batch in batches:
             for item in batch:
-                if type(item) is ScalarStep:
-                    self._write_tb_scalars(item)
-                else:
+                if type(item[0]) is StepRecord:
                     self._write_tb(*item)
+                else:
+                    self._write_tb_scalars(item)
 
-    def _write_tb_scalars(self, step: ScalarStep) -> None:
+    def _write_tb_scalars(self, item: ScalarItem) -> None:
         """A scalar-only step's TensorBoard scalars, from its Python values (what :meth:`_write_tb` makes of them)."""
-        assert self._tb is not None
-        for name, value, dtype, _ in step.scalars:
+        tb = self._tb
+        assert tb is not None
+        mode, global_step, wall = _MODES[item[1]], item[3], item[4]
+        for i in range(5, len(item), 4):
+            name, value, dtype = item[i : i + 3]
             if dtype.kind in "fiub" and not isinstance(value, complex):
-                self._tb.scalar(tb_tag(name, step.mode), float(value), step.global_step, step.wall_time)
+                tb.scalar(tb_tag(name, mode), float(value), global_step, wall)
 
     def _write_tb(self, record: StepRecord, histograms: frozenset[str]) -> None:
         """A step's TensorBoard events, in its tensors' order: scalars, histograms (made together), reductions."""
