@@ -15,6 +15,7 @@ from trainspect.modes import ModeKeys
 from trainspect.step import StepRecord, TensorRecord
 from trainspect.store.layout import RunLayout
 from trainspect.store.run_writer import RunWriter
+from trainspect.store.trial import create_trial
 
 
 def _events(folder: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, list[tuple[int, object]]]]:
@@ -65,3 +66,28 @@ def test_without_tensorboard_no_event_file_is_written(tmp_path: Path) -> None:
     writer.submit_scalars((ModeKeys.TRAIN, 0, 0, 1.0), [("loss", 0.75, np.dtype(np.float32), frozenset())])
     writer.close()
     assert not list(tmp_path.rglob("events.out.tfevents*"))
+
+
+def test_scalar_steps_of_one_two_and_three_scalars_reach_the_index_and_tensorboard(tmp_path: Path) -> None:
+    writer = RunWriter(RunLayout(tmp_path), "worker_0", tensorboard=True, tensorboard_dir=tmp_path / "tb")
+    writer.start()
+    f32, f64, i64 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64)
+    losses = ("losses",)
+    writer.submit_scalars((ModeKeys.TRAIN, 0, 0, 1.0), [("loss", 0.25, f32, losses)])
+    writer.submit_scalars((ModeKeys.TRAIN, 1, 1, 2.0), [("loss", 0.5, f32, losses), ("aux", 1.5, f64, losses)])
+    three = [("loss", 0.75, f32, losses), ("aux", 2.5, f64, losses), ("count", 7, i64, frozenset({"scalars"}))]
+    writer.submit_scalars((ModeKeys.EVAL, 0, 2, 3.0), three)
+    writer.close()
+    scalars, _ = _events(tmp_path / "tb")
+    assert scalars == {
+        "loss": [(0, 0.25), (1, 0.5)],
+        "aux": [(1, 1.5)],
+        "eval/loss": [(2, 0.75)],
+        "eval/aux": [(2, 2.5)],
+        "eval/count": [(2, 7.0)],
+    }
+    trial = create_trial(str(tmp_path))
+    assert trial.tensor("loss").steps(mode=ModeKeys.TRAIN) == [0, 1]
+    assert trial.tensor("aux").value(1).dtype == np.float64 and trial.tensor("aux").value(1).item() == 1.5
+    assert trial.tensor("count").value(2).dtype == np.int64 and trial.tensor("count").value(2).item() == 7
+    assert trial.tensor("loss").value(0, mode=ModeKeys.EVAL).item() == 0.75

@@ -95,10 +95,11 @@ class StepDriver:
         if not self.state.open and extras.quiet and (mode is None or mode is collector.mode) and parts.idle:
             # the steady step: no step to end, no listener to tell, nothing of the parts' to open or join, nor to
             # begin while the saving collections stay the same
-            generation = collector.planner.generation
+            planner = collector.planner
+            generation = planner.generation
             saving = collector.begin_step()
             self.training.optimizer_stepped = False
-            if saving and collector.planner.generation != generation:
+            if saving and planner.generation != generation:
                 parts.step_began(saving, collector.mode)
             return saving
         parts.step_beginning()

@@ -33,7 +33,7 @@ from trainspect.hooks.torch_nan_origin import NanOrigin, nan_wanted
 from trainspect.hooks.torch_params import ParamView
 from trainspect.hooks.torch_staging import StepLosses, StepStaging, first_closure_losses
 from trainspect.hooks.torch_step_parts import BACKWARD_LOSS, TorchStepParts
-from trainspect.modes import ModeKeys
+from trainspect.modes import TRAIN, ModeKeys
 
 __all__ = ["Hook"]
 
@@ -95,6 +95,7 @@ class Hook(TorchStepParts, HookAPI):
         the recorded ``loss`` is multiplied back. ``"micro_batches"``: by the number of micro-batches of its step
         (Hugging Face's ``Trainer``). Set by the trainer integrations (:mod:`trainspect.hooks.integrations`)."""
         self._nan = NanOrigin(self, self._extras.note_origin, active=nan_wanted(self._extras.rules))
+        self._asks = (self._optimizer_exists, self._nested)  # what forward_began may ask (bound once, not per step)
 
     __init__.__signature__ = signature("pytorch")  # type: ignore[attr-defined]  # one keyword per setting
 
@@ -199,11 +200,14 @@ class Hook(TorchStepParts, HookAPI):
     # --- torch callbacks: translated into the driver's events ----------------------------------------------
     @guarded(inline=True)
     def _on_top_forward_pre(self, module: nn.Module, args: Any) -> None:
-        mode = None
-        if not self._mode_explicit:
+        if self._mode_explicit:
+            mode = None
+        elif module.training and torch.is_grad_enabled():
+            mode = TRAIN  # infer_mode's first answer, asked at every training step: without its call
+        else:
             mode = infer_mode(module, self.collector.mode, self._state.open and not self._step.optimizer_stepped)
         if self._timer_recorder is None:
-            self._driver.forward_began(mode, self._optimizer_exists, self._nested)
+            self._driver.forward_began(mode, *self._asks)
             return
         nested = self._nested()  # the profiler asks anyway: the call stack is read once, not again by the driver
         self._driver.forward_began(mode, self._optimizer_exists, nested.__bool__)

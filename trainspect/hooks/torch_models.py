@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from trainspect.hooks.torch_params import ParamView, clean_path, model_name, parameter_views, unwrap, warn_one_worker
-from trainspect.modes import ModeKeys
+from trainspect.modes import EVAL, GLOBAL, TRAIN, ModeKeys
 
 __all__ = ["ModelRegistry", "infer_mode", "warn_unregistered"]
 
@@ -50,10 +50,10 @@ def infer_mode(module: nn.Module, current: ModeKeys, in_step: bool) -> ModeKeys:
     forward) stays in it.
     """
     if not module.training:
-        return ModeKeys.EVAL
+        return EVAL
     if torch.is_grad_enabled():
-        return ModeKeys.TRAIN
-    return current if in_step and current in (ModeKeys.TRAIN, ModeKeys.GLOBAL) else ModeKeys.EVAL
+        return TRAIN
+    return current if in_step and current in (TRAIN, GLOBAL) else EVAL
 
 
 def warn_unregistered() -> int:

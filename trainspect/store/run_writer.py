@@ -30,6 +30,7 @@ MAX_PENDING_BYTES = 256 << 20
 """The tensor queue's byte budget: past it, steps are degraded (or training waits, ``on_backlog="block"``)."""
 BACKLOG_POLICIES = ("degrade", "block")
 _MODES = {int(mode): mode for mode in ModeKeys}
+_NUMBERS = {mode: int(mode) for mode in ModeKeys}
 
 ScalarItem = tuple[Any, ...]
 """A scalar-only step as it waits for the writers, one flat tuple: ``("scalars", mode number, mode step, global step,
@@ -151,7 +152,16 @@ class RunWriter:
         (docs/architecture.md, "What the garbage collector sees").
         """
         mode, mode_step, global_step, wall = key
-        fields = ("scalars", int(mode), mode_step, global_step, wall, *chain.from_iterable(scalars))
+        number = _NUMBERS[mode]
+        fields: ScalarItem
+        if len(scalars) == 2:  # a step's loss and the loss module's output it is: built field by field (no list)
+            a, b = scalars
+            fields = ("scalars", number, mode_step, global_step, wall, a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3])
+        elif len(scalars) == 1:
+            a = scalars[0]
+            fields = ("scalars", number, mode_step, global_step, wall, a[0], a[1], a[2], a[3])
+        else:
+            fields = ("scalars", number, mode_step, global_step, wall, *chain.from_iterable(scalars))
         return self._bg.submit(fields, 0, True)  # forced: losses and scalars are never dropped
 
     @property
