@@ -152,3 +152,23 @@ def test_a_loss_output_tap_without_a_listening_tap_or_after_removal_passes_the_o
     assert len(seen) == 2
     tap.remove()  # taken off (a stale reference may still call it)
     assert float(tap(a, b)) == 1.0 and len(seen) == 2
+
+
+def test_a_cpu_scalar_loss_is_taken_as_the_python_scalar_item_gives_whatever_its_dtype() -> None:
+    from trainspect.hooks.torch_tensors import _SCALAR_DTYPES, snapshot
+
+    for dtype, np_dtype in _SCALAR_DTYPES.items():
+        base = torch.tensor(3.0 if dtype.is_floating_point else 3).to(dtype)
+        loss = base.clone() if dtype is torch.bool else base / 3 if dtype.is_floating_point else base + 1
+        taken = snapshot(loss)
+        assert isinstance(taken, tuple) and taken[1] == np_dtype, dtype
+        assert type(taken[0]) is type(loss.item()) and taken[0] == loss.item(), dtype
+        if dtype is not torch.bool:
+            loss += 1  # the script changes the tensor in place later: the taken value stays
+            assert taken[0] != loss.item(), dtype
+    grad_loss = (torch.ones(2, requires_grad=True) * 0.5).sum()
+    assert snapshot(grad_loss)[0] == 1.0  # a loss that requires grad
+    vector = torch.ones(2)
+    copy_ = snapshot(vector)
+    vector.add_(1)
+    assert isinstance(copy_, torch.Tensor) and copy_.tolist() == [1.0, 1.0]  # not a scalar: a detached copy

@@ -109,7 +109,7 @@ _SCALAR_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.uint8: np.dtype(np.uint8),
     torch.bool: np.dtype(np.bool_),
 }
-"""Dtypes whose CPU scalars :func:`snapshot` takes (``Tensor.item()`` is exact for each; bfloat16 as float32)."""
+"""Dtypes whose CPU scalars :func:`snapshot` takes (a Python scalar is exact for each; bfloat16 as float32)."""
 
 
 HostScalar = tuple[float | int | bool, np.dtype]
@@ -119,13 +119,15 @@ HostScalar = tuple[float | int | bool, np.dtype]
 def snapshot(t: torch.Tensor) -> HostScalar | torch.Tensor:
     """A loss's value now (a later in-place change does not reach it): a host scalar, or a detached copy.
 
-    A CPU 0-d tensor of a dtype ``Tensor.item()`` reads exactly becomes a Python scalar (cheaper than a NumPy copy on
-    the training thread, see ``Collector.add_scalars``); any other tensor a detached copy (a device's is read later).
+    A CPU 0-d tensor of a dtype a Python scalar holds exactly becomes one (cheaper than a NumPy copy on the training
+    thread, see ``Collector.add_scalars``); any other tensor a detached copy (a device's is read later). The scalar is
+    read with ``tolist()``, which returns what ``item()`` does for a CPU 0-d tensor without releasing the GIL
+    (``item()`` does, and the writer thread waiting for it takes it: ~0.3 µs per loss in place).
     """
     if t.is_cpu and t.dim() == 0:
         dtype = _SCALAR_DTYPES.get(t.dtype)
         if dtype is not None:
-            return t.item(), dtype
+            return t.tolist(), dtype  # type: ignore[return-value]  # a 0-d tensor: a scalar, not a list
     return t.detach().clone()
 
 
