@@ -29,14 +29,13 @@ class BackgroundWriter:
 
     The training thread only appends to a deque (an item of no bytes as it is: a tuple of atoms stays one, which
     the garbage collector stops tracking, see ``RunWriter.submit_scalars``): the writer thread is not woken per item
-    but every
-    ``flush_interval`` seconds (or once ``wake_bytes`` are pending, or when asked to drain), so a step costs the
-    training thread no thread switch. If the pending bytes exceed ``max_pending_bytes`` (the disk is slower than
+    but every ``flush_interval`` seconds (or once ``wake_bytes`` are pending, or when asked to drain), so a step costs
+    the training thread no thread switch. If the pending bytes exceed ``max_pending_bytes`` (the disk is slower than
     training), :meth:`room` says so: the caller degrades the item (the run writer keeps losses and scalars and drops
     raw tensors, recording the gap), or waits (:meth:`wait_room`); an item that still does not fit is dropped with
-    one warning rather than stalling training. If ``handle`` or ``flush``
-    raises (disk full, unwritable file), the writer logs one warning naming what is disabled and drops everything
-    from then on; what was written before stays readable.
+    one warning rather than stalling training. If ``handle`` or ``flush`` raises (disk full, unwritable file), the
+    writer logs one warning naming what is disabled and drops everything from then on; what was written before stays
+    readable.
 
     Args:
         name: what the writer writes, used in the warning (``"tensor capture"``).

@@ -37,6 +37,12 @@ ScalarItem = tuple[Any, ...]
 wall time)`` then each scalar's name, value, dtype and collections (see :meth:`RunWriter.submit_scalars`)."""
 
 
+def _scalar_step(item: ScalarItem, worker: str) -> ScalarStep:
+    """The :class:`ScalarStep` a queued :data:`ScalarItem` stands for (made on a writer thread, where it is written)."""
+    scalars = [item[i : i + 4] for i in range(5, len(item), 4)]
+    return ScalarStep(_MODES[item[1]], item[2], item[3], item[4], worker, scalars)
+
+
 def _histogram_of(t: TensorRecord) -> bool:
     """Whether a tensor named for a histogram gets one (not a scalar, which is a point; numbers only)."""
     value = t.value
@@ -203,10 +209,8 @@ class RunWriter:
                     fh.write(payload)
                 continue
             if kind == "scalars":  # most steps save only scalars (their loss): no record is built for them
-                _, number, mode_step, gs, wall = item[:5]
-                scalars = [item[i : i + 4] for i in range(5, len(item), 4)]
-                files.write_scalars(ScalarStep(_MODES[number], mode_step, gs, wall, self.worker, scalars))
-                written.append(item)  # as it came (see submit_scalars)
+                files.write_scalars(_scalar_step(item, self.worker))
+                written.append(item)  # as it came, for the TensorBoard thread (see submit_scalars)
             else:
                 files.write(payload)
                 written.append((payload, extra))
@@ -225,17 +229,14 @@ class RunWriter:
                 if type(item[0]) is StepRecord:
                     self._write_tb(*item)
                 else:
-                    self._write_tb_scalars(item)
+                    self._write_tb_scalars(_scalar_step(item, self.worker))
 
-    def _write_tb_scalars(self, item: ScalarItem) -> None:
+    def _write_tb_scalars(self, step: ScalarStep) -> None:
         """A scalar-only step's TensorBoard scalars, from its Python values (what :meth:`_write_tb` makes of them)."""
-        tb = self._tb
-        assert tb is not None
-        mode, global_step, wall = _MODES[item[1]], item[3], item[4]
-        for i in range(5, len(item), 4):
-            name, value, dtype = item[i : i + 3]
+        assert self._tb is not None
+        for name, value, dtype, _ in step.scalars:
             if dtype.kind in "fiub" and not isinstance(value, complex):
-                tb.scalar(tb_tag(name, mode), float(value), global_step, wall)
+                self._tb.scalar(tb_tag(name, step.mode), float(value), step.global_step, step.wall_time)
 
     def _write_tb(self, record: StepRecord, histograms: frozenset[str]) -> None:
         """A step's TensorBoard events, in its tensors' order: scalars, histograms (made together), reductions."""
