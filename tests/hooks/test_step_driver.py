@@ -6,6 +6,7 @@ driver makes; the PyTorch and Keras hooks are these parts plus the framework's w
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,11 +20,17 @@ from trainspect.hooks.step_state import StepPhase, StepState
 from trainspect.modes import ModeKeys
 
 
+def _outside() -> bool:
+    return False
+
+
 class Parts:
     idle = False
 
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
+        self.accumulates: Callable[[], bool] = lambda: True  # what the driver asks (set by the tests)
+        self.nested: Callable[[], bool] = _outside
 
     def step_beginning(self) -> None:
         self.calls.append(("beginning",))
@@ -65,8 +72,11 @@ def driver(tmp_path: Path) -> StepDriver:
     return StepDriver(collector, Extras(), Parts())
 
 
-def _outside() -> bool:
-    return False
+def _forward(driver: StepDriver, mode: ModeKeys, accumulates: Callable[[], bool], nested: Callable[[], bool]) -> None:
+    """A registered model's forward pass began, the parts answering the driver's questions with these."""
+    parts: Any = driver.parts
+    parts.accumulates, parts.nested = accumulates, nested
+    driver.forward_began(mode)
 
 
 def _steps(driver: StepDriver) -> list[tuple[Any, ...]]:
@@ -115,41 +125,41 @@ def test_inferred_training_steps_span_the_micro_batches_until_an_optimizer_steps
         asked.append(1)
         return True
 
-    driver.forward_began(ModeKeys.TRAIN, accumulates, _outside)
-    driver.forward_began(ModeKeys.TRAIN, accumulates, _outside)  # no optimizer stepped: the same step
+    _forward(driver, ModeKeys.TRAIN, accumulates, _outside)
+    _forward(driver, ModeKeys.TRAIN, accumulates, _outside)  # no optimizer stepped: the same step
     assert driver.collector.global_step == 0 and asked == [1]
     driver.optimizer_stepped()  # ends the TRAIN step
     assert not driver.state.open and driver.training.optimizer_seen
-    driver.forward_began(ModeKeys.TRAIN, accumulates, _outside)
-    driver.forward_began(ModeKeys.TRAIN, accumulates, _outside)
+    _forward(driver, ModeKeys.TRAIN, accumulates, _outside)
+    _forward(driver, ModeKeys.TRAIN, accumulates, _outside)
     assert driver.collector.global_step == 1 and asked == [1]  # an optimizer was seen: not asked again
     assert not driver.training.optimizer_stepped  # reset when the step began
 
 
 def test_without_an_optimizer_every_forward_pass_is_a_step(driver: StepDriver) -> None:
     for _ in range(3):
-        driver.forward_began(ModeKeys.TRAIN, lambda: False, _outside)
+        _forward(driver, ModeKeys.TRAIN, lambda: False, _outside)
     assert driver.collector.global_step == 2
 
 
 def test_eval_forward_passes_are_steps_and_an_optimizer_step_does_not_end_them(driver: StepDriver) -> None:
-    driver.forward_began(ModeKeys.EVAL, lambda: True, _outside)
+    _forward(driver, ModeKeys.EVAL, lambda: True, _outside)
     driver.optimizer_stepped()
     assert driver.state.open  # an EVAL step ends at the next forward pass, not at an optimizer step
-    driver.forward_began(ModeKeys.EVAL, lambda: True, _outside)
+    _forward(driver, ModeKeys.EVAL, lambda: True, _outside)
     assert driver.collector.global_step == 1
-    driver.forward_began(ModeKeys.TRAIN, lambda: True, _outside)  # the mode switch ends the EVAL step
+    _forward(driver, ModeKeys.TRAIN, lambda: True, _outside)  # the mode switch ends the EVAL step
     assert [e[1] for e in _steps(driver) if e[0] == "end"] == [ModeKeys.EVAL, ModeKeys.EVAL]
 
 
 def test_a_driven_mode_is_not_inferred_and_the_others_still_are(driver: StepDriver) -> None:
     driver.drive(ModeKeys.TRAIN)
     driver.begin(ModeKeys.TRAIN)
-    driver.forward_began(ModeKeys.TRAIN, lambda: False, _outside)  # would begin a step if inferred
+    _forward(driver, ModeKeys.TRAIN, lambda: False, _outside)  # would begin a step if inferred
     driver.optimizer_stepped()  # would end it
     assert driver.state.open and driver.collector.global_step == 0
     driver.end()
-    driver.forward_began(ModeKeys.EVAL, lambda: False, _outside)  # EVAL is not driven: inferred
+    _forward(driver, ModeKeys.EVAL, lambda: False, _outside)  # EVAL is not driven: inferred
     assert driver.state.open and driver.collector.mode is ModeKeys.EVAL
     driver.drive(None)  # the current mode, EVAL
     assert driver.driven == {ModeKeys.TRAIN, ModeKeys.EVAL}
@@ -201,16 +211,16 @@ def test_a_forward_pass_nested_in_the_open_steps_ends_nothing_and_nesting_is_ask
         asked.append(driver.collector.global_step)
         return True
 
-    driver.forward_began(ModeKeys.TRAIN, lambda: True, nested)  # no step open: begins one, nothing asked
-    driver.forward_began(ModeKeys.TRAIN, lambda: True, nested)  # a micro-batch: the step goes on, nothing asked
+    _forward(driver, ModeKeys.TRAIN, lambda: True, nested)  # no step open: begins one, nothing asked
+    _forward(driver, ModeKeys.TRAIN, lambda: True, nested)  # a micro-batch: the step goes on, nothing asked
     assert asked == [] and driver.collector.global_step == 0
-    driver.forward_began(ModeKeys.EVAL, lambda: True, nested)  # would switch modes: inside the forward pass
+    _forward(driver, ModeKeys.EVAL, lambda: True, nested)  # would switch modes: inside the forward pass
     assert asked == [0] and driver.state.open and driver.collector.mode is ModeKeys.TRAIN
     driver.end()
-    driver.forward_began(ModeKeys.EVAL, lambda: True, nested)
-    driver.forward_began(ModeKeys.EVAL, lambda: True, nested)  # an EVAL step would end: inside its forward pass
+    _forward(driver, ModeKeys.EVAL, lambda: True, nested)
+    _forward(driver, ModeKeys.EVAL, lambda: True, nested)  # an EVAL step would end: inside its forward pass
     assert asked == [0, 1] and driver.collector.global_step == 1 and driver.state.open
-    driver.forward_began(ModeKeys.EVAL, lambda: True, _outside)
+    _forward(driver, ModeKeys.EVAL, lambda: True, _outside)
     assert driver.collector.global_step == 2
 
 
@@ -245,3 +255,14 @@ def test_the_steady_step_of_idle_quiet_parts_begins_without_their_boundary_calls
     extras.quiet = False  # type: ignore[attr-defined]
     driver.begin()
     assert extras.events[-1] == ("start", ModeKeys.TRAIN, 4)  # type: ignore[attr-defined]
+
+
+def test_a_nesting_the_caller_already_knows_is_not_asked_again(driver: StepDriver) -> None:
+    def never() -> bool:
+        raise AssertionError("asked the parts although the caller said")
+
+    _forward(driver, ModeKeys.EVAL, lambda: True, never)  # no step open: nothing asked
+    driver.forward_began(ModeKeys.EVAL, True)  # would end the EVAL step: inside its forward pass, as the caller says
+    assert driver.collector.global_step == 0 and driver.state.open
+    driver.forward_began(ModeKeys.EVAL, False)
+    assert driver.collector.global_step == 1

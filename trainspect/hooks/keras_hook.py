@@ -128,6 +128,12 @@ class Hook(keras.callbacks.Callback, HookAPI):
         """Nothing is left between Keras steps."""
         self._metrics_at_end = False
 
+    def accumulates(self) -> bool:
+        """Keras' callbacks drive every step: the driver never infers one from a forward pass (StepParts)."""
+        return False
+
+    nested = accumulates
+
     # --- keras callbacks -----------------------------------------------------------------------------------
     @guarded()
     def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:  # noqa: D102

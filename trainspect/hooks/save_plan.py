@@ -85,7 +85,9 @@ class SavePlanner:
             losses.save_config = SaveConfig(save_interval=1)
         self._membership: dict[str, frozenset[str]] = {}
         self._active: set[str] = set()
-        self._schedule: tuple[ModeKeys, int, int] | None = None  # what _active was decided for (see begin_step)
+        # what _active was decided for (see begin_step): the mode, how many collections, their save_configs' version
+        self._schedule_mode: ModeKeys | None = None
+        self._schedule_count = self._schedule_configs = -1
         self._schedule_until: float = 0
         self.generation = 0
         self._takes_modules = False
@@ -187,8 +189,13 @@ class SavePlanner:
             self._include_user_collections()
         if self._module_plans:
             self._module_plans.clear()  # collections may have gained modules since the last step
-        schedule = (mode, len(self.included), Collection.save_configs_changed)
-        if mode_step < self._schedule_until and schedule == self._schedule:
+        count, configs = len(self.included), Collection.save_configs_changed
+        if (
+            mode_step < self._schedule_until
+            and mode is self._schedule_mode
+            and count == self._schedule_count
+            and configs == self._schedule_configs
+        ):  # compared one by one: a tuple of them would be built at every step
             return bool(self._active)
         get, default = self.manager.get, self.save_config
         active, until = set(), math.inf
@@ -199,7 +206,8 @@ class SavePlanner:
             stable = cfg.stable_until(mode_step)
             if stable is not None and stable < until:
                 until = stable
-        self._schedule, self._schedule_until = schedule, until
+        self._schedule_mode, self._schedule_count, self._schedule_configs = mode, count, configs
+        self._schedule_until = until
         if active != self._active:
             self._active = active
             self._clear_plans()

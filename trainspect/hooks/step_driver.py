@@ -30,7 +30,6 @@ the collector through its methods.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Protocol
 
 from trainspect.hooks.collector import Collector
@@ -61,6 +60,12 @@ class StepParts(Protocol):
 
     def no_step_to_end(self, final: bool) -> None:
         """An end with no step open (between steps): release what a step left behind."""
+
+    def accumulates(self) -> bool:
+        """Whether an optimizer updates the model (asked by :meth:`StepDriver.forward_began` only when it matters)."""
+
+    def nested(self) -> bool:
+        """Whether the forward pass that began runs inside a registered model's (asked when it would end a step)."""
 
     @property
     def idle(self) -> bool:
@@ -142,13 +147,13 @@ class StepDriver:
             self.collector.set_mode(mode)
 
     # --- inferred boundaries (no integration drives the steps) ----------------------------------------------
-    def forward_began(self, mode: ModeKeys | None, accumulates: Callable[[], bool], nested: Callable[[], bool]) -> None:
+    def forward_began(self, mode: ModeKeys | None, nested: bool | None = None) -> None:
         """A registered model's forward pass began; ``mode``: the mode it implies (None: keep).
 
         It begins a step unless a training step is open in which no optimizer has stepped and an optimizer updates
-        the model (``accumulates()``, asked only then): the micro-batches of gradient accumulation are one step. A
-        forward pass that would end the open step does not when ``nested()`` (asked only then): it runs inside the
-        open step's forward pass (a model that calls itself).
+        the model (``parts.accumulates()``, asked only then): the micro-batches of gradient accumulation are one step.
+        A forward pass that would end the open step does not when it runs inside the open step's forward pass (a
+        model that calls itself): ``nested``, or ``parts.nested()`` when None, asked only then.
         """
         collector, step = self.collector, self.training
         switch = mode is not None and mode is not collector.mode
@@ -159,10 +164,10 @@ class StepDriver:
                 not switch
                 and collector.mode in TRAINING_MODES
                 and not step.optimizer_stepped
-                and (step.optimizer_seen or accumulates())
+                and (step.optimizer_seen or self.parts.accumulates())
             ):
                 return  # a further micro-batch of the open training step
-            if nested():
+            if self.parts.nested() if nested is None else nested:
                 return
         if switch:
             self.end()

@@ -352,8 +352,8 @@ class LossOutputTap(ForwardTap):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The loss module's forward pass, then the callback with its output (unless removed)."""
-        callback = self.callback  # read once: a signal handler may close the hook in between
-        if callback is None:
+        call = self.call  # read once: a signal handler may close the hook in between
+        if call is None:
             return self.inner(*args, **kwargs)
         tap = self.tap
         if tap is None:
@@ -367,7 +367,7 @@ class LossOutputTap(ForwardTap):
                 out = self.inner(*args, **kwargs)
             finally:
                 tap.functional_depth = depth
-        callback(out)
+        call(out)
         return out
 
 

@@ -75,6 +75,13 @@ def own_hook_dicts(module: Any) -> None:
             state[name] = HookDict()
 
 
+def _unwrapped(callback: Any) -> Any:
+    """A :class:`Callback` that binds no arguments as the function it calls (one call less per forward pass)."""
+    if isinstance(callback, functools.partial) and not callback.args and not callback.keywords:
+        return callback.func
+    return callback
+
+
 class ForwardTap:
     """A registered model's own ``forward``: ``callback(model, args)``, then the forward it stands in for.
 
@@ -91,20 +98,21 @@ class ForwardTap:
 
     def __init__(self, module: Any, callback: Any, inner: Any = None, own: bool | None = None) -> None:
         self.module, self.callback = module, callback
+        self.call = _unwrapped(callback)  # what a call calls (None once removed); ``callback`` is what travels
         self.own = "forward" in module.__dict__ if own is None else own  # the module had a forward of its own
         self.inner = module.forward if inner is None else inner
         functools.update_wrapper(self, self.inner, updated=())
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """The model's forward pass: the callback first (unless removed), then the forward this tap stands in for."""
-        callback = self.callback  # read once: a signal handler may close the hook (and remove this tap) in between
-        if callback is not None:
-            callback(self.module, args)
+        call = self.call  # read once: a signal handler may close the hook (and remove this tap) in between
+        if call is not None:
+            call(self.module, args)
         return self.inner(*args, **kwargs)
 
     def remove(self) -> None:
         """Stop calling the callback; give the model back the forward it had where this tap is still its own."""
-        self.callback = None
+        self.call = self.callback = None
         state = self.module.__dict__
         if state.get("forward") is not self:
             return  # wrapped since (accelerate's mixed precision), or another hook's tap on top: it stays

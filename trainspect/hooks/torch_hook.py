@@ -84,18 +84,17 @@ class Hook(TorchStepParts, HookAPI):
         self._params: list[ParamView] = registry.params
         self._series = OptimizerLosses()  # one loss series per optimizer when steps alternate optimizers
         self._unregistered = 0  # 1: a backward pass no registered model's step recorded; 2: warned about it
-        self._losses = StepLosses()
+        self._losses = StepLosses(self.collector.planner)
         self._step_hooks = StepHooks(self, local_gradients=self.local_gradients)
         self._loss_names: set[str] = set()
         self._globals_installed = self._mode_explicit = False
         self._timer_recorder: Any = None
-        self._refs_decided = self._redecided = 0  # see _optimizer_exists
+        self._refs_decided = self._redecided = 0  # see accumulates
         self.loss_divisor: float | str = 1.0
         """The loss ``.backward()`` is called on is the script's divided by this (a trainer's gradient accumulation):
         the recorded ``loss`` is multiplied back. ``"micro_batches"``: by the number of micro-batches of its step
         (Hugging Face's ``Trainer``). Set by the trainer integrations (:mod:`trainspect.hooks.integrations`)."""
         self._nan = NanOrigin(self, self._extras.note_origin, active=nan_wanted(self._extras.rules))
-        self._asks = (self._optimizer_exists, self._nested)  # what forward_began may ask (bound once, not per step)
 
     __init__.__signature__ = signature("pytorch")  # type: ignore[attr-defined]  # one keyword per setting
 
@@ -207,15 +206,18 @@ class Hook(TorchStepParts, HookAPI):
         else:
             mode = infer_mode(module, self.collector.mode, self._state.open and not self._step.optimizer_stepped)
         if self._timer_recorder is None:
-            self._driver.forward_began(mode, *self._asks)
+            self._driver.forward_began(mode)
             return
-        nested = self._nested()  # the profiler asks anyway: the call stack is read once, not again by the driver
-        self._driver.forward_began(mode, self._optimizer_exists, nested.__bool__)
+        nested = self.nested()  # the profiler asks anyway: the call stack is read once, not again by the driver
+        self._driver.forward_began(mode, nested)
         if not nested:
             self._extras.on_forward_start()
 
-    def _nested(self) -> bool:
-        """Whether this forward pass runs inside a registered model's (see ``ModelRegistry.inside_forward``)."""
+    def nested(self) -> bool:
+        """Whether the forward pass that began runs inside a registered model's (``StepParts.nested``).
+
+        The call stack is read (see ``ModelRegistry.inside_forward``).
+        """
         return self._registry.inside_forward(sys._getframe(1))
 
     def _on_follower_forward_pre(self, module: nn.Module, args: Any) -> None:
@@ -228,21 +230,22 @@ class Hook(TorchStepParts, HookAPI):
             or not (self._mode_explicit or infer_mode(module, collector.mode, True) is collector.mode)
         ):
             self._on_top_forward_pre(module, args)
-        elif self._timer_recorder is not None and not self._nested():
+        elif self._timer_recorder is not None and not self.nested():
             self._extras.on_forward_start()
 
     @guarded(inline=True)
     def _on_top_forward(self, module: nn.Module, args: Any, output: Any) -> None:
         """A registered model's forward pass ended (hooked only when the profiler times it; ``autolog`` tells too)."""
-        if self._timer_recorder is not None and not self._nested():
+        if self._timer_recorder is not None and not self.nested():
             self._extras.on_forward_end()
 
-    def _optimizer_exists(self) -> bool:
-        """Whether an optimizer updates the model: decided at the first forward that could accumulate.
+    def accumulates(self) -> bool:
+        """Whether an optimizer updates the model (``StepParts.accumulates``), decided when first asked.
 
-        A "no" is decided again when the model's first parameter gains a reference (an optimizer built after the
-        first steps holds one in its ``param_groups``), at most :data:`REDECIDE` times: the open step began before
-        that optimizer and ends here; the micro-batches of its first step are then one step.
+        Asked at the first forward pass that could accumulate. A "no" is decided again when the model's first
+        parameter gains a reference (an optimizer built after the first steps holds one in its ``param_groups``), at
+        most :data:`REDECIDE` times: the open step began before that optimizer and ends here; the micro-batches of its
+        first step are then one step.
         """
         step = self._step
         if step.accumulates is None:
