@@ -86,6 +86,48 @@ class Collector(Guarded):
     (:mod:`trainspect.hooks.run_opening`).
     """
 
+    # Read at every step. Slots: as plain instance attributes, more than 30 of them (CPython's limit for a class's
+    # shared keys) make each instance's __dict__ a full 1.6 KB table, and every read a lookup in it.
+    __slots__ = (
+        "state",
+        "mode",
+        "global_step",
+        "mode_steps",
+        "planner",
+        "opened",
+        "_closed",
+        "_record",
+        "_record_step",
+        "_last_step",
+        "_scalars",
+        "_writer",
+        "_tensor_queue",
+        "_known_names",
+        "dry_run",
+        "rank",
+        "worker",
+        "_wanted",
+        "_job_id",
+        "_histograms",
+        "sharded",
+        "rules",
+        "remote",
+        "out_dir",
+        "layout",
+        "include_workers",
+        "identity",
+        "_worker_given",
+        "_tensorboard",
+        "_tb_dir",
+        "_on_open",
+        "on_backlog",
+        "framework",
+        "collections",
+        "_members",
+        "_fresh_job_id",
+        "_config_doc",
+    )
+
     def __init__(
         self,
         framework: str,

@@ -66,6 +66,36 @@ class Hook(TorchStepParts, HookAPI):
         ['scalar/my_loss']
     """
 
+    # the attributes the step's callbacks read, as slots (the class attributes of its bases stay in its __dict__)
+    __slots__ = (
+        "_driver",
+        "_state",
+        "_step",
+        "_losses",
+        "_loss_names",
+        "_timer_recorder",
+        "_nan",
+        "_step_hooks",
+        "_series",
+        "staging",
+        "collector",
+        "_extras",
+        "_registry",
+        "loss_divisor",
+        "_given",
+        "settings",
+        "local_gradients",
+        "_pending",
+        "_handles",
+        "_top",
+        "_submodules",
+        "_params",
+        "_unregistered",
+        "_globals_installed",
+        "_refs_decided",
+        "_redecided",
+    )
+
     _ends_with_its_thread = True  # the first step runs in the training thread (see HookAPI._run_opened)
     _nothing_recorded_why = (
         "no registered module was called and no backward pass ran with one registered (register the model that "
