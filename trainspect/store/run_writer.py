@@ -161,11 +161,11 @@ class RunWriter:
         number = _NUMBERS[mode]
         fields: ScalarItem
         if len(scalars) == 2:  # a step's loss and the loss module's output it is: built field by field (no list)
-            a, b = scalars
-            fields = ("scalars", number, mode_step, global_step, wall, a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3])
+            (a0, a1, a2, a3), (b0, b1, b2, b3) = scalars
+            fields = ("scalars", number, mode_step, global_step, wall, a0, a1, a2, a3, b0, b1, b2, b3)
         elif len(scalars) == 1:
-            a = scalars[0]
-            fields = ("scalars", number, mode_step, global_step, wall, a[0], a[1], a[2], a[3])
+            ((a0, a1, a2, a3),) = scalars
+            fields = ("scalars", number, mode_step, global_step, wall, a0, a1, a2, a3)
         else:
             fields = ("scalars", number, mode_step, global_step, wall, *chain.from_iterable(scalars))
         return self._bg.submit(fields, 0, True)  # forced: losses and scalars are never dropped
