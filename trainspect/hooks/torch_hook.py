@@ -66,7 +66,8 @@ class Hook(TorchStepParts, HookAPI):
         ['scalar/my_loss']
     """
 
-    # the attributes the step's callbacks read, as slots (the class attributes of its bases stay in its __dict__)
+    # its instance attributes as slots, read by the step's callbacks without a dict lookup (see the collector's); the
+    # names its bases give a class-level default (``disabled``, ``_mode_explicit``) stay in its ``__dict__``
     __slots__ = (
         "_driver",
         "_state",
